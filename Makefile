@@ -1,0 +1,25 @@
+# make run: the main job (serial Snake training for now); make test: the whole suite.
+# Both create .venv on first use. torch==2.13.0 is installed before the package
+# because that CPU build is what these machines carry; the package accepts torch>=2.2.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.ddq-installed
+
+.PHONY: run test bench-cartpole clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[test,atari,box2d]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/ddq train --mode serial --env ddq/Snake-v0 --run-dir runs/snake-serial
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) runs test-output

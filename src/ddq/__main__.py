@@ -1,0 +1,5 @@
+"""`python -m ddq` runs the `ddq` command."""
+
+from ddq.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""Checkpoints: everything a resume needs, in a file plain `torch.load` reads.
+
+Holds the config, the Q-network's state_dict (module names, for torch users),
+the flat online and target weights, the optimizer state, the counters (env
+steps, updates, episodes, wall time; epsilon follows from env steps) and the
+RNG states. The replay memory goes beside it as `replay.npz`.
+Only tensors, numbers, strings, lists and dicts: `torch.load(path)` with its
+default `weights_only=True` opens it, and nothing in it is executable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ddq.config import TrainConfig, merge
+from ddq.learner import Learner
+from ddq.models import build_q_network
+
+CHECKPOINT_NAME = "checkpoint.pt"
+REPLAY_NAME = "replay.npz"
+
+
+def save_checkpoint(path: str | Path, config: TrainConfig, learner: Learner,
+                    counters: dict[str, Any], rng_states: dict[str, Any]) -> Path:
+    """Write atomically (temp file, then rename) so a crash never leaves half a checkpoint."""
+    path = Path(path)
+    payload = {
+        "format": "ddq-checkpoint-1",
+        "config": dataclasses.asdict(config),
+        "q_network": {k: v.detach().cpu().clone() for k, v in learner.online.state_dict().items()},
+        "learner": learner.state_dict(),
+        "counters": counters,
+        "rng": rng_states,
+    }
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / CHECKPOINT_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(saved, dict) or saved.get("format") != "ddq-checkpoint-1":
+        raise ValueError(f"{path} is not a ddq checkpoint")
+    return saved
+
+
+def config_from_checkpoint(saved: dict[str, Any]) -> TrainConfig:
+    return merge(TrainConfig(), saved["config"], "the checkpoint")
+
+
+def q_network_from_checkpoint(saved: dict[str, Any], state_shape: tuple[int, ...], num_actions: int,
+                              device: str = "cpu") -> torch.nn.Module:
+    config = config_from_checkpoint(saved)
+    net = build_q_network(config.model, state_shape, num_actions, config.hidden)
+    net.load_state_dict(saved["q_network"])
+    return net.to(device)

@@ -1,0 +1,105 @@
+"""The `ddq` command: train, evaluate, plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from ddq.config import add_config_flags, build_config
+
+
+def _default_run_dir(env_id: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", env_id).strip("-")
+    return str(Path("runs") / f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ddq import checkpoint as ckpt
+    from ddq.plot import plot_run
+    from ddq.serial import SerialTrainer
+
+    started_at = time.time()
+    cli_values = {k: v for k, v in vars(args).items() if k not in ("func", "config", "resume", "command")}
+    saved = None
+    if args.resume:
+        saved = ckpt.load_checkpoint(args.resume)
+        config = build_config(cli_values, args.config, base=ckpt.config_from_checkpoint(saved))
+        config.run_dir = str(args.resume)
+    else:
+        config = build_config(cli_values, args.config)
+    run_dir = config.run_dir or _default_run_dir(config.env)
+    config.run_dir = run_dir
+    print(f"ddq: training {config.env} ({config.mode}) into {run_dir}", file=sys.stderr)
+    summary = SerialTrainer(config, run_dir, started_at, resume=saved).run()
+    curve = plot_run(run_dir)
+    shown = {k: v for k, v in summary.items() if k != "config"}
+    shown["learning_curve"] = str(curve)
+    print(json.dumps(shown, indent=2))
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ddq import checkpoint as ckpt
+    from ddq.evaluate import evaluate
+    from ddq.parts import env_shapes, resolve_device
+    from ddq.replay import state_shape
+
+    saved = ckpt.load_checkpoint(args.checkpoint)
+    config = ckpt.config_from_checkpoint(saved)
+    frame_shape, _, num_actions = env_shapes(config)
+    device = resolve_device(args.device)
+    net = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.frame_stack), num_actions, device)
+    returns = evaluate(net, config.env, args.episodes, config.frame_stack, config.env_options,
+                       seed=args.seed, epsilon=args.epsilon, device=device)
+    print(json.dumps({"env": config.env, "episodes": args.episodes, "mean_return": float(np.mean(returns)),
+                      "std_return": float(np.std(returns)), "returns": returns}))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from ddq.plot import plot_run
+
+    print(plot_run(args.run_dir, args.output))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    train = commands.add_parser("train", help="train a DQN agent (serial mode)",
+                                description="Train a DQN agent. Settings: defaults < the env's preset < "
+                                            "--config FILE (TOML) < flags.")
+    train.add_argument("--config", help="TOML file of settings (flags override it)")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
+    add_config_flags(train)
+    train.set_defaults(func=cmd_train)
+
+    ev = commands.add_parser("evaluate", help="greedy mean return of a checkpoint, as JSON")
+    ev.add_argument("checkpoint", help="checkpoint file or run folder")
+    ev.add_argument("--episodes", type=int, default=10, help="episodes to play")
+    ev.add_argument("--seed", type=int, default=None, help="seed of the evaluation episodes")
+    ev.add_argument("--epsilon", type=float, default=0.0, help="exploration rate while evaluating")
+    ev.add_argument("--device", default="cpu", help="torch device")
+    ev.set_defaults(func=cmd_evaluate)
+
+    plot = commands.add_parser("plot", help="write a run's learning curve as a PNG")
+    plot.add_argument("run_dir", help="run folder holding metrics.jsonl")
+    plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
+    plot.set_defaults(func=cmd_plot)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        print(f"ddq: error: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,182 @@
+"""Typed run configuration: defaults, per-env presets, a TOML file, then command-line flags.
+
+Later sources override earlier ones. Every field of `TrainConfig` (and of its
+nested env and optimizer settings) is also a `ddq train` flag of the same
+name with dashes, so the file and the flags never drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from ddq.gamesim import SNAKE_ID
+from ddq.gamesim.envs import EnvOptions, is_atari
+from ddq.param_server.optimizers import OptimizerConfig
+
+MODES = ("serial",)
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run."""
+
+    mode: str = field(default="serial", metadata={"help": f"training mode: {', '.join(MODES)}"})
+    env: str = field(default=SNAKE_ID, metadata={"help": "Gymnasium env id (ddq/Snake-v0, CartPole-v1, ALE/Pong-v5, ...)"})
+    seed: int = field(default=0, metadata={"help": "seed of envs, network init, exploration and replay sampling"})
+    total_steps: int = field(default=200_000, metadata={"help": "env steps to train for"})
+    run_dir: str | None = field(default=None, metadata={"help": "output folder (default runs/<env>-<time>)"})
+    target_return: float | None = field(default=None, metadata={"help": "stop once a greedy evaluation averages at least this"})
+    num_envs: int = field(default=8, metadata={"help": "envs stepped together per actor"})
+    model: str = field(default="auto", metadata={"help": "Q-network: auto, mlp, deepq, nature"})
+    hidden: list[int] = field(default_factory=lambda: [256, 256], metadata={"help": "MLP hidden layer widths"})
+    frame_stack: int = field(default=1, metadata={"help": "frames per state (stacked at sampling time)"})
+    buffer_size: int = field(default=100_000, metadata={"help": "replay memory capacity in transitions"})
+    batch_size: int = field(default=64, metadata={"help": "minibatch size"})
+    gamma: float = field(default=0.99, metadata={"help": "discount factor"})
+    learning_starts: int = field(default=1_000, metadata={"help": "env steps of pure exploration before training"})
+    train_frequency: int = field(default=64, metadata={"help": "env steps between training rounds"})
+    replay_ratio: float = field(default=0.5, metadata={"help": "gradient updates per env step (independent of workers)"})
+    target_update: int = field(default=100, metadata={"help": "updates between target-network refreshes (C)"})
+    max_grad_norm: float | None = field(default=10.0, metadata={"help": "clip the gradient's global norm (none: off)"})
+    epsilon_start: float = field(default=1.0, metadata={"help": "initial exploration rate"})
+    epsilon_end: float = field(default=0.05, metadata={"help": "final exploration rate"})
+    epsilon_steps: int = field(default=10_000, metadata={"help": "env steps over which epsilon falls linearly"})
+    eval_every: int = field(default=5_000, metadata={"help": "env steps between greedy evaluations"})
+    eval_episodes: int = field(default=10, metadata={"help": "episodes per greedy evaluation"})
+    eval_epsilon: float = field(default=0.0, metadata={"help": "exploration rate during evaluation"})
+    log_every: int = field(default=1_000, metadata={"help": "env steps between logged training points"})
+    checkpoint_every: int = field(default=50_000, metadata={"help": "env steps between checkpoints"})
+    save_replay: bool = field(default=True, metadata={"help": "save the replay memory with checkpoints (exact resumes)"})
+    device: str = field(default="cpu", metadata={"help": "torch device: cpu, cuda, cuda:1, auto"})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads (one per process is fastest on few cores)"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    env_options: EnvOptions = field(default_factory=EnvOptions)
+    optim: OptimizerConfig = field(default_factory=OptimizerConfig)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        for name in ("total_steps", "num_envs", "batch_size", "frame_stack", "train_frequency",
+                     "target_update", "eval_episodes", "buffer_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+# Hyperparameters that suit each kind of env; any of them can still be overridden.
+PRESETS: dict[str, dict[str, Any]] = {
+    "CartPole-v1": dict(
+        total_steps=60_000, num_envs=4, buffer_size=50_000, batch_size=64, learning_starts=1_000,
+        train_frequency=64, replay_ratio=0.5, target_update=100, epsilon_steps=6_000,
+        epsilon_end=0.04, eval_every=2_000, log_every=1_000, optim=dict(optimizer="adam", lr=2.3e-3)),
+    SNAKE_ID: dict(
+        total_steps=300_000, num_envs=16, buffer_size=200_000, batch_size=64, learning_starts=5_000,
+        train_frequency=64, replay_ratio=0.25, target_update=500, epsilon_steps=100_000,
+        epsilon_end=0.05, eval_every=20_000, log_every=5_000, frame_stack=1,
+        optim=dict(optimizer="adam", lr=2.5e-4)),
+    "atari": dict(
+        total_steps=2_000_000, num_envs=4, buffer_size=200_000, batch_size=32, learning_starts=20_000,
+        train_frequency=16, replay_ratio=0.25, target_update=2_000, epsilon_steps=250_000,
+        epsilon_end=0.01, eval_every=50_000, frame_stack=4, gamma=0.99,
+        optim=dict(optimizer="adam", lr=1e-4, eps=1.5e-4)),
+}
+
+
+def preset_for(env_id: str) -> dict[str, Any]:
+    return PRESETS.get("atari" if is_atari(env_id) else env_id, {})
+
+
+_SECTIONS = {"env_options": EnvOptions, "optim": OptimizerConfig}
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def merge(config: TrainConfig, values: dict[str, Any], source: str) -> TrainConfig:
+    """A copy of `config` with `values` applied: flat keys, or [env_options]/[optim] tables."""
+    updates: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    for key, value in values.items():
+        key = key.replace("-", "_")
+        owner = next((name for name, cls in _SECTIONS.items() if key in _field_names(cls)), None)
+        if key in _SECTIONS:
+            sections[key].update({k.replace("-", "_"): v for k, v in value.items()})
+        elif owner:
+            sections[owner][key] = value
+        elif key in _field_names(TrainConfig):
+            updates[key] = value
+        else:
+            raise ValueError(f"unknown setting {key!r} in {source}")
+    for name, section in sections.items():
+        unknown = set(section) - _field_names(_SECTIONS[name])
+        if unknown:
+            raise ValueError(f"unknown setting(s) {', '.join(sorted(unknown))} in [{name}] of {source}")
+        if section:
+            updates[name] = dataclasses.replace(getattr(config, name), **section)
+    return dataclasses.replace(config, **updates)
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    with open(path, "rb") as handle:
+        return tomllib.load(handle)
+
+
+def build_config(cli_values: dict[str, Any], config_file: str | None = None,
+                 base: TrainConfig | None = None) -> TrainConfig:
+    """Defaults (or `base`, for a resume), then the env's preset, the file, then the flags."""
+    file_values = load_toml(config_file) if config_file else {}
+    if base is not None:
+        config = base
+    else:
+        env_id = cli_values.get("env") or file_values.get("env") or TrainConfig.env
+        config = merge(TrainConfig(), preset_for(env_id), f"the preset for {env_id}")
+    config = merge(config, file_values, config_file or "the config file")
+    return merge(config, cli_values, "the command line")
+
+
+# ------------------------------------------------------------------ CLI flags
+def _flag_type(annotation: Any) -> tuple[type, bool]:
+    """(element type, is_list) of a field annotation such as `int | None` or `list[int]`."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return _flag_type(args[0])
+    if typing.get_origin(annotation) is list:
+        return args[0], True
+    return annotation, False
+
+
+def _parse_optional(kind: type):
+    def parse(text: str):
+        return None if text.lower() == "none" else kind(text)
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> None:
+    """One flag per config field; unset flags stay out of the parsed namespace."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            add_config_flags(parser, hints[f.name])
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind, is_list = _flag_type(hints[f.name])
+        help_text = f.metadata.get("help", "")
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                                default=argparse.SUPPRESS, help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, type=_parse_optional(kind), nargs="+" if is_list else None,
+                                default=argparse.SUPPRESS, help=help_text, metavar=f.name.upper())

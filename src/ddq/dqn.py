@@ -1,0 +1,53 @@
+"""The DQN rules every mode shares: targets, loss, exploration schedule, action choice."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def double_dqn_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_online_q: torch.Tensor,
+                       next_target_q: torch.Tensor, gamma: float) -> torch.Tensor:
+    """r + gamma * Q_target(s', argmax_a Q_online(s', a)), without bootstrapping past a termination.
+
+    A time-limit truncation is not a termination: those transitions bootstrap,
+    since the state after them still has a future.
+    """
+    best = next_online_q.argmax(dim=1, keepdim=True)
+    next_value = next_target_q.gather(1, best).squeeze(1)
+    return rewards + gamma * (1.0 - terminated.float()) * next_value
+
+
+def td_loss(q_values: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Huber (smooth L1, delta 1) loss between Q(s, a) and the fixed targets."""
+    chosen = q_values.gather(1, actions.unsqueeze(1)).squeeze(1)
+    return F.smooth_l1_loss(chosen, targets.detach())
+
+
+@dataclass
+class LinearSchedule:
+    """Epsilon falling linearly from `start` to `end` over `duration` steps, then flat."""
+
+    start: float = 1.0
+    end: float = 0.05
+    duration: int = 10_000
+
+    def __call__(self, step: int) -> float:
+        fraction = min(max(step, 0) / max(self.duration, 1), 1.0)
+        return self.start + fraction * (self.end - self.start)
+
+
+def epsilon_greedy(q_net: nn.Module, states: torch.Tensor, epsilon: float,
+                   rng: np.random.Generator) -> np.ndarray:
+    """argmax_a Q(s, a) per state, replaced by a uniformly random action with probability epsilon."""
+    with torch.no_grad():
+        q_values = q_net(states)
+    actions = q_values.argmax(dim=1).cpu().numpy()
+    if epsilon > 0:
+        explore = rng.random(len(actions)) < epsilon
+        actions[explore] = rng.integers(0, q_values.shape[1], size=int(explore.sum()))
+    return actions

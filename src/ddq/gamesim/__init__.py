@@ -1,0 +1,8 @@
+"""Environments: Snake (single and vectorized), and any Gymnasium env by id."""
+
+import gymnasium as gym
+
+SNAKE_ID = "ddq/Snake-v0"
+
+if SNAKE_ID not in gym.registry:
+    gym.register(id=SNAKE_ID, entry_point="ddq.gamesim.snake:SnakeEnv")

@@ -1,0 +1,60 @@
+"""Building vectorized training and evaluation envs from a Gymnasium id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+from gymnasium.vector import SyncVectorEnv, VectorEnv
+
+from ddq.gamesim import SNAKE_ID
+from ddq.gamesim.snake import SnakeVectorEnv
+
+
+@dataclass
+class EnvOptions:
+    """What besides the id shapes an env."""
+
+    snake_size: int = field(default=10, metadata={"help": "Snake grid side n (the board image is n+2 with walls)"})
+    snake_max_steps_without_apple: int | None = field(
+        default=None, metadata={"help": "truncate a Snake episode after this many steps without eating (default n*n)"})
+    atari_terminal_on_life_loss: bool = field(default=False, metadata={"help": "Atari: end episodes on a lost life"})
+    atari_noop_max: int = field(default=30, metadata={"help": "Atari: most no-op actions at an episode's start"})
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id
+
+
+def make_env(env_id: str, options: EnvOptions | None = None, render_mode: str | None = None) -> gym.Env:
+    """One env, with the standard DQN preprocessing for Atari games.
+
+    Atari: 84x84 gray frames, 4 emulator frames per action with a max over
+    the last two, up to 30 no-op starts, optional terminal on life loss. The
+    4-frame stack is built by the replay memory, which stores each frame once.
+    """
+    options = options or EnvOptions()
+    if env_id == SNAKE_ID:
+        return gym.make(env_id, size=options.snake_size, render_mode=render_mode,
+                        max_steps_without_apple=options.snake_max_steps_without_apple)
+    if is_atari(env_id):
+        import ale_py  # the wheel carries the ROMs: nothing is downloaded
+
+        gym.register_envs(ale_py)
+        env = gym.make(env_id, frameskip=1, render_mode=render_mode)
+        return gym.wrappers.AtariPreprocessing(
+            env, noop_max=options.atari_noop_max, frame_skip=4, screen_size=84,
+            terminal_on_life_loss=options.atari_terminal_on_life_loss, grayscale_obs=True)
+    try:
+        return gym.make(env_id, render_mode=render_mode)
+    except gym.error.DependencyNotInstalled as error:
+        raise RuntimeError(f"{env_id} needs an optional dependency: {error}. "
+                           "Install ddq with the matching extra, e.g. pip install 'ddq[box2d]'.") from error
+
+
+def make_vector_env(env_id: str, num_envs: int, options: EnvOptions | None = None) -> VectorEnv:
+    """`num_envs` copies of an env with next-step autoreset (Gymnasium's default)."""
+    options = options or EnvOptions()
+    if env_id == SNAKE_ID:
+        return SnakeVectorEnv(num_envs, options.snake_size, options.snake_max_steps_without_apple)
+    return SyncVectorEnv([lambda: make_env(env_id, options) for _ in range(num_envs)])

@@ -1,0 +1,98 @@
+"""Snake's two Gymnasium faces on one engine: a single-game env and a batched vector env."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from ddq.gamesim.snake_engine import SnakeEngine
+
+_RGB_SCALE = 4  # pixels per cell in rgb_array frames, so a person can see them
+
+
+def _spaces(size: int) -> tuple[spaces.Box, spaces.Discrete]:
+    side = size + 2
+    return spaces.Box(0, 255, (side, side), dtype=np.uint8), spaces.Discrete(4)
+
+
+class SnakeEnv(gym.Env):
+    """One game of Snake; the observation is the board as a grayscale uint8 image."""
+
+    metadata = {"render_modes": ["rgb_array", "ansi"], "render_fps": 10}
+
+    def __init__(self, size: int = 10, max_steps_without_apple: int | None = None,
+                 render_mode: str | None = None):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.engine = SnakeEngine(1, size, max_steps_without_apple)
+        self.observation_space, self.action_space = _spaces(size)
+        self.render_mode = render_mode
+        self._stream_started = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        if seed is not None or not self._stream_started:
+            # Same derivation as SnakeEngine.seed, through self.np_random so
+            # Gymnasium's seeding checks see a seeded env.
+            self.engine.stream[0] = np.uint64(self.np_random.integers(0, 2**63))
+            self._stream_started = True
+        self.engine.reset(np.array([0]))
+        return self.engine.render()[0], self._info()
+
+    def step(self, action):
+        reward, terminated, truncated = self.engine.step(np.array([action]))
+        return (self.engine.render()[0], float(reward[0]), bool(terminated[0]),
+                bool(truncated[0]), self._info())
+
+    def _info(self) -> dict[str, Any]:
+        return {"length": int(self.engine.length[0])}
+
+    def render(self):
+        if self.render_mode == "ansi":
+            return self.engine.text(0)
+        if self.render_mode == "rgb_array":
+            gray = self.engine.render()[0]
+            big = np.kron(gray, np.ones((_RGB_SCALE, _RGB_SCALE), dtype=np.uint8))
+            return np.repeat(big[:, :, None], 3, axis=2)
+        return None
+
+
+class SnakeVectorEnv(VectorEnv):
+    """`num_envs` Snake games stepped together, with Gymnasium's next-step autoreset.
+
+    As in Gymnasium's own vector envs, the step after an episode ends resets
+    that game: its action is ignored and it returns the first observation of
+    the new episode with reward 0 (that step is not a transition).
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int, size: int = 10, max_steps_without_apple: int | None = None):
+        self.num_envs = num_envs
+        self.engine = SnakeEngine(num_envs, size, max_steps_without_apple)
+        self.single_observation_space, self.single_action_space = _spaces(size)
+        self.observation_space = spaces.Box(0, 255, (num_envs, size + 2, size + 2), dtype=np.uint8)
+        self.action_space = spaces.MultiDiscrete(np.full(num_envs, 4))
+        self._needs_reset = np.zeros(num_envs, dtype=bool)
+        self._stream_started = False
+
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+        if seed is not None or not self._stream_started:
+            seeds = seed if isinstance(seed, list) else [
+                None if seed is None else seed + i for i in range(self.num_envs)]
+            self.engine.seed(np.arange(self.num_envs), seeds)
+            self._stream_started = True
+        self.engine.reset(np.ones(self.num_envs, dtype=bool))
+        self._needs_reset[:] = False
+        return self.engine.render(), {}
+
+    def step(self, actions):
+        resetting = self._needs_reset.copy()
+        reward, terminated, truncated = self.engine.step(actions, active=~resetting)
+        self.engine.reset(resetting)
+        self._needs_reset = terminated | truncated
+        return self.engine.render(), reward, terminated, truncated, {}

@@ -1,0 +1,92 @@
+"""The learner: a Q-network and its target, turning minibatches into flat gradients and updates.
+
+Serial training calls `update` (gradient, then optimizer step). Distributed
+workers call only `compute_gradient` and ship `flat.grad`; the parameter
+server owns the optimizer. Either way the arithmetic is this module's.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ddq.dqn import double_dqn_targets, td_loss
+from ddq.models import FlatParameters
+from ddq.param_server.optimizers import FlatOptimizer, OptimizerConfig
+from ddq.replay import Batch
+
+
+@dataclass
+class GradientStats:
+    loss: float
+    mean_max_q: float
+    grad_norm: float
+
+
+class Learner:
+    """Online and target Q-networks over flat parameters, plus a flat optimizer."""
+
+    def __init__(self, network: nn.Module, optim: OptimizerConfig, gamma: float, target_update: int,
+                 max_grad_norm: float | None = None, device: str | torch.device = "cpu"):
+        self.device = torch.device(device)
+        self.online = network.to(self.device)
+        self.target = copy.deepcopy(self.online)
+        self.flat = FlatParameters(self.online)
+        self.target_flat = FlatParameters(self.target)
+        self.optimizer = FlatOptimizer(optim, self.flat.size, self.device)
+        self.gamma = gamma
+        self.target_update = target_update
+        self.max_grad_norm = max_grad_norm
+        self.updates = 0
+
+    def to_tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)
+
+    def compute_gradient(self, batch: Batch) -> GradientStats:
+        """Double-DQN Huber loss on `batch`; its (clipped) gradient lands in `self.flat.grad`."""
+        states, next_states = self.to_tensor(batch.states), self.to_tensor(batch.next_states)
+        actions, rewards = self.to_tensor(batch.actions), self.to_tensor(batch.rewards)
+        terminated = self.to_tensor(batch.terminated)
+        with torch.no_grad():
+            targets = double_dqn_targets(rewards, terminated, self.online(next_states),
+                                         self.target(next_states), self.gamma)
+        q_values = self.online(states)
+        loss = td_loss(q_values, actions, targets)
+        self.flat.zero_grad()
+        loss.backward()
+        grad_norm = float(self.flat.grad.norm())
+        if self.max_grad_norm is not None and grad_norm > self.max_grad_norm:
+            self.flat.grad.mul_(self.max_grad_norm / grad_norm)
+        return GradientStats(float(loss.detach()), float(q_values.detach().max(dim=1).values.mean()), grad_norm)
+
+    def apply_gradient(self) -> None:
+        """One optimizer step with `self.flat.grad`; refreshes the target every `target_update` steps."""
+        self.optimizer.step(self.flat.data, self.flat.grad)
+        self.updates += 1
+        if self.updates % self.target_update == 0:
+            self.refresh_target()
+
+    def update(self, batch: Batch) -> GradientStats:
+        stats = self.compute_gradient(batch)
+        self.apply_gradient()
+        return stats
+
+    def refresh_target(self) -> None:
+        self.target_flat.data.copy_(self.flat.data)
+
+    def state_dict(self) -> dict:
+        return {"online": self.flat.data.cpu().clone(), "target": self.target_flat.data.cpu().clone(),
+                "optimizer": self.optimizer.state_dict(), "updates": self.updates,
+                "layout": self.flat.layout_hash()}
+
+    def load_state_dict(self, saved: dict) -> None:
+        if saved["layout"] != self.flat.layout_hash():
+            raise ValueError("checkpoint was saved from a different network layout")
+        self.flat.data.copy_(saved["online"])
+        self.target_flat.data.copy_(saved["target"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.updates = int(saved["updates"])

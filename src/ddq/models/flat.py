@@ -1,0 +1,42 @@
+"""A module's parameters and gradients as views into two contiguous float32 vectors.
+
+Every mode moves parameters and gradients as flat vectors (the optimizers,
+the wire format, checkpoints). Making the module's tensors views into one
+preallocated buffer means flattening costs nothing: no torch.cat per step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+from torch import nn
+
+
+class FlatParameters:
+    """Owns `data` and `grad`, flat vectors that `module`'s parameters and grads view."""
+
+    def __init__(self, module: nn.Module):
+        params = list(module.parameters())
+        device = params[0].device
+        self.size = sum(p.numel() for p in params)
+        self.data = torch.empty(self.size, dtype=torch.float32, device=device)
+        self.grad = torch.zeros(self.size, dtype=torch.float32, device=device)
+        self.layout = [(name, tuple(p.shape)) for name, p in module.named_parameters()]
+        offset = 0
+        for p in params:
+            n = p.numel()
+            self.data[offset:offset + n].copy_(p.detach().reshape(-1))
+            p.data = self.data[offset:offset + n].view_as(p)
+            # Autograd accumulates in place into an existing .grad, so the
+            # backward pass writes straight into the flat gradient.
+            p.grad = self.grad[offset:offset + n].view_as(p)
+            offset += n
+
+    def zero_grad(self) -> None:
+        self.grad.zero_()
+
+    def layout_hash(self) -> str:
+        """Identifies the parameter layout (names and shapes, in order)."""
+        text = ";".join(f"{name}:{'x'.join(map(str, shape))}" for name, shape in self.layout)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,1 @@
+"""The parameter server's parts; for now the optimizers it applies to flat vectors."""

@@ -1,0 +1,126 @@
+"""SGD, RMSprop, AdaGrad and Adam, written once over a flat float32 parameter vector.
+
+The serial learner and the parameter server apply exactly these updates.
+Each matches its torch.optim namesake's arithmetic (tested against it), works
+in place on preallocated state and one scratch buffer, and so allocates
+nothing per step: on a multi-megabyte vector, fresh allocations cost more
+than the arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+OPTIMIZERS = ("sgd", "rmsprop", "adagrad", "adam")
+
+
+@dataclass
+class OptimizerConfig:
+    """Optimizer settings, with Caffe solver's learning-rate policy (fixed or step)."""
+
+    optimizer: str = field(default="adam", metadata={"help": "update rule: " + ", ".join(OPTIMIZERS)})
+    lr: float = field(default=1e-3, metadata={"help": "base learning rate"})
+    momentum: float = field(default=0.0, metadata={"help": "momentum (sgd, rmsprop)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "L2 weight decay"})
+    rms_decay: float = field(default=0.99, metadata={"help": "RMSprop smoothing constant"})
+    beta1: float = field(default=0.9, metadata={"help": "Adam first-moment decay"})
+    beta2: float = field(default=0.999, metadata={"help": "Adam second-moment decay"})
+    eps: float | None = field(default=None, metadata={"help": "denominator epsilon (none: torch's default)"})
+    lr_policy: str = field(default="fixed", metadata={"help": "fixed, or step: lr * lr_gamma ** (updates // lr_stepsize)"})
+    lr_gamma: float = field(default=0.1, metadata={"help": "step policy's factor"})
+    lr_stepsize: int = field(default=100_000, metadata={"help": "step policy's interval in updates"})
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if self.lr_policy not in ("fixed", "step"):
+            raise ValueError(f"unknown lr_policy {self.lr_policy!r}; choose fixed or step")
+
+    @property
+    def epsilon(self) -> float:
+        if self.eps is not None:
+            return self.eps
+        return {"adagrad": 1e-10}.get(self.optimizer, 1e-8)
+
+
+class FlatOptimizer:
+    """Applies one optimizer's updates in place to a flat parameter vector."""
+
+    def __init__(self, config: OptimizerConfig, size: int, device: torch.device | str = "cpu"):
+        self.config = config
+        self.steps = 0
+        zeros = lambda: torch.zeros(size, dtype=torch.float32, device=device)  # noqa: E731
+        self.state: dict[str, torch.Tensor] = {}
+        if config.optimizer == "sgd" and config.momentum:
+            self.state["momentum"] = zeros()
+        if config.optimizer == "rmsprop":
+            self.state["square_avg"] = zeros()
+            if config.momentum:
+                self.state["momentum"] = zeros()
+        if config.optimizer == "adagrad":
+            self.state["sum"] = zeros()
+        if config.optimizer == "adam":
+            self.state["exp_avg"] = zeros()
+            self.state["exp_avg_sq"] = zeros()
+        self._scratch = zeros()
+        self._decayed = zeros() if config.weight_decay else None
+
+    def learning_rate(self) -> float:
+        """The learning rate of the next step under the lr policy."""
+        c = self.config
+        if c.lr_policy == "step":
+            return c.lr * c.lr_gamma ** (self.steps // c.lr_stepsize)
+        return c.lr
+
+    def step(self, params: torch.Tensor, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
+        """params -= update(grad). `grad` is left untouched; `lr_scale` scales this step only."""
+        c, s = self.config, self.state
+        lr = self.learning_rate() * lr_scale
+        self.steps += 1
+        g = grad
+        if c.weight_decay:
+            g = torch.add(grad, params, alpha=c.weight_decay, out=self._decayed)
+        if c.optimizer == "sgd":
+            if c.momentum:
+                s["momentum"].mul_(c.momentum).add_(g)
+                g = s["momentum"]
+            params.add_(g, alpha=-lr)
+        elif c.optimizer == "rmsprop":
+            s["square_avg"].mul_(c.rms_decay).addcmul_(g, g, value=1 - c.rms_decay)
+            denom = self._denominator(s["square_avg"], 1.0)
+            if c.momentum:
+                s["momentum"].mul_(c.momentum).addcdiv_(g, denom)
+                params.add_(s["momentum"], alpha=-lr)
+            else:
+                params.addcdiv_(g, denom, value=-lr)
+        elif c.optimizer == "adagrad":
+            s["sum"].addcmul_(g, g, value=1.0)
+            params.addcdiv_(g, self._denominator(s["sum"], 1.0), value=-lr)
+        else:  # adam
+            s["exp_avg"].mul_(c.beta1).add_(g, alpha=1 - c.beta1)
+            s["exp_avg_sq"].mul_(c.beta2).addcmul_(g, g, value=1 - c.beta2)
+            bias1 = 1 - c.beta1 ** self.steps
+            bias2 = 1 - c.beta2 ** self.steps
+            denom = self._denominator(s["exp_avg_sq"], 1 / math.sqrt(bias2))
+            params.addcdiv_(s["exp_avg"], denom, value=-lr / bias1)
+
+    def _denominator(self, second_moment: torch.Tensor, scale: float) -> torch.Tensor:
+        """sqrt(second_moment) * scale + eps, in the scratch buffer."""
+        out = torch.sqrt(second_moment, out=self._scratch)
+        if scale != 1.0:
+            out.mul_(scale)
+        return out.add_(self.config.epsilon)
+
+    def state_dict(self) -> dict:
+        return {"config": asdict(self.config), "steps": self.steps,
+                "state": {k: v.clone() for k, v in self.state.items()}}
+
+    def load_state_dict(self, saved: dict) -> None:
+        if saved["config"]["optimizer"] != self.config.optimizer:
+            raise ValueError(f"optimizer state is for {saved['config']['optimizer']}, not {self.config.optimizer}")
+        self.steps = int(saved["steps"])
+        for key, value in saved["state"].items():
+            self.state[key].copy_(value)

@@ -1,0 +1,44 @@
+"""The learning curve of a run as a PNG: training returns and greedy evaluations against env steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ddq.runlog import read_metrics
+
+
+def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    points = read_metrics(run_dir)
+    episodes = [p for p in points if p["kind"] == "episode"]
+    evals = [p for p in points if p["kind"] == "eval"]
+    if not episodes and not evals:
+        raise ValueError(f"{run_dir}/metrics.jsonl holds no episodes or evaluations to plot")
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    if episodes:
+        steps = np.array([p["env_steps"] for p in episodes])
+        returns = np.array([p["episode_return"] for p in episodes], dtype=float)
+        ax.plot(steps, returns, ".", color="tab:blue", alpha=0.15, markersize=2, label="training episode")
+        window = max(1, min(100, len(returns) // 10))
+        smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
+        ax.plot(steps[window - 1:], smooth, color="tab:blue", label=f"training mean of {window}")
+    if evals:
+        ax.plot([p["env_steps"] for p in evals], [p["mean_return"] for p in evals], "o-",
+                color="tab:red", label="greedy evaluation")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("return")
+    ax.set_title(run_dir.name)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    output = Path(output) if output else run_dir / "learning_curve.png"
+    fig.tight_layout()
+    fig.savefig(output)
+    plt.close(fig)
+    return output

@@ -1,0 +1,161 @@
+"""Replay memory that stores each frame once and stacks frames only when sampling.
+
+Transitions come from `num_streams` envs stepped in lockstep (a vector env),
+so every vector step writes one frame per stream. Stacked states are built at
+sampling time from the stored frames, and never reach across an episode
+start: frames before it are replaced by the episode's first frame, exactly as
+`FrameStacker` does for the acting side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def state_shape(frame_shape: tuple[int, ...], frame_stack: int) -> tuple[int, ...]:
+    """Images stack along a new leading axis; vectors concatenate (unchanged when k=1)."""
+    if len(frame_shape) >= 2:
+        return (frame_stack, *frame_shape)
+    return (frame_stack * frame_shape[0],) if frame_shape else (frame_stack,)
+
+
+def _stack(frames: list[np.ndarray], frame_shape: tuple[int, ...]) -> np.ndarray:
+    if len(frame_shape) >= 2:
+        return np.stack(frames, axis=1)
+    return np.concatenate(frames, axis=1) if len(frames) > 1 else frames[0]
+
+
+@dataclass
+class Batch:
+    """A minibatch of transitions as NumPy arrays (frames keep their stored dtype)."""
+
+    states: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_states: np.ndarray
+    terminated: np.ndarray
+
+
+class ReplayMemory:
+    """A fixed-capacity circular buffer of transitions from lockstep env streams."""
+
+    def __init__(self, capacity: int, num_streams: int, frame_shape: tuple[int, ...],
+                 frame_dtype: np.dtype, frame_stack: int = 1, seed: int | None = None):
+        self.slots = max(2 + frame_stack, -(-capacity // num_streams))
+        self.num_streams = num_streams
+        self.frame_shape = tuple(frame_shape)
+        self.frame_stack = frame_stack
+        shape = (self.slots, num_streams)
+        self.frames = np.zeros(shape + self.frame_shape, dtype=frame_dtype)
+        self.actions = np.zeros(shape, dtype=np.int64)
+        self.rewards = np.zeros(shape, dtype=np.float32)
+        self.terminated = np.zeros(shape, dtype=bool)
+        self.first = np.zeros(shape, dtype=bool)  # frame starts an episode
+        self.has_next = np.zeros(shape, dtype=bool)  # a transition leaves this frame
+        self.written = 0  # frames written per stream, over all time
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        """Transitions that can be sampled now."""
+        return int(self.has_next.sum())
+
+    def start(self, frames: np.ndarray) -> None:
+        """Record the first frames of every stream's first episode."""
+        self.add(frames, None, None, None, np.zeros(self.num_streams, dtype=bool))
+
+    def add(self, frames: np.ndarray, actions: np.ndarray | None, rewards: np.ndarray | None,
+            terminated: np.ndarray | None, continues: np.ndarray) -> None:
+        """Record one vector step.
+
+        `frames` are the observations the step returned. Where `continues`
+        is True they follow the previous frame through `actions` with
+        `rewards` and `terminated`; elsewhere they start a new episode (an
+        env reset, which is not a transition).
+        """
+        slot = self.written % self.slots
+        self.frames[slot] = frames
+        self.first[slot] = ~continues
+        self.has_next[slot] = False
+        if self.written > 0:
+            prev = (self.written - 1) % self.slots
+            self.has_next[prev] = continues
+            self.actions[prev] = np.where(continues, actions, 0) if actions is not None else 0
+            self.rewards[prev] = np.where(continues, rewards, 0) if rewards is not None else 0
+            self.terminated[prev] = continues & terminated if terminated is not None else False
+        self.written += 1
+
+    def sample(self, batch_size: int) -> Batch:
+        """Uniformly random transitions, states stacked within their episodes."""
+        index, stream = self._sample_indices(batch_size)
+        states = self._stacked(index, stream)
+        next_states = self._stacked(index + 1, stream)
+        slot = index % self.slots
+        return Batch(states, self.actions[slot, stream], self.rewards[slot, stream],
+                     next_states, self.terminated[slot, stream])
+
+    def _sample_indices(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        # Oldest frame whose whole stack is still stored; the newest frame has no successor yet.
+        low = 0 if self.written <= self.slots else self.written - self.slots + self.frame_stack - 1
+        high = self.written - 1
+        if high <= low or not self.has_next.any():
+            raise ValueError("the replay memory holds no transitions yet")
+        index = np.empty(batch_size, dtype=np.int64)
+        stream = np.empty(batch_size, dtype=np.int64)
+        todo = np.arange(batch_size)
+        for _ in range(1000):  # rejection sampling: few frames are episode ends
+            index[todo] = self.rng.integers(low, high, size=todo.size)
+            stream[todo] = self.rng.integers(0, self.num_streams, size=todo.size)
+            todo = todo[~self.has_next[index[todo] % self.slots, stream[todo]]]
+            if todo.size == 0:
+                return index, stream
+        raise ValueError("could not sample transitions: too few in the replay window")
+
+    def _stacked(self, index: np.ndarray, stream: np.ndarray) -> np.ndarray:
+        positions = [index]
+        for _ in range(self.frame_stack - 1):
+            cur = positions[0]
+            positions.insert(0, np.where(self.first[cur % self.slots, stream], cur, cur - 1))
+        return _stack([self.frames[p % self.slots, stream] for p in positions], self.frame_shape)
+
+    # ------------------------------------------------------------ checkpoints
+    _ARRAYS = ("frames", "actions", "rewards", "terminated", "first", "has_next")
+
+    def save(self, path: str) -> None:
+        """Write the whole memory to an .npz file (plain arrays, no pickle)."""
+        np.savez(path, written=np.int64(self.written),
+                 **{name: getattr(self, name) for name in self._ARRAYS})
+
+    def load(self, path: str) -> None:
+        with np.load(path, allow_pickle=False) as saved:
+            for name in self._ARRAYS:
+                if saved[name].shape != getattr(self, name).shape:
+                    raise ValueError(f"replay file {path} has {name} of shape {saved[name].shape}, "
+                                     f"expected {getattr(self, name).shape}")
+                getattr(self, name)[...] = saved[name]
+            self.written = int(saved["written"])
+
+
+class FrameStacker:
+    """The acting side's current stacked states, one per stream, built like the replay's."""
+
+    def __init__(self, num_streams: int, frame_shape: tuple[int, ...], dtype: np.dtype, frame_stack: int):
+        self.frame_shape = tuple(frame_shape)
+        self.frames = np.zeros((num_streams, frame_stack, *frame_shape), dtype=dtype)
+
+    def reset(self, frames: np.ndarray) -> np.ndarray:
+        self.frames[:] = frames[:, None]
+        return self.states()
+
+    def push(self, frames: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Append new frames; where `starts`, the stack restarts from that frame."""
+        self.frames[:, :-1] = self.frames[:, 1:]
+        self.frames[:, -1] = frames
+        self.frames[starts] = frames[starts, None]
+        return self.states()
+
+    def states(self) -> np.ndarray:
+        if len(self.frame_shape) >= 2:
+            return self.frames.copy()
+        return self.frames.reshape(self.frames.shape[0], -1).copy()

@@ -1,0 +1,190 @@
+"""Serial DQN: one process, no Redis, no Spark; the baseline every other mode is measured against.
+
+Read top to bottom like CleanRL's dqn.py: act, store, train at the replay
+ratio, evaluate greedily, checkpoint, stop at the step budget or the target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ddq import checkpoint as ckpt
+from ddq.actor import Actor
+from ddq.config import TrainConfig
+from ddq.evaluate import evaluate
+from ddq.gamesim.envs import make_vector_env
+from ddq.parts import (env_shapes, epsilon_schedule, make_learner, make_replay, resolve_device,
+                       seed_everything)
+from ddq.runlog import RunLog
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
+
+
+class SerialTrainer:
+    """Wires an actor, a replay memory and a learner in one process."""
+
+    def __init__(self, config: TrainConfig, run_dir: str | Path, started_at: float | None = None,
+                 resume: dict[str, Any] | None = None):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.started_at = started_at if started_at is not None else time.time()
+        seed_everything(config.seed, config.threads)
+        self.device = resolve_device(config.device)
+        frame_shape, dtype, num_actions = env_shapes(config)
+        self.state_info = (frame_shape, num_actions)
+        self.learner = make_learner(config, frame_shape, num_actions, self.device)
+        self.replay = make_replay(config, frame_shape, dtype, config.seed)
+        self.rng = np.random.default_rng(config.seed)
+        envs = make_vector_env(config.env, config.num_envs, config.env_options)
+        self.actor = Actor(envs, self.replay, config.frame_stack, self.rng, self.device)
+        self.epsilon = epsilon_schedule(config)
+        self.log = RunLog(self.run_dir)
+        self.counters = {"env_steps": 0, "episodes": 0, "wall_time_s": 0.0, "evaluations": 0,
+                         "steps_to_target": None, "time_to_target_s": None}
+        self.recent_returns: deque[float] = deque(maxlen=20)
+        self.last_eval: tuple[int, float] | None = None
+        if resume is not None:
+            self._restore(resume)
+        self._update_credit = 0.0
+        self._since_train = 0
+        self._window: dict[str, list[float]] = {"loss": [], "mean_max_q": [], "grad_norm": []}
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> dict[str, Any]:
+        """Train until the step budget is spent or the target return is reached."""
+        c = self.config
+        session_start = time.time()
+        wall_before = self.counters["wall_time_s"]
+        self.actor.reset(seed=c.seed + self.counters["env_steps"])
+        self.actor.env_steps = self.counters["env_steps"]
+        marks = {name: self._next_mark(getattr(c, name)) for name in ("log_every", "eval_every", "checkpoint_every")}
+        reached = False
+        with tqdm(total=c.total_steps, initial=self.actor.env_steps, unit="step", disable=not c.progress,
+                  mininterval=1.0, dynamic_ncols=True) as bar:
+            while self.actor.env_steps < c.total_steps and not reached:
+                before = self.actor.env_steps
+                self._act()
+                self._train(self.actor.env_steps - before)
+                self.counters["wall_time_s"] = wall_before + time.time() - session_start
+                bar.update(self.actor.env_steps - before)
+                steps = self.actor.env_steps
+                if steps >= marks["log_every"]:
+                    marks["log_every"] = self._next_mark(c.log_every)
+                    bar.set_postfix(self._log_training(), refresh=False)
+                if steps >= marks["eval_every"]:
+                    marks["eval_every"] = self._next_mark(c.eval_every)
+                    reached = self._evaluate_and_check()
+                if steps >= marks["checkpoint_every"]:
+                    marks["checkpoint_every"] = self._next_mark(c.checkpoint_every)
+                    self.save()
+        return self._finish()
+
+    def _next_mark(self, every: int) -> int:
+        return (self.counters["env_steps"] // every + 1) * every
+
+    def _act(self) -> None:
+        epsilon = self.epsilon(self.actor.env_steps)
+        for episode in self.actor.step(self.learner.online, epsilon):
+            self.counters["episodes"] += 1
+            self.recent_returns.append(episode.episode_return)
+            self.log.write("episode", env_steps=self.actor.env_steps, episode_return=episode.episode_return,
+                           length=episode.length, truncated=episode.truncated)
+        self.counters["env_steps"] = self.actor.env_steps
+
+    def _train(self, new_steps: int) -> None:
+        """Gradient updates at the configured replay ratio, in rounds every `train_frequency` steps."""
+        c = self.config
+        if self.actor.env_steps < c.learning_starts:
+            return
+        self._update_credit += c.replay_ratio * new_steps
+        self._since_train += new_steps
+        if self._since_train < c.train_frequency:
+            return
+        self._since_train = 0
+        while self._update_credit >= 1.0:
+            self._update_credit -= 1.0
+            stats = self.learner.update(self.replay.sample(c.batch_size))
+            for key in self._window:
+                self._window[key].append(getattr(stats, key))
+
+    # --------------------------------------------------------------- logging
+    def _log_training(self) -> dict[str, str]:
+        means = {k: float(np.mean(v)) if v else None for k, v in self._window.items()}
+        for values in self._window.values():
+            values.clear()
+        recent = float(np.mean(self.recent_returns)) if self.recent_returns else None
+        self.log.write("train", env_steps=self.actor.env_steps, updates=self.learner.updates,
+                       wall_time_s=self.counters["wall_time_s"], epsilon=self.epsilon(self.actor.env_steps),
+                       episodes=self.counters["episodes"], recent_return=recent, **means)
+        postfix = {"return": f"{recent:.1f}" if recent is not None else "-",
+                   "eps": f"{self.epsilon(self.actor.env_steps):.2f}"}
+        if self.last_eval:
+            postfix["eval"] = f"{self.last_eval[1]:.1f}"
+        return postfix
+
+    def _evaluate_and_check(self) -> bool:
+        c = self.config
+        returns = evaluate(self.learner.online, c.env, c.eval_episodes, c.frame_stack, c.env_options,
+                           seed=c.seed + EVAL_SEED_OFFSET * (1 + self.counters["evaluations"]),
+                           epsilon=c.eval_epsilon, device=self.device)
+        self.counters["evaluations"] += 1
+        mean = float(np.mean(returns))
+        self.last_eval = (self.actor.env_steps, mean)
+        elapsed = time.time() - self.started_at
+        self.log.write("eval", env_steps=self.actor.env_steps, updates=self.learner.updates,
+                       wall_time_s=self.counters["wall_time_s"], mean_return=mean, returns=returns)
+        if c.target_return is not None and mean >= c.target_return:
+            if self.counters["steps_to_target"] is None:
+                self.counters["steps_to_target"] = self.actor.env_steps
+                self.counters["time_to_target_s"] = elapsed
+            return True
+        return False
+
+    # ----------------------------------------------------------- checkpoints
+    def save(self) -> Path:
+        path = ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
+                                    dict(self.counters), self._rng_states())
+        if self.config.save_replay:
+            self.replay.save(str(self.run_dir / ckpt.REPLAY_NAME))
+        return path
+
+    def _rng_states(self) -> dict[str, Any]:
+        return {"actor": self.rng.bit_generator.state, "replay": self.replay.rng.bit_generator.state,
+                "torch": torch.get_rng_state()}
+
+    def _restore(self, saved: dict[str, Any]) -> None:
+        self.learner.load_state_dict(saved["learner"])
+        self.counters.update(saved["counters"])
+        self.rng.bit_generator.state = saved["rng"]["actor"]
+        self.replay.rng.bit_generator.state = saved["rng"]["replay"]
+        torch.set_rng_state(saved["rng"]["torch"])
+        replay_file = self.run_dir / ckpt.REPLAY_NAME
+        if self.config.save_replay and replay_file.exists():
+            self.replay.load(str(replay_file))
+
+    def _finish(self) -> dict[str, Any]:
+        if self.last_eval is None or self.last_eval[0] != self.actor.env_steps:
+            self._evaluate_and_check()
+        checkpoint_path = self.save()
+        summary = {
+            "env": self.config.env, "mode": self.config.mode, "seed": self.config.seed,
+            "wall_time_s": self.counters["wall_time_s"], "env_steps": self.actor.env_steps,
+            "updates": self.learner.updates, "episodes": self.counters["episodes"],
+            "final_eval_return": self.last_eval[1], "target_return": self.config.target_return,
+            "reached_target": self.counters["steps_to_target"] is not None,
+            "time_to_target_s": self.counters["time_to_target_s"],
+            "steps_to_target": self.counters["steps_to_target"],
+            "checkpoint": str(checkpoint_path), "config": dataclasses.asdict(self.config),
+        }
+        self.log.write_summary(summary)
+        self.log.close()
+        self.actor.envs.close()
+        return summary
