@@ -1,0 +1,25 @@
+"""Shared test helpers."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_ddq(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the real `ddq` command in a child process."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "ddq", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture
+def ddq_cli():
+    return run_ddq

@@ -1,0 +1,60 @@
+"""DQN targets, loss and exploration against hand-computed numbers."""
+
+import numpy as np
+import pytest
+import torch
+
+from ddq.dqn import LinearSchedule, double_dqn_targets, epsilon_greedy, td_loss
+
+
+def test_double_dqn_target_uses_online_argmax_and_target_value():
+    rewards = torch.tensor([1.0, 0.0, -1.0])
+    terminated = torch.tensor([False, False, True])
+    next_online = torch.tensor([[1.0, 3.0], [5.0, 2.0], [0.0, 9.0]])
+    next_target = torch.tensor([[10.0, 20.0], [7.0, 100.0], [4.0, 4.0]])
+    targets = double_dqn_targets(rewards, terminated, next_online, next_target, gamma=0.5)
+    # row 0: online picks action 1 -> target 20 -> 1 + 0.5*20; row 1: picks 0 -> 7 -> 3.5;
+    # row 2 terminated: no bootstrap.
+    assert targets.tolist() == [11.0, 3.5, -1.0]
+
+
+def test_truncated_transitions_still_bootstrap():
+    # Truncation is not termination: a False terminated flag always bootstraps.
+    targets = double_dqn_targets(torch.tensor([0.0]), torch.tensor([False]), torch.tensor([[2.0]]),
+                                 torch.tensor([[2.0]]), gamma=0.9)
+    assert targets.item() == pytest.approx(1.8)
+
+
+def test_huber_loss_is_quadratic_near_zero_and_linear_far_away():
+    q = torch.tensor([[0.0, 1.0], [3.0, 0.0]], requires_grad=True)
+    actions = torch.tensor([1, 0])
+    targets = torch.tensor([1.5, 0.0])
+    # errors 0.5 (quadratic: 0.5*0.25=0.125) and 3.0 (linear: 3-0.5=2.5); mean 1.3125
+    loss = td_loss(q, actions, targets)
+    assert loss.item() == pytest.approx(1.3125)
+    loss.backward()
+    assert q.grad.tolist() == [[0.0, -0.25], [0.5, 0.0]]
+
+
+def test_targets_carry_no_gradient():
+    q = torch.tensor([[1.0]], requires_grad=True)
+    targets = q.squeeze(1) * 2
+    td_loss(q, torch.tensor([0]), targets).backward()
+    assert q.grad.item() == pytest.approx(-1.0)  # d/dq of |q - const| where the error is -1
+
+
+def test_linear_schedule():
+    schedule = LinearSchedule(1.0, 0.1, 100)
+    assert schedule(0) == 1.0 and schedule(50) == pytest.approx(0.55)
+    assert schedule(100) == pytest.approx(0.1) and schedule(10_000) == pytest.approx(0.1)
+
+
+def test_epsilon_greedy_is_greedy_at_zero_and_uniform_at_one():
+    net = torch.nn.Linear(2, 3, bias=False)
+    with torch.no_grad():
+        net.weight.copy_(torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]))
+    states = torch.ones(3000, 2)
+    rng = np.random.default_rng(0)
+    assert (epsilon_greedy(net, states, 0.0, rng) == 1).all()
+    counts = np.bincount(epsilon_greedy(net, states, 1.0, rng), minlength=3)
+    assert counts.min() > 900

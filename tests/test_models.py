@@ -1,0 +1,62 @@
+"""Network shapes and the flat parameter view."""
+
+import pytest
+import torch
+
+from ddq.models import FlatParameters, build_q_network
+
+
+def count(net):
+    return sum(p.numel() for p in net.parameters())
+
+
+def test_deepq_has_the_original_parameter_count_at_16x16():
+    assert count(build_q_network("deepq", (4, 16, 16), 4)) == 228_132
+
+
+@pytest.mark.parametrize("size,params", [(32, 621_348), (64, 2_194_212)])
+def test_deepq_matches_the_original_at_larger_inputs(size, params):
+    assert count(build_q_network("deepq", (4, size, size), 4)) == params
+
+
+def test_auto_picks_a_network_by_state_shape():
+    assert isinstance(build_q_network("auto", (4,), 2)[1], torch.nn.Linear)
+    nature = build_q_network("auto", (4, 84, 84), 6)
+    assert nature(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 6)
+    snake = build_q_network("auto", (1, 12, 12), 4)
+    assert snake(torch.zeros(3, 1, 12, 12, dtype=torch.uint8)).shape == (3, 4)
+
+
+def test_image_networks_refuse_vector_states():
+    with pytest.raises(ValueError, match="needs image states"):
+        build_q_network("deepq", (4,), 2)
+
+
+def test_flat_view_shares_memory_with_the_module():
+    net = build_q_network("mlp", (4,), 2, hidden=(8,))
+    flat = FlatParameters(net)
+    assert flat.size == count(net)
+    flat.data.fill_(0.5)
+    assert all(torch.all(p == 0.5) for p in net.parameters())
+
+
+def test_backward_writes_into_the_flat_gradient():
+    torch.manual_seed(0)
+    net = build_q_network("mlp", (4,), 2, hidden=(8,))
+    reference = build_q_network("mlp", (4,), 2, hidden=(8,))
+    reference.load_state_dict(net.state_dict())
+    flat = FlatParameters(net)
+    x = torch.randn(5, 4)
+    net(x).square().sum().backward()
+    reference(x).square().sum().backward()
+    expected = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
+    torch.testing.assert_close(flat.grad, expected)
+    flat.zero_grad()
+    assert all(torch.all(p.grad == 0) for p in net.parameters())
+
+
+def test_layout_hash_tells_layouts_apart():
+    a = FlatParameters(build_q_network("mlp", (4,), 2, hidden=(8,)))
+    b = FlatParameters(build_q_network("mlp", (4,), 2, hidden=(8,)))
+    c = FlatParameters(build_q_network("mlp", (4,), 2, hidden=(9,)))
+    assert a.layout_hash() == b.layout_hash() != c.layout_hash()

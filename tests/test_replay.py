@@ -1,0 +1,110 @@
+"""Replay memory: frames stored once, stacks built within episodes, resets never stored as transitions."""
+
+import numpy as np
+import pytest
+
+from ddq.replay import FrameStacker, ReplayMemory, state_shape
+
+
+def frames_of(values):
+    """One 2x2 image frame per stream, filled with its value."""
+    return np.array(values, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), dtype=np.uint8)
+
+
+def run_episode_stream(memory, episode_ends, steps):
+    """A single stream whose frame t has value t; episodes end (terminate) at the listed t."""
+    memory.start(frames_of([0]))
+    resetting = False
+    for t in range(1, steps):
+        continues = np.array([not resetting])
+        terminated = np.array([t in episode_ends])
+        memory.add(frames_of([t]), np.array([t % 3]), np.array([float(t)]), terminated, continues)
+        resetting = bool(continues[0] and terminated[0])
+
+
+def test_state_shapes():
+    assert state_shape((84, 84), 4) == (4, 84, 84)
+    assert state_shape((12, 12), 1) == (1, 12, 12)
+    assert state_shape((4,), 1) == (4,)
+    assert state_shape((4,), 3) == (12,)
+
+
+def test_sampled_transitions_are_consistent_and_never_cross_a_reset():
+    memory = ReplayMemory(100, 1, (2, 2), np.uint8, frame_stack=3, seed=0)
+    # Episode A: frames 0..4 (frame 4 terminal), frame 5 is the reset frame of episode B.
+    run_episode_stream(memory, episode_ends={4}, steps=12)
+    batch = memory.sample(2000)
+    first = batch.states[:, -1, 0, 0].astype(int)
+    nxt = batch.next_states[:, -1, 0, 0].astype(int)
+    assert 4 not in set(first)  # the terminal frame has no transition out of it
+    assert np.all(nxt == first + 1)  # the next state is the frame that followed
+    assert np.all(batch.rewards == nxt)  # the reward was recorded with the step that produced frame t
+    assert np.all(batch.actions == nxt % 3)
+    assert np.all(batch.terminated == (nxt == 4))
+    assert set(first) == {0, 1, 2, 3, 5, 6, 7, 8, 9, 10}
+
+
+def test_stacks_repeat_the_first_frame_instead_of_reaching_into_the_previous_episode():
+    memory = ReplayMemory(100, 1, (2, 2), np.uint8, frame_stack=3, seed=0)
+    run_episode_stream(memory, episode_ends={4}, steps=12)
+    batch = memory.sample(2000)
+    stacks = {tuple(s[:, 0, 0]) for s in batch.states.astype(int)}
+    assert (0, 0, 0) in stacks and (0, 0, 1) in stacks and (0, 1, 2) in stacks
+    assert (5, 5, 5) in stacks and (5, 5, 6) in stacks and (5, 6, 7) in stacks
+    assert not any(3 in s and 5 in s or 4 in s and 5 in s for s in stacks)
+
+
+def test_acting_side_stacks_like_the_replay():
+    stacker = FrameStacker(1, (2, 2), np.uint8, 3)
+    assert stacker.reset(frames_of([5]))[0, :, 0, 0].tolist() == [5, 5, 5]
+    assert stacker.push(frames_of([6]), np.array([False]))[0, :, 0, 0].tolist() == [5, 5, 6]
+    assert stacker.push(frames_of([9]), np.array([True]))[0, :, 0, 0].tolist() == [9, 9, 9]
+
+
+def test_vector_observations_concatenate_when_stacked():
+    memory = ReplayMemory(50, 2, (3,), np.float32, frame_stack=2, seed=1)
+    memory.start(np.zeros((2, 3), np.float32))
+    for t in range(1, 6):
+        memory.add(np.full((2, 3), t, np.float32), np.zeros(2, int), np.zeros(2), np.zeros(2, bool),
+                   np.ones(2, bool))
+    batch = memory.sample(64)
+    assert batch.states.shape == (64, 6)
+    assert np.all(batch.states[:, 3:] - batch.states[:, :3] <= 1)
+
+
+def test_circular_buffer_only_samples_frames_still_stored():
+    memory = ReplayMemory(10, 1, (2, 2), np.uint8, frame_stack=2, seed=0)
+    run_episode_stream(memory, episode_ends=set(), steps=200)
+    batch = memory.sample(1000)
+    kept = batch.states[:, 0, 0, 0].astype(int)
+    # 10 slots hold frames 190..199; the oldest full stack is (190, 191).
+    assert memory.slots == 10
+    assert kept.min() == 190 and batch.next_states[:, -1, 0, 0].max() == 199
+    assert len(memory) == memory.slots - 1
+
+
+def test_streams_are_independent():
+    memory = ReplayMemory(100, 2, (2, 2), np.uint8, frame_stack=1, seed=0)
+    memory.start(frames_of([0, 100]))
+    for t in range(1, 10):
+        memory.add(frames_of([t, 100 + t]), np.zeros(2, int), np.zeros(2), np.zeros(2, bool), np.ones(2, bool))
+    batch = memory.sample(500)
+    first, nxt = batch.states[:, 0, 0, 0].astype(int), batch.next_states[:, 0, 0, 0].astype(int)
+    assert np.all(nxt == first + 1)
+    assert (first >= 100).any() and (first < 100).any()
+
+
+def test_empty_memory_refuses_to_sample():
+    memory = ReplayMemory(10, 1, (2,), np.float32)
+    with pytest.raises(ValueError, match="no transitions"):
+        memory.sample(4)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    memory = ReplayMemory(100, 1, (2, 2), np.uint8, frame_stack=3, seed=0)
+    run_episode_stream(memory, episode_ends={4}, steps=12)
+    memory.save(str(tmp_path / "replay.npz"))
+    restored = ReplayMemory(100, 1, (2, 2), np.uint8, frame_stack=3, seed=0)
+    restored.load(str(tmp_path / "replay.npz"))
+    assert restored.written == memory.written and len(restored) == len(memory)
+    np.testing.assert_array_equal(restored.sample(50).states, memory.sample(50).states)

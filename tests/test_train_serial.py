@@ -1,0 +1,89 @@
+"""Serial training end to end: outputs, checkpoints, resume, evaluate, plot, and learning."""
+
+import json
+
+import pytest
+import torch
+
+from ddq.runlog import read_metrics
+
+from conftest import run_ddq, summary_of
+
+SHORT = ["--env", "CartPole-v1", "--no-progress", "--learning-starts", "500", "--eval-every", "1000",
+         "--eval-episodes", "2", "--checkpoint-every", "1500", "--log-every", "500"]
+
+
+def test_help_lists_every_subcommand():
+    result = run_ddq("--help")
+    assert result.returncode == 0
+    for command in ("train", "evaluate", "plot"):
+        assert command in result.stdout
+
+
+def test_short_run_writes_metrics_checkpoint_summary_and_curve(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_ddq("train", *SHORT, "--total-steps", "3000", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(run_dir)
+    for key in ("wall_time_s", "env_steps", "updates", "final_eval_return", "reached_target",
+                "time_to_target_s", "steps_to_target"):
+        assert key in summary
+    assert 3000 <= summary["env_steps"] < 3000 + 4
+    # replay ratio 0.5 after 500 learning-start steps, trained in rounds of 64 steps
+    assert abs(summary["updates"] - 0.5 * (summary["env_steps"] - 500)) <= 40
+    assert summary["reached_target"] is False and summary["steps_to_target"] is None
+    kinds = {point["kind"] for point in read_metrics(run_dir)}
+    assert kinds == {"episode", "train", "eval"}
+    assert (run_dir / "learning_curve.png").stat().st_size > 5000
+    saved = torch.load(run_dir / "checkpoint.pt")  # plain torch.load, weights_only by default
+    assert saved["counters"]["env_steps"] == summary["env_steps"]
+    assert saved["learner"]["updates"] == summary["updates"] == saved["learner"]["optimizer"]["steps"]
+    assert set(saved["q_network"]) == {"1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"}
+
+
+def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_ddq("train", *SHORT, "--total-steps", "2000", "--run-dir", str(run_dir))
+    assert first.returncode == 0, first.stderr
+    before = summary_of(run_dir)
+    second = run_ddq("train", "--resume", str(run_dir), "--total-steps", "4000")
+    assert second.returncode == 0, second.stderr
+    after = summary_of(run_dir)
+    assert after["env_steps"] >= 4000
+    # updates continued at the replay ratio from where they were, not from zero
+    assert abs(after["updates"] - before["updates"] - 0.5 * (after["env_steps"] - before["env_steps"])) <= 40
+    assert after["wall_time_s"] > before["wall_time_s"]
+    resumed = [p for p in read_metrics(run_dir) if p["kind"] == "train" and p["env_steps"] > before["env_steps"]]
+    assert resumed and resumed[0]["epsilon"] < 1.0 - (before["env_steps"] / 6000) * 0.9  # not restarted
+    assert resumed[0]["loss"] is not None  # trained at once: the replay memory came back
+    saved = torch.load(run_dir / "checkpoint.pt")
+    assert saved["learner"]["optimizer"]["steps"] == after["updates"]
+
+
+def test_evaluate_prints_the_greedy_mean_return(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_ddq("train", *SHORT, "--total-steps", "1000", "--run-dir", str(run_dir)).returncode == 0
+    result = run_ddq("evaluate", str(run_dir / "checkpoint.pt"), "--episodes", "3", "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["returns"]) == 3 and report["mean_return"] == pytest.approx(sum(report["returns"]) / 3)
+    assert report["mean_return"] >= 8  # a CartPole episode lasts at least 8 steps
+
+
+def test_bad_input_gets_a_clear_error(tmp_path):
+    result = run_ddq("evaluate", str(tmp_path / "missing.pt"))
+    assert result.returncode == 2 and "no checkpoint" in result.stderr
+    result = run_ddq("train", "--env", "CartPole-v1", "--batch-size", "0", "--run-dir", str(tmp_path / "x"))
+    assert result.returncode == 2 and "batch_size must be positive" in result.stderr
+
+
+@pytest.mark.slow
+def test_cartpole_reaches_475_within_the_step_budget(tmp_path):
+    run_dir = tmp_path / "cartpole"
+    result = run_ddq("train", "--env", "CartPole-v1", "--seed", "11", "--target-return", "475",
+                     "--total-steps", "60000", "--no-progress", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(run_dir)
+    assert summary["reached_target"] and summary["steps_to_target"] <= 60000
+    evals = [p for p in read_metrics(run_dir) if p["kind"] == "eval"]
+    assert evals[-1]["mean_return"] >= 475
