@@ -55,10 +55,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     frame_shape, _, num_actions = env_shapes(config)
     device = resolve_device(args.device)
     net = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.frame_stack), num_actions, device)
-    returns = evaluate(net, config.env, args.episodes, config.frame_stack, config.env_options,
+    result = evaluate(net, config.env, args.episodes, config.frame_stack, config.env_options,
                        seed=args.seed, epsilon=args.epsilon, device=device)
-    print(json.dumps({"env": config.env, "episodes": args.episodes, "mean_return": float(np.mean(returns)),
-                      "std_return": float(np.std(returns)), "returns": returns}))
+    print(json.dumps({"env": config.env, "episodes": args.episodes, "mean_return": result.mean_return,
+                      "std_return": float(np.std(result.returns)), "returns": result.returns,
+                      "mean_rewarded_steps": result.mean_rewarded_steps}))
     return 0
 
 

@@ -50,7 +50,7 @@ class SerialTrainer:
         self.counters = {"env_steps": 0, "episodes": 0, "wall_time_s": 0.0, "evaluations": 0,
                          "steps_to_target": None, "time_to_target_s": None}
         self.recent_returns: deque[float] = deque(maxlen=20)
-        self.last_eval: tuple[int, float] | None = None
+        self.last_eval: tuple[int, float, float] | None = None  # (env steps, mean return, mean rewarded steps)
         if resume is not None:
             self._restore(resume)
         self._update_credit = 0.0
@@ -132,15 +132,16 @@ class SerialTrainer:
 
     def _evaluate_and_check(self) -> bool:
         c = self.config
-        returns = evaluate(self.learner.online, c.env, c.eval_episodes, c.frame_stack, c.env_options,
+        result = evaluate(self.learner.online, c.env, c.eval_episodes, c.frame_stack, c.env_options,
                            seed=c.seed + EVAL_SEED_OFFSET * (1 + self.counters["evaluations"]),
                            epsilon=c.eval_epsilon, device=self.device)
         self.counters["evaluations"] += 1
-        mean = float(np.mean(returns))
-        self.last_eval = (self.actor.env_steps, mean)
+        mean = result.mean_return
+        self.last_eval = (self.actor.env_steps, mean, result.mean_rewarded_steps)
         elapsed = time.time() - self.started_at
         self.log.write("eval", env_steps=self.actor.env_steps, updates=self.learner.updates,
-                       wall_time_s=self.counters["wall_time_s"], mean_return=mean, returns=returns)
+                       wall_time_s=self.counters["wall_time_s"], mean_return=mean, returns=result.returns,
+                       mean_rewarded_steps=result.mean_rewarded_steps)
         if c.target_return is not None and mean >= c.target_return:
             if self.counters["steps_to_target"] is None:
                 self.counters["steps_to_target"] = self.actor.env_steps
@@ -178,7 +179,8 @@ class SerialTrainer:
             "env": self.config.env, "mode": self.config.mode, "seed": self.config.seed,
             "wall_time_s": self.counters["wall_time_s"], "env_steps": self.actor.env_steps,
             "updates": self.learner.updates, "episodes": self.counters["episodes"],
-            "final_eval_return": self.last_eval[1], "target_return": self.config.target_return,
+            "final_eval_return": self.last_eval[1], "final_eval_rewarded_steps": self.last_eval[2],
+            "target_return": self.config.target_return,
             "reached_target": self.counters["steps_to_target"] is not None,
             "time_to_target_s": self.counters["time_to_target_s"],
             "steps_to_target": self.counters["steps_to_target"],

@@ -17,8 +17,8 @@ class ScaleBytes(nn.Module):
 
 
 def mlp(input_dim: int, num_actions: int, hidden: Sequence[int] = (256, 256)) -> nn.Sequential:
-    """Fully connected Q-network for vector observations (CartPole, LunarLander)."""
-    layers: list[nn.Module] = [nn.Flatten()]
+    """Fully connected Q-network for vector observations (CartPole) or small flattened images."""
+    layers: list[nn.Module] = [ScaleBytes(), nn.Flatten()]
     width = input_dim
     for h in hidden:
         layers += [nn.Linear(width, h), nn.ReLU()]
