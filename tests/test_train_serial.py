@@ -88,3 +88,29 @@ def test_cartpole_reaches_475_within_the_step_budget(tmp_path):
     assert summary["reached_target"] and summary["steps_to_target"] <= 60000
     evals = [p for p in read_metrics(run_dir) if p["kind"] == "eval"]
     assert evals[-1]["mean_return"] >= 475
+
+
+@pytest.mark.slow
+def test_snake_greedy_policy_eats_far_more_apples_than_a_random_one(tmp_path):
+    import numpy as np
+
+    from ddq.gamesim.snake import SnakeVectorEnv
+
+    games = 200
+    env = SnakeVectorEnv(games)
+    env.reset(seed=9)
+    rng = np.random.default_rng(9)
+    done, apples = np.zeros(games, bool), np.zeros(games)
+    while not done.all():
+        _, reward, terminated, truncated, _ = env.step(rng.integers(0, 4, games))
+        apples += ~done & (reward > 0)
+        done |= terminated | truncated
+    random_apples = apples.mean()
+
+    run_dir = tmp_path / "snake"
+    result = run_ddq("train", "--env", "ddq/Snake-v0", "--seed", "3", "--total-steps", "120000",
+                     "--eval-every", "120000", "--eval-episodes", "50", "--no-progress", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    learned_apples = summary_of(run_dir)["final_eval_rewarded_steps"]
+    assert random_apples < 0.3
+    assert learned_apples >= 4 * random_apples and learned_apples >= 0.5, (learned_apples, random_apples)

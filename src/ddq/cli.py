@@ -1,4 +1,4 @@
-"""The `ddq` command: train, evaluate, plot."""
+"""The `ddq` command: train, evaluate, plot, bench."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ddq.plot import plot_run
     from ddq.serial import SerialTrainer
 
-    started_at = time.time()
-    cli_values = {k: v for k, v in vars(args).items() if k not in ("func", "config", "resume", "command")}
+    cli_values = {k: v for k, v in vars(args).items()
+                  if k not in ("func", "config", "resume", "command", "started_at")}
     saved = None
     if args.resume:
         saved = ckpt.load_checkpoint(args.resume)
@@ -34,7 +34,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     run_dir = config.run_dir or _default_run_dir(config.env)
     config.run_dir = run_dir
     print(f"ddq: training {config.env} ({config.mode}) into {run_dir}", file=sys.stderr)
-    summary = SerialTrainer(config, run_dir, started_at, resume=saved).run()
+    summary = SerialTrainer(config, run_dir, args.started_at, resume=saved).run()
     curve = plot_run(run_dir)
     shown = {k: v for k, v in summary.items() if k != "config"}
     shown["learning_curve"] = str(curve)
@@ -70,6 +70,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ddq.bench import run_seeds, serial_table
+
+    overrides = {"total_steps": args.total_steps} if args.total_steps else {}
+    if args.target_return is not None:
+        overrides["target_return"] = args.target_return
+    print(serial_table(args.env, run_seeds(args.env, args.seeds, overrides)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -94,11 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir", help="run folder holding metrics.jsonl")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     plot.set_defaults(func=cmd_plot)
+    bench = commands.add_parser("bench", help="benchmarks: `bench serial` times training to a target return")
+    kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
+    serial = kinds.add_parser("serial", help="steps and wall time to a target return over several seeds")
+    serial.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
+    serial.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run, one after another")
+    serial.add_argument("--target-return", type=float, default=None, help="stop each run once reached")
+    serial.add_argument("--total-steps", type=int, default=None, help="step budget per run (default: the preset's)")
+    serial.set_defaults(func=cmd_bench)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    started_at = time.time()  # before torch is imported: time_to_target_s counts from here
     args = build_parser().parse_args(argv)
+    args.started_at = started_at
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, RuntimeError) as error:

@@ -1,0 +1,45 @@
+"""`ddq bench serial`: time and env steps to a target return over several seeds, as a Markdown table."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ddq.config import build_config
+from ddq.serial import SerialTrainer
+
+
+def run_seeds(env_id: str, seeds: list[int], overrides: dict[str, Any]) -> list[dict[str, Any]]:
+    """One quiet serial run per seed (in this process, one after another)."""
+    summaries = []
+    with tempfile.TemporaryDirectory(prefix="ddq-bench-") as tmp:
+        for seed in seeds:
+            config = build_config({**overrides, "env": env_id, "seed": seed, "progress": False})
+            run_dir = Path(tmp) / f"seed{seed}"
+            summaries.append(SerialTrainer(config, run_dir, started_at=time.time()).run())
+    return summaries
+
+
+def _median(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    if len(known) < len(values):
+        return "not all reached"
+    return f"{statistics.median(known):,.1f}" if isinstance(known[0], float) else f"{statistics.median(known):,}"
+
+
+def serial_table(env_id: str, summaries: list[dict[str, Any]]) -> str:
+    rows = ["| seed | steps to target | time to target (s) | env steps | updates | final greedy return | "
+            "final rewarded steps |", "|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        time_s = f"{s['time_to_target_s']:.1f}" if s["time_to_target_s"] is not None else "—"
+        steps = f"{s['steps_to_target']:,}" if s["steps_to_target"] is not None else "—"
+        rows.append(f"| {s['seed']} | {steps} | {time_s} | {s['env_steps']:,} | {s['updates']:,} | "
+                    f"{s['final_eval_return']:.1f} | {s['final_eval_rewarded_steps']:.2f} |")
+    rows.append(f"| **median** | {_median([s['steps_to_target'] for s in summaries])} | "
+                f"{_median([s['time_to_target_s'] for s in summaries])} | | | "
+                f"{statistics.median(s['final_eval_return'] for s in summaries):.1f} | "
+                f"{statistics.median(s['final_eval_rewarded_steps'] for s in summaries):.2f} |")
+    return f"{env_id}, serial mode\n\n" + "\n".join(rows)
