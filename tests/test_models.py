@@ -20,7 +20,9 @@ def test_deepq_matches_the_original_at_larger_inputs(size, params):
 
 
 def test_auto_picks_a_network_by_state_shape():
-    assert isinstance(build_q_network("auto", (4,), 2)[1], torch.nn.Linear)
+    vector = build_q_network("auto", (4,), 2)
+    assert not any(isinstance(m, torch.nn.Conv2d) for m in vector.modules())
+    assert vector(torch.zeros(3, 4)).shape == (3, 2)
     nature = build_q_network("auto", (4, 84, 84), 6)
     assert nature(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 6)
     snake = build_q_network("auto", (1, 12, 12), 4)

@@ -28,7 +28,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         saved = ckpt.load_checkpoint(args.resume)
         config = build_config(cli_values, args.config, base=ckpt.config_from_checkpoint(saved))
-        config.run_dir = str(args.resume)
+        resume_path = Path(args.resume)
+        config.run_dir = str(resume_path.parent if resume_path.is_file() else resume_path)
     else:
         config = build_config(cli_values, args.config)
     run_dir = config.run_dir or _default_run_dir(config.env)

@@ -39,7 +39,6 @@ class SerialTrainer:
         seed_everything(config.seed, config.threads)
         self.device = resolve_device(config.device)
         frame_shape, dtype, num_actions = env_shapes(config)
-        self.state_info = (frame_shape, num_actions)
         self.learner = make_learner(config, frame_shape, num_actions, self.device)
         self.replay = make_replay(config, frame_shape, dtype, config.seed)
         self.rng = np.random.default_rng(config.seed)
