@@ -25,6 +25,8 @@ def run_seeds(env_id: str, seeds: list[int], overrides: dict[str, Any]) -> list[
 
 def _median(values: list[float | None]) -> str:
     known = [v for v in values if v is not None]
+    if not known:
+        return "—"
     if len(known) < len(values):
         return "not all reached"
     return f"{statistics.median(known):,.1f}" if isinstance(known[0], float) else f"{statistics.median(known):,}"
