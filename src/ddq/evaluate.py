@@ -45,7 +45,7 @@ def evaluate(q_net: nn.Module, env_id: str, episodes: int, frame_stack: int = 1,
         rng = np.random.default_rng(seed)
         no_restart = np.zeros(episodes, dtype=bool)
         was_training = q_net.training
-        q_net.eval()
+        q_net.train(False)  # inference mode for layers such as dropout
         while not done.all():
             actions = epsilon_greedy(q_net, torch.from_numpy(states).to(device), epsilon, rng)
             frames, rewards, terminated, truncated, _ = envs.step(actions)
