@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
+	rm -rf runs/snake-serial  # each `make run` is a fresh run; `ddq train --resume` continues one
 	$(BIN)/ddq train --mode serial --env ddq/Snake-v0 --run-dir runs/snake-serial
 
 test: $(STAMP)

@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 
 def run_ddq(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -18,8 +17,3 @@ def run_ddq(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
-
-
-@pytest.fixture
-def ddq_cli():
-    return run_ddq

@@ -76,6 +76,11 @@ def test_bad_input_gets_a_clear_error(tmp_path):
     assert result.returncode == 2 and "no checkpoint" in result.stderr
     result = run_ddq("train", "--env", "CartPole-v1", "--batch-size", "0", "--run-dir", str(tmp_path / "x"))
     assert result.returncode == 2 and "batch_size must be positive" in result.stderr
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "metrics.jsonl").write_text('{"kind": "train"}\n')
+    result = run_ddq("train", "--env", "CartPole-v1", "--run-dir", str(tmp_path / "used"))
+    assert result.returncode == 2 and "already holds a run" in result.stderr
+    assert (tmp_path / "used" / "metrics.jsonl").read_text() == '{"kind": "train"}\n'  # nothing lost
 
 
 @pytest.mark.slow

@@ -33,6 +33,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         config = build_config(cli_values, args.config)
     run_dir = config.run_dir or _default_run_dir(config.env)
+    if not args.resume and (Path(run_dir) / "metrics.jsonl").exists():
+        raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
+                         "or choose another --run-dir")
     config.run_dir = run_dir
     print(f"ddq: training {config.env} ({config.mode}) into {run_dir}", file=sys.stderr)
     summary = SerialTrainer(config, run_dir, args.started_at, resume=saved).run()

@@ -34,6 +34,8 @@ def evaluate(q_net: nn.Module, env_id: str, episodes: int, frame_stack: int = 1,
              device: torch.device | str = "cpu") -> Evaluation:
     """`episodes` episodes played side by side with (near-)greedy actions."""
     envs = make_vector_env(env_id, episodes, env_options)
+    was_training = q_net.training
+    q_net.train(False)  # inference mode for layers such as dropout
     try:
         frames, _ = envs.reset(seed=seed)
         space = envs.single_observation_space
@@ -44,8 +46,6 @@ def evaluate(q_net: nn.Module, env_id: str, episodes: int, frame_stack: int = 1,
         done = np.zeros(episodes, dtype=bool)
         rng = np.random.default_rng(seed)
         no_restart = np.zeros(episodes, dtype=bool)
-        was_training = q_net.training
-        q_net.train(False)  # inference mode for layers such as dropout
         while not done.all():
             actions = epsilon_greedy(q_net, torch.from_numpy(states).to(device), epsilon, rng)
             frames, rewards, terminated, truncated, _ = envs.step(actions)
@@ -53,7 +53,7 @@ def evaluate(q_net: nn.Module, env_id: str, episodes: int, frame_stack: int = 1,
             rewarded += ~done & (rewards > 0)
             done |= terminated | truncated
             states = stacker.push(frames, no_restart)
-        q_net.train(was_training)
         return Evaluation(returns.tolist(), rewarded.tolist())
     finally:
+        q_net.train(was_training)
         envs.close()
