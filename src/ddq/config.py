@@ -39,7 +39,8 @@ class TrainConfig:
     run_dir: str | None = field(default=None, metadata={"help": "output folder (default runs/<env>-<time>)"})
     target_return: float | None = field(default=None, metadata={"help": "stop once a greedy evaluation averages at least this"})
     num_envs: int = field(default=8, metadata={"help": "envs stepped together per actor"})
-    model: str = field(default="auto", metadata={"help": "Q-network: auto, mlp, deepq, nature"})
+    model: str = field(default="auto", metadata={"help": "Q-network: auto, mlp, deepq, nature, a shipped "
+                                                          "definition (ddq models) or a Caffe .prototxt file"})
     hidden: list[int] = field(default_factory=lambda: [256, 256], metadata={"help": "MLP hidden layer widths"})
     frame_stack: int = field(default=1, metadata={"help": "frames per state (stacked at sampling time)"})
     buffer_size: int = field(default=100_000, metadata={"help": "replay memory capacity in transitions"})
@@ -49,6 +50,8 @@ class TrainConfig:
     train_frequency: int = field(default=64, metadata={"help": "env steps between training rounds"})
     replay_ratio: float = field(default=0.5, metadata={"help": "gradient updates per env step (independent of workers)"})
     target_update: int = field(default=100, metadata={"help": "updates between target-network refreshes (C)"})
+    double_dqn: bool = field(default=True, metadata={"help": "Double-DQN targets (off: the original max over the target net)"})
+    precision: str = field(default="fp32", metadata={"help": "gradient arithmetic: fp32, or bf16 autocast"})
     max_grad_norm: float | None = field(default=10.0, metadata={"help": "clip the gradient's global norm (none: off)"})
     epsilon_start: float = field(default=1.0, metadata={"help": "initial exploration rate"})
     epsilon_end: float = field(default=0.05, metadata={"help": "final exploration rate"})

@@ -22,6 +22,12 @@ def double_dqn_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_onl
     return rewards + gamma * (1.0 - terminated.float()) * next_value
 
 
+def dqn_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_target_q: torch.Tensor,
+                gamma: float) -> torch.Tensor:
+    """r + gamma * max_a Q_target(s', a): the original DQN target (and the original ddq's)."""
+    return rewards + gamma * (1.0 - terminated.float()) * next_target_q.max(dim=1).values
+
+
 def td_loss(q_values: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Huber (smooth L1, delta 1) loss between Q(s, a) and the fixed targets."""
     chosen = q_values.gather(1, actions.unsqueeze(1)).squeeze(1)

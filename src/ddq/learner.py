@@ -14,10 +14,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ddq.dqn import double_dqn_targets, td_loss
+from ddq.dqn import double_dqn_targets, dqn_targets, td_loss
 from ddq.models import FlatParameters
 from ddq.param_server.optimizers import FlatOptimizer, OptimizerConfig
 from ddq.replay import Batch
+
+
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
@@ -31,13 +34,21 @@ class Learner:
     """Online and target Q-networks over flat parameters, plus a flat optimizer."""
 
     def __init__(self, network: nn.Module, optim: OptimizerConfig, gamma: float, target_update: int,
-                 max_grad_norm: float | None = None, device: str | torch.device = "cpu"):
+                 max_grad_norm: float | None = None, device: str | torch.device = "cpu",
+                 double_dqn: bool = True, precision: str = "fp32"):
+        """`double_dqn` False gives the original DQN target (max over the target network's values);
+        `precision` "bf16" runs forward and backward under bfloat16 autocast (weights stay float32)."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
         self.device = torch.device(device)
+        self.double_dqn = double_dqn
+        self.precision = precision
         self.online = network.to(self.device)
         self.target = copy.deepcopy(self.online)
         self.flat = FlatParameters(self.online)
         self.target_flat = FlatParameters(self.target)
-        self.optimizer = FlatOptimizer(optim, self.flat.size, self.device)
+        self.optimizer = FlatOptimizer(optim, self.flat.size, self.device, self.flat.multipliers("lr_mult"),
+                                       self.flat.multipliers("decay_mult"))
         self.gamma = gamma
         self.target_update = target_update
         self.max_grad_norm = max_grad_norm
@@ -47,14 +58,19 @@ class Learner:
         return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)
 
     def compute_gradient(self, batch: Batch) -> GradientStats:
-        """Double-DQN Huber loss on `batch`; its (clipped) gradient lands in `self.flat.grad`."""
+        """(Double-)DQN Huber loss on `batch`; its (clipped) gradient lands in `self.flat.grad`."""
         states, next_states = self.to_tensor(batch.states), self.to_tensor(batch.next_states)
         actions, rewards = self.to_tensor(batch.actions), self.to_tensor(batch.rewards)
         terminated = self.to_tensor(batch.terminated)
-        with torch.no_grad():
-            targets = double_dqn_targets(rewards, terminated, self.online(next_states),
-                                         self.target(next_states), self.gamma)
-        q_values = self.online(states)
+        with torch.no_grad(), self._autocast():
+            next_target_q = self.target(next_states).float()
+            if self.double_dqn:
+                targets = double_dqn_targets(rewards, terminated, self.online(next_states).float(),
+                                             next_target_q, self.gamma)
+            else:
+                targets = dqn_targets(rewards, terminated, next_target_q, self.gamma)
+        with self._autocast():
+            q_values = self.online(states).float()
         loss = td_loss(q_values, actions, targets)
         self.flat.zero_grad()
         loss.backward()
@@ -62,6 +78,9 @@ class Learner:
         if self.max_grad_norm is not None and grad_norm > self.max_grad_norm:
             self.flat.grad.mul_(self.max_grad_norm / grad_norm)
         return GradientStats(float(loss.detach()), float(q_values.detach().max(dim=1).values.mean()), grad_norm)
+
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
 
     def apply_gradient(self) -> None:
         """One optimizer step with `self.flat.grad`; refreshes the target every `target_update` steps."""

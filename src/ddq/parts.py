@@ -49,7 +49,7 @@ def make_learner(config: TrainConfig, frame_shape: tuple[int, ...], num_actions:
     network = build_q_network(config.model, state_shape(frame_shape, config.frame_stack),
                               num_actions, config.hidden)
     return Learner(network, config.optim, config.gamma, config.target_update,
-                   config.max_grad_norm, device)
+                   config.max_grad_norm, device, config.double_dqn, config.precision)
 
 
 def make_replay(config: TrainConfig, frame_shape: tuple[int, ...], dtype: np.dtype, seed: int) -> ReplayMemory:

@@ -1,6 +1,6 @@
-"""Network builders and the flat parameter view every mode shares."""
+"""Network builders, the Caffe prototxt importer and the flat parameter view every mode shares."""
 
 from ddq.models.flat import FlatParameters
-from ddq.models.networks import MODEL_NAMES, build_q_network
+from ddq.models.networks import BUILDERS, build_q_network, model_definition, shipped_models
 
-__all__ = ["FlatParameters", "MODEL_NAMES", "build_q_network"]
+__all__ = ["BUILDERS", "FlatParameters", "build_q_network", "model_definition", "shipped_models"]

@@ -23,6 +23,8 @@ class FlatParameters:
         self.data = torch.empty(self.size, dtype=torch.float32, device=device)
         self.grad = torch.zeros(self.size, dtype=torch.float32, device=device)
         self.layout = [(name, tuple(p.shape)) for name, p in module.named_parameters()]
+        self._multipliers = {name: [float(getattr(p, name, 1.0)) for p in params] for name in ("lr_mult", "decay_mult")}
+        self._sizes = [p.numel() for p in params]
         offset = 0
         for p in params:
             n = p.numel()
@@ -35,6 +37,14 @@ class FlatParameters:
 
     def zero_grad(self) -> None:
         self.grad.zero_()
+
+    def multipliers(self, name: str) -> torch.Tensor | None:
+        """Per-element `lr_mult` or `decay_mult` (Caffe's per-blob multipliers), or None when all are 1."""
+        per_param = self._multipliers[name]
+        if all(m == 1.0 for m in per_param):
+            return None
+        values = torch.tensor(per_param, dtype=torch.float32, device=self.data.device)
+        return values.repeat_interleave(torch.tensor(self._sizes, device=self.data.device))
 
     def layout_hash(self) -> str:
         """Identifies the parameter layout (names and shapes, in order)."""

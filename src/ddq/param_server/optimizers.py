@@ -49,8 +49,12 @@ class OptimizerConfig:
 class FlatOptimizer:
     """Applies one optimizer's updates in place to a flat parameter vector."""
 
-    def __init__(self, config: OptimizerConfig, size: int, device: torch.device | str = "cpu"):
+    def __init__(self, config: OptimizerConfig, size: int, device: torch.device | str = "cpu",
+                 lr_mult: torch.Tensor | None = None, decay_mult: torch.Tensor | None = None):
+        """`lr_mult`/`decay_mult`: optional per-element multipliers of the step and the weight decay,
+        as Caffe's per-blob `lr_mult`/`decay_mult` (None: all ones, at no cost)."""
         self.config = config
+        self.lr_mult, self.decay_mult = lr_mult, decay_mult
         self.steps = 0
         zeros = lambda: torch.zeros(size, dtype=torch.float32, device=device)  # noqa: E731
         self.state: dict[str, torch.Tensor] = {}
@@ -67,6 +71,7 @@ class FlatOptimizer:
             self.state["exp_avg_sq"] = zeros()
         self._scratch = zeros()
         self._decayed = zeros() if config.weight_decay else None
+        self._weighted = zeros() if lr_mult is not None else None
 
     def learning_rate(self) -> float:
         """The learning rate of the next step under the lr policy."""
@@ -81,31 +86,40 @@ class FlatOptimizer:
         lr = self.learning_rate() * lr_scale
         self.steps += 1
         g = grad
-        if c.weight_decay:
+        if c.weight_decay and self.decay_mult is not None:
+            g = torch.mul(params, self.decay_mult, out=self._decayed).mul_(c.weight_decay).add_(grad)
+        elif c.weight_decay:
             g = torch.add(grad, params, alpha=c.weight_decay, out=self._decayed)
         if c.optimizer == "sgd":
             if c.momentum:
                 s["momentum"].mul_(c.momentum).add_(g)
                 g = s["momentum"]
-            params.add_(g, alpha=-lr)
+            params.add_(self._per_element(g), alpha=-lr)
         elif c.optimizer == "rmsprop":
             s["square_avg"].mul_(c.rms_decay).addcmul_(g, g, value=1 - c.rms_decay)
             denom = self._denominator(s["square_avg"], 1.0)
             if c.momentum:
                 s["momentum"].mul_(c.momentum).addcdiv_(g, denom)
-                params.add_(s["momentum"], alpha=-lr)
+                params.add_(self._per_element(s["momentum"]), alpha=-lr)
             else:
-                params.addcdiv_(g, denom, value=-lr)
+                params.addcdiv_(self._per_element(g), denom, value=-lr)
         elif c.optimizer == "adagrad":
             s["sum"].addcmul_(g, g, value=1.0)
-            params.addcdiv_(g, self._denominator(s["sum"], 1.0), value=-lr)
+            params.addcdiv_(self._per_element(g), self._denominator(s["sum"], 1.0), value=-lr)
         else:  # adam
             s["exp_avg"].mul_(c.beta1).add_(g, alpha=1 - c.beta1)
             s["exp_avg_sq"].mul_(c.beta2).addcmul_(g, g, value=1 - c.beta2)
             bias1 = 1 - c.beta1 ** self.steps
             bias2 = 1 - c.beta2 ** self.steps
             denom = self._denominator(s["exp_avg_sq"], 1 / math.sqrt(bias2))
-            params.addcdiv_(s["exp_avg"], denom, value=-lr / bias1)
+            params.addcdiv_(self._per_element(s["exp_avg"]), denom, value=-lr / bias1)
+
+    def _per_element(self, update: torch.Tensor) -> torch.Tensor:
+        """`update` times the per-element lr multipliers (Caffe scales the final step, after any
+        adaptive normalisation), in a scratch buffer; `update` itself when there are none."""
+        if self.lr_mult is None:
+            return update
+        return torch.mul(update, self.lr_mult, out=self._weighted)
 
     def _denominator(self, second_moment: torch.Tensor, scale: float) -> torch.Tensor:
         """sqrt(second_moment) * scale + eps, in the scratch buffer."""
