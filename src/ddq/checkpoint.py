@@ -19,7 +19,8 @@ import torch
 
 from ddq.config import TrainConfig, merge
 from ddq.learner import Learner
-from ddq.models import build_q_network
+from ddq.models import build_q_network, model_definition
+from ddq.models.networks import network_from_definition
 
 CHECKPOINT_NAME = "checkpoint.pt"
 REPLAY_NAME = "replay.npz"
@@ -37,6 +38,9 @@ def save_checkpoint(path: str | Path, config: TrainConfig, learner: Learner,
         "counters": counters,
         "rng": rng_states,
     }
+    definition = model_definition(config.model)
+    if definition is not None:  # so the checkpoint still loads where that file is not
+        payload["model_definition"] = definition.read_text()
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)
@@ -62,6 +66,9 @@ def config_from_checkpoint(saved: dict[str, Any]) -> TrainConfig:
 def q_network_from_checkpoint(saved: dict[str, Any], state_shape: tuple[int, ...], num_actions: int,
                               device: str = "cpu") -> torch.nn.Module:
     config = config_from_checkpoint(saved)
-    net = build_q_network(config.model, state_shape, num_actions, config.hidden)
+    if "model_definition" in saved:
+        net = network_from_definition(saved["model_definition"], config.model, state_shape, num_actions)
+    else:
+        net = build_q_network(config.model, state_shape, num_actions, config.hidden)
     net.load_state_dict(saved["q_network"])
     return net.to(device)

@@ -23,15 +23,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ddq.serial import SerialTrainer
 
     cli_values = {k: v for k, v in vars(args).items()
-                  if k not in ("func", "config", "resume", "command", "started_at")}
+                  if k not in ("func", "config", "resume", "command", "started_at", "solver")}
     saved = None
     if args.resume:
         saved = ckpt.load_checkpoint(args.resume)
-        config = build_config(cli_values, args.config, base=ckpt.config_from_checkpoint(saved))
+        config = build_config(cli_values, args.config, base=ckpt.config_from_checkpoint(saved),
+                              solver_file=args.solver)
         resume_path = Path(args.resume)
         config.run_dir = str(resume_path.parent if resume_path.is_file() else resume_path)
     else:
-        config = build_config(cli_values, args.config)
+        config = build_config(cli_values, args.config, solver_file=args.solver)
     run_dir = config.run_dir or _default_run_dir(config.env)
     if not args.resume and (Path(run_dir) / "metrics.jsonl").exists():
         raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
@@ -67,6 +68,29 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from ddq.models import BUILDERS, model_definition, shipped_models
+    from ddq.models.caffe import import_net
+
+    if args.model is None:
+        print("builders:  " + ", ".join(BUILDERS))
+        print("shipped:   " + ", ".join(shipped_models()))
+        return 0
+    definition = model_definition(args.model)
+    if definition is None:
+        raise ValueError(f"{args.model} is a builder: its shape follows the env; give a definition or file")
+    imported = import_net(definition.read_text(), str(definition))
+    network = imported.build()
+    print(f"{imported.name}: input {imported.input_blob} {'x'.join(map(str, imported.input_shape))}, "
+          f"{imported.num_actions} actions, {sum(p.numel() for p in network.parameters()):,} parameters")
+    for role in ("input", "q-network", "target-network", "loss"):
+        names = [name for name, r in imported.roles.items() if r == role]
+        if names:
+            print(f"  {role:15s} {', '.join(names)}")
+    print(network)
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from ddq.plot import plot_run
 
@@ -75,12 +99,23 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ddq.bench import run_seeds, serial_table
+    from ddq.benchmarks.serial import run_seeds, serial_table
 
     overrides = {"total_steps": args.total_steps} if args.total_steps else {}
     if args.target_return is not None:
         overrides["target_return"] = args.target_return
     print(serial_table(args.env, run_seeds(args.env, args.seeds, overrides)))
+    return 0
+
+
+def cmd_bench_grad(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.grad import measure, table
+
+    rows = []
+    for size in args.sizes:
+        rows.append(measure(size, args.repeats))
+        print(f"ddq: measured {size}x{size}", file=sys.stderr)
+    print(table(rows))
     return 0
 
 
@@ -93,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                                             "--config FILE (TOML) < flags.")
     train.add_argument("--config", help="TOML file of settings (flags override it)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
+    train.add_argument("--solver", metavar="PROTOTXT", help="Caffe solver file whose settings become the "
+                                                            "optimizer's (flags still override them)")
     add_config_flags(train)
     train.set_defaults(func=cmd_train)
 
@@ -104,11 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="cpu", help="torch device")
     ev.set_defaults(func=cmd_evaluate)
 
+    models = commands.add_parser("models", help="list the Q-networks ddq ships, or show one (a Caffe "
+                                                  "definition: its layers, roles and parameter count)")
+    models.add_argument("model", nargs="?", help="shipped name (deepq16, ...) or .prototxt file")
+    models.set_defaults(func=cmd_models)
+
     plot = commands.add_parser("plot", help="write a run's learning curve as a PNG")
     plot.add_argument("run_dir", help="run folder holding metrics.jsonl")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     plot.set_defaults(func=cmd_plot)
-    bench = commands.add_parser("bench", help="benchmarks: `bench serial` times training to a target return")
+    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient cost by model size)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("serial", help="steps and wall time to a target return over several seeds")
     serial.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
@@ -116,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     serial.add_argument("--target-return", type=float, default=None, help="stop each run once reached")
     serial.add_argument("--total-steps", type=int, default=None, help="step budget per run (default: the preset's)")
     serial.set_defaults(func=cmd_bench)
+    grad = kinds.add_parser("grad", help="the original's cost-vs-image-size table: DeepQ gradient and message "
+                                         "costs against bare PyTorch and the original's figures")
+    grad.add_argument("--sizes", type=int, nargs="+", default=list(range(16, 129, 8)), help="input sizes")
+    grad.add_argument("--repeats", type=int, default=5, help="timed repetitions per figure (medians)")
+    grad.set_defaults(func=cmd_bench_grad)
     return parser
 
 

@@ -137,8 +137,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 def build_config(cli_values: dict[str, Any], config_file: str | None = None,
-                 base: TrainConfig | None = None) -> TrainConfig:
-    """Defaults (or `base`, for a resume), then the env's preset, the file, then the flags."""
+                 base: TrainConfig | None = None, solver_file: str | None = None) -> TrainConfig:
+    """Defaults (or `base`, for a resume), then the env's preset, the file, a Caffe solver, then the flags."""
     file_values = load_toml(config_file) if config_file else {}
     if base is not None:
         config = base
@@ -146,6 +146,10 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
         env_id = cli_values.get("env") or file_values.get("env") or TrainConfig.env
         config = merge(TrainConfig(), preset_for(env_id), f"the preset for {env_id}")
     config = merge(config, file_values, config_file or "the config file")
+    if solver_file:
+        from ddq.models.caffe import load_solver
+
+        config = merge(config, load_solver(solver_file).as_settings(), solver_file)
     return merge(config, cli_values, "the command line")
 
 

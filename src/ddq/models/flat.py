@@ -8,7 +8,9 @@ preallocated buffer means flattening costs nothing: no torch.cat per step.
 from __future__ import annotations
 
 import hashlib
+import warnings
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -34,6 +36,15 @@ class FlatParameters:
             # backward pass writes straight into the flat gradient.
             p.grad = self.grad[offset:offset + n].view_as(p)
             offset += n
+
+    def assign(self, values: np.ndarray) -> None:
+        """Copies a flat float32 vector (e.g. a read-only view of a received message) into the parameters."""
+        if self.data.device.type == "cpu":
+            np.copyto(self.data.numpy(), values)
+        else:
+            with warnings.catch_warnings():  # torch warns about read-only arrays; it only reads this one
+                warnings.simplefilter("ignore", UserWarning)
+                self.data.copy_(torch.from_numpy(values))
 
     def zero_grad(self) -> None:
         self.grad.zero_()

@@ -1,0 +1,1 @@
+"""`ddq bench ...`: benchmarks whose Markdown tables go into the README."""

@@ -1,0 +1,155 @@
+"""`ddq bench grad`: the original's cost-versus-image-size table, re-measured with ddq's gradient path.
+
+For the DeepQ network at each input size: parameters, message size, time to
+serialize a gradient message and to load a weights message into the network,
+and time per minibatch gradient (batch 32: Q(s) forward and backward plus the
+target network's forward on s', the original's plain DQN target). ddq's
+gradient (Learner over flat parameters, then the message) is timed against a
+bare PyTorch step of the same network in the same run; the difference is
+ddq's overhead.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from ddq.learner import Learner
+from ddq.models.networks import deepq
+from ddq.param_server.optimizers import OptimizerConfig
+from ddq.replay import Batch
+from ddq.transport.wire import GRADIENT, WEIGHTS, Expect, Header, MessageBuffer, decode, layout_bytes
+
+BATCH, FRAMES, ACTIONS, GAMMA = 32, 4, 4, 0.99
+
+# The original's first trial (results_cost-vs-image-size-trials.txt, Caffe on a 2015 2-core laptop):
+# size: (message MB, serialize ms, load ms, gradient ms)
+ORIGINAL = {
+    16: (0.91, 2.03, 0.76, 81.565), 24: (1.57, 2.87, 1.35, 160.422), 32: (2.49, 4.03, 2.13, 253.853),
+    40: (3.67, 4.79, 2.71, 382.495), 48: (5.11, 5.74, 3.51, 551.081), 56: (6.81, 7.34, 4.12, 745.911),
+    64: (8.78, 7.95, 4.98, 980.766), 72: (11.01, 9.93, 6.05, 1231.228), 80: (13.5, 11.35, 7.14, 1516.303),
+    88: (16.25, 13.29, 8.31, 1821.476), 96: (19.26, 15.53, 9.6, 2170.815), 104: (22.54, 17.35, 11.39, 2528.723),
+    112: (26.08, 20.01, 12.43, 2908.716), 120: (29.88, 22.6, 14.16, 3332.237), 128: (33.94, 25.43, 16.13, 4044.292),
+}
+
+
+@dataclass
+class GradRow:
+    size: int
+    params: int
+    serialize_ms: float
+    load_ms: float
+    bare_ms: float  # bare PyTorch, 1 thread
+    ddq_ms: float  # ddq's gradient + message, 1 thread
+    ddq_2threads_ms: float
+    ddq_bf16_ms: float
+
+    @property
+    def overhead(self) -> float:
+        return self.ddq_ms / self.bare_ms - 1.0
+
+
+def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _batch(size: int, rng: np.random.Generator) -> Batch:
+    frames = lambda: rng.integers(0, 256, (BATCH, FRAMES, size, size), dtype=np.uint8)  # noqa: E731
+    return Batch(states=frames(), actions=rng.integers(0, ACTIONS, BATCH), rewards=rng.random(BATCH, dtype=np.float32),
+                 next_states=frames(), terminated=np.zeros(BATCH, dtype=bool))
+
+
+def _bare_step(size: int, batch: Batch) -> Callable[[], None]:
+    """The same computation as plain PyTorch: two modules, no flat buffers, no message."""
+    online, target = deepq(FRAMES, size, size, ACTIONS), deepq(FRAMES, size, size, ACTIONS)
+    states, next_states = torch.from_numpy(batch.states), torch.from_numpy(batch.next_states)
+    actions, rewards = torch.from_numpy(batch.actions), torch.from_numpy(batch.rewards)
+
+    def step() -> None:
+        with torch.no_grad():
+            targets = rewards + GAMMA * target(next_states).max(dim=1).values
+        chosen = online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
+        online.zero_grad()
+        F.smooth_l1_loss(chosen, targets).backward()
+    return step
+
+
+def _ddq_step(size: int, batch: Batch, precision: str) -> tuple[Callable[[], None], Learner]:
+    """What a worker does per gradient: the learner's gradient, then the gradient message."""
+    learner = Learner(deepq(FRAMES, size, size, ACTIONS), OptimizerConfig(optimizer="sgd"), GAMMA,
+                      target_update=10**9, max_grad_norm=None, double_dqn=False, precision=precision)
+    buffer = MessageBuffer(learner.flat.size)
+    layout = layout_bytes(learner.flat.layout_hash())
+
+    def step() -> None:
+        stats = learner.compute_gradient(batch)
+        buffer.pack(Header(GRADIENT, layout, 0, learner.flat.size, samples=BATCH, loss=stats.loss),
+                    learner.flat.grad.numpy())
+    return step, learner
+
+
+def _interleaved(first: Callable[[], None], second: Callable[[], None], repeats: int) -> tuple[float, float]:
+    """Median ms of two steps measured alternately, so drifting machine load hits both alike."""
+    a, b = [], []
+    for fn in (first, second):
+        fn()
+    for _ in range(repeats):
+        for fn, times in ((first, a), (second, b)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return statistics.median(a) * 1e3, statistics.median(b) * 1e3
+
+
+def measure(size: int, repeats: int = 5, seed: int = 0) -> GradRow:
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    batch = _batch(size, rng)
+    torch.set_num_threads(1)
+    ddq_step, learner = _ddq_step(size, batch, "fp32")
+    bare_ms, ddq_ms = _interleaved(_bare_step(size, batch), ddq_step, repeats)
+    bf16_step, _ = _ddq_step(size, batch, "bf16")
+    bf16_ms = _median_ms(bf16_step, repeats, warmup=1)
+    torch.set_num_threads(2)
+    two_ms = _median_ms(ddq_step, repeats, warmup=1)
+    torch.set_num_threads(1)
+
+    n, layout = learner.flat.size, layout_bytes(learner.flat.layout_hash())
+    buffer = MessageBuffer(n)
+    weights = bytes(buffer.pack(Header(WEIGHTS, layout, 1, n), learner.flat.data.numpy()))
+    expect = Expect(WEIGHTS, layout, 0, n)
+    serialize_ms = _median_ms(lambda: buffer.pack(Header(GRADIENT, layout, 1, n), learner.flat.grad.numpy()), 30)
+    load_ms = _median_ms(lambda: learner.flat.assign(decode(weights, expect)[1]), 30)
+    return GradRow(size, n, serialize_ms, load_ms, bare_ms, ddq_ms, two_ms, bf16_ms)
+
+
+def table(rows: list[GradRow]) -> str:
+    lines = [
+        "| input | parameters | message MB | serialize ms (orig.) | load ms (orig.) | bare PyTorch ms | "
+        "ddq ms | ddq overhead | ddq 2 threads ms | ddq bf16 ms | original ms | ddq vs original |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        orig = ORIGINAL.get(r.size)
+        beside = (lambda ours, theirs: f"{ours:.2f} ({theirs:g})") if orig else (lambda ours, _: f"{ours:.2f}")
+        cells = [f"{r.size}x{r.size}", f"{r.params:,}", f"{4 * r.params / 1e6:.2f}",
+                 beside(r.serialize_ms, orig and orig[1]), beside(r.load_ms, orig and orig[2]),
+                 f"{r.bare_ms:.1f}", f"{r.ddq_ms:.1f}", f"{100 * r.overhead:+.1f}%", f"{r.ddq_2threads_ms:.1f}",
+                 f"{r.ddq_bf16_ms:.1f}", f"{orig[3]:,.1f}" if orig else "—",
+                 f"{orig[3] / r.ddq_ms:.1f}x" if orig else "—"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return ("DeepQ network, batch 32, 4 frames, 4 actions; times are medians, 1 torch thread unless "
+            "stated\n\n" + "\n".join(lines))
