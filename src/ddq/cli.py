@@ -68,6 +68,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_param_server(args: argparse.Namespace) -> int:
+    import logging
+
+    from ddq.param_server.server import ShardServer
+
+    logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
+    cli_values = {k: v for k, v in vars(args).items()
+                  if k not in ("func", "config", "command", "started_at", "run", "shard")}
+    config = build_config(cli_values, args.config)
+    if not config.redis_url:
+        raise ValueError("param-server needs --redis-url (ddq train starts Redis and the servers itself)")
+    if not 0 <= args.shard < config.server.shards:
+        raise ValueError(f"--shard {args.shard} is not one of the {config.server.shards} shards")
+    return ShardServer(config, config.redis_url, args.run, args.shard).serve()
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from ddq.models import BUILDERS, model_definition, shipped_models
     from ddq.models.caffe import import_net
@@ -132,6 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
                                                             "optimizer's (flags still override them)")
     add_config_flags(train)
     train.set_defaults(func=cmd_train)
+
+    ps = commands.add_parser("param-server", help="serve one shard of a run's parameters from Redis",
+                             description="A parameter-server shard: applies the gradients workers push to Redis "
+                                         "and publishes the weights. `ddq train` starts these itself; run one "
+                                         "by hand against any --redis-url. It exits when the run's control key "
+                                         "says stop (SET ddq:RUN:control stop).")
+    ps.add_argument("--config", help="settings file (TOML, or the JSON ddq writes into a run folder)")
+    ps.add_argument("--run", default="default", help="run id: the Redis keys live under ddq:RUN:")
+    ps.add_argument("--shard", type=int, default=0, help="which shard of --shards this process serves")
+    add_config_flags(ps)
+    ps.set_defaults(func=cmd_param_server)
 
     ev = commands.add_parser("evaluate", help="greedy mean return of a checkpoint, as JSON")
     ev.add_argument("checkpoint", help="checkpoint file or run folder")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import types
 import typing
@@ -26,6 +27,23 @@ from ddq.gamesim.envs import EnvOptions, is_atari
 from ddq.param_server.optimizers import OptimizerConfig
 
 MODES = ("serial",)
+
+
+@dataclass
+class ServerConfig:
+    """The parameter server's settings (distributed modes)."""
+
+    shards: int = field(default=1, metadata={"help": "parameter-server processes, each owning a slice of the weights"})
+    max_staleness: int | None = field(default=None, metadata={"help": "drop gradients more than this many updates old (none: keep all)"})
+    staleness_scaling: bool = field(default=False, metadata={"help": "divide each step by its gradient's staleness (Zhang et al. 2016)"})
+    snapshot_every: int = field(default=1000, metadata={"help": "updates between snapshots (Redis and a checkpoint file)"})
+    max_backlog: int = field(default=8, metadata={"help": "queued gradients per shard beyond which a worker waits"})
+
+    def __post_init__(self) -> None:
+        if self.shards < 1 or self.snapshot_every < 1 or self.max_backlog < 1:
+            raise ValueError("shards, snapshot_every and max_backlog must be positive")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError("max_staleness must be at least 0")
 
 
 @dataclass
@@ -65,8 +83,11 @@ class TrainConfig:
     device: str = field(default="cpu", metadata={"help": "torch device: cpu, cuda, cuda:1, auto"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (one per process is fastest on few cores)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    redis_url: str | None = field(default=None, metadata={"help": "Redis to use: redis://, rediss://, unix:// "
+                                                                  "(default: a private redis-server ddq starts)"})
     env_options: EnvOptions = field(default_factory=EnvOptions)
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -100,7 +121,7 @@ def preset_for(env_id: str) -> dict[str, Any]:
     return PRESETS.get("atari" if is_atari(env_id) else env_id, {})
 
 
-_SECTIONS = {"env_options": EnvOptions, "optim": OptimizerConfig}
+_SECTIONS = {"env_options": EnvOptions, "optim": OptimizerConfig, "server": ServerConfig}
 
 
 def _field_names(cls: type) -> set[str]:
@@ -132,8 +153,9 @@ def merge(config: TrainConfig, values: dict[str, Any], source: str) -> TrainConf
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
+    """Settings from a TOML file, or from JSON (what ddq itself writes for the processes it starts)."""
     with open(path, "rb") as handle:
-        return tomllib.load(handle)
+        return json.load(handle) if str(path).endswith(".json") else tomllib.load(handle)
 
 
 def build_config(cli_values: dict[str, Any], config_file: str | None = None,

@@ -37,14 +37,16 @@ class FlatParameters:
             p.grad = self.grad[offset:offset + n].view_as(p)
             offset += n
 
-    def assign(self, values: np.ndarray) -> None:
-        """Copies a flat float32 vector (e.g. a read-only view of a received message) into the parameters."""
-        if self.data.device.type == "cpu":
-            np.copyto(self.data.numpy(), values)
+    def assign(self, values: np.ndarray, offset: int = 0, into: torch.Tensor | None = None) -> None:
+        """Copies float32 `values` (e.g. a read-only view of a received message) into the parameters
+        (or into `into`, a vector of the same size), starting at `offset`."""
+        target = (self.data if into is None else into)[offset:offset + len(values)]
+        if target.device.type == "cpu":
+            np.copyto(target.numpy(), values)
         else:
             with warnings.catch_warnings():  # torch warns about read-only arrays; it only reads this one
                 warnings.simplefilter("ignore", UserWarning)
-                self.data.copy_(torch.from_numpy(values))
+                target.copy_(torch.from_numpy(values))
 
     def zero_grad(self) -> None:
         self.grad.zero_()

@@ -1,0 +1,89 @@
+"""A worker's side of the parameter server: pull weights when they moved, push gradients to every shard."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ddq.models import FlatParameters
+from ddq.param_server.protocol import RunKeys, shard_bounds, weights_expectation
+from ddq.transport.resp import RespConnection
+from ddq.transport.wire import GRADIENT, HEADER, Header, WireError, decode, layout_bytes, pack_header, read_header
+
+
+class ParameterClient:
+    """Keeps `flat` (and optionally `target`) in step with a run's shards, and sends gradients to them.
+
+    Versions are per shard: a gradient carries, for each shard, the version of
+    that shard's weights it was computed from.
+    """
+
+    def __init__(self, redis_url: str, run: str, flat: FlatParameters, shards: int = 1, worker: int = 0,
+                 target: FlatParameters | None = None, max_backlog: int = 8):
+        self.flat, self.target, self.worker, self.max_backlog = flat, target, worker, max_backlog
+        self.bounds = shard_bounds(flat.size, shards)
+        self.keys = [RunKeys(run).shard(k) for k in range(shards)]
+        self.layout = layout_bytes(flat.layout_hash())
+        self.versions = [-1] * shards
+        self.target_versions = [-1] * shards
+        largest = max(end - start for start, end in self.bounds)
+        self.conn = RespConnection(redis_url, buffer_bytes=4 * largest + HEADER.size + 4096)
+        self.waits = 0  # times a push waited for a backlog to drain
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @property
+    def version(self) -> int:
+        """Updates applied so far, summed over shards (each shard applies every gradient it accepts)."""
+        return max(sum(self.versions), 0)
+
+    def _refresh(self, key_of, versions: list[int], into: FlatParameters | None) -> bool:
+        heads = self.conn.pipeline([("GETRANGE", key_of(keys), "0", str(HEADER.size - 1)) for keys in self.keys])
+        moved = []
+        for shard, head in enumerate(heads):
+            if not head:
+                raise RuntimeError(f"no weights in Redis under {key_of(self.keys[shard])}: is the parameter "
+                                   "server running for this run?")
+            if read_header(head, whole=False).version != versions[shard]:
+                moved.append(shard)
+        if not moved:
+            return False
+        replies = self.conn.pipeline([("GET", key_of(self.keys[shard])) for shard in moved])
+        for shard, message in zip(moved, replies):
+            header, values = decode(message, weights_expectation(self.layout, self.bounds[shard]))
+            self.flat.assign(values, header.offset, into=None if into is None else into.data)
+            versions[shard] = header.version
+        return True
+
+    def pull(self) -> bool:
+        """Fetches the weights of every shard whose version moved; True if any did."""
+        return self._refresh(lambda keys: keys.weights, self.versions, None)
+
+    def pull_target(self) -> bool:
+        """The same for the target network's weights (they move every C updates)."""
+        if self.target is None:
+            raise ValueError("this client was made without a target network")
+        return self._refresh(lambda keys: keys.target, self.target_versions, self.target)
+
+    def push(self, grad: np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
+        """Sends each shard its slice of `grad`, computed from the weights last pulled.
+
+        When a shard's queue is longer than `max_backlog`, waits for it to drain:
+        a worker faster than the server would otherwise only add staleness.
+        """
+        if min(self.versions) < 0:
+            raise RuntimeError("pull the weights before pushing a gradient computed from them")
+        if grad.dtype != np.float32 or grad.shape != (self.flat.size,):
+            raise WireError("size", f"a gradient must be {self.flat.size} float32 values")
+        commands = []
+        for shard, ((start, end), keys) in enumerate(zip(self.bounds, self.keys)):
+            header = Header(GRADIENT, self.layout, self.versions[shard], end - start, offset=start, shard=shard,
+                            worker=self.worker, samples=samples, loss=loss)
+            commands.append(("LPUSH", keys.grads, (pack_header(header), memoryview(grad[start:end]).cast("B"))))
+        lengths = self.conn.pipeline(commands)
+        while max(lengths) > self.max_backlog:
+            self.waits += 1
+            time.sleep(0.0005)
+            lengths = self.conn.pipeline([("LLEN", keys.grads) for keys in self.keys])

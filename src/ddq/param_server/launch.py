@@ -1,0 +1,58 @@
+"""Starting parameter-server shards as child processes of the driver (or of a benchmark or test)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+from ddq.config import TrainConfig
+from ddq.param_server.protocol import RunKeys
+from ddq.processes import spawn, stop
+
+
+def write_config(config: TrainConfig, path: Path) -> Path:
+    """The run's settings as JSON, the form `--config` reads back for the processes ddq starts."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dataclasses.asdict(config), indent=1))
+    return path
+
+
+def start_shards(config: TrainConfig, redis_url: str, run: str, folder: Path) -> list[subprocess.Popen]:
+    """One `ddq param-server` process per shard, logging to folder/param-server-<k>.log."""
+    config_path = write_config(config, folder / "config.json")
+    return [spawn([sys.executable, "-m", "ddq", "param-server", "--config", str(config_path),
+                   "--redis-url", redis_url, "--run", run, "--shard", str(k)], folder / f"param-server-{k}.log")
+            for k in range(config.server.shards)]
+
+
+def wait_until_serving(client: redis.Redis, run: str, shards: int, processes: list[subprocess.Popen],
+                       timeout: float = 120.0) -> None:
+    """Returns once every shard published weights; raises if one died or the wait ran out."""
+    keys = [RunKeys(run).shard(k).weights for k in range(shards)]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(client.exists(key) for key in keys):
+            return
+        dead = [p for p in processes if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"a parameter-server shard exited with code {dead[0].returncode}")
+        time.sleep(0.05)
+    raise RuntimeError(f"parameter servers did not publish weights within {timeout:.0f} s")
+
+
+def stop_shards(client: redis.Redis, run: str, processes: list[subprocess.Popen], timeout: float = 30.0) -> list[int | None]:
+    """Asks the run's shards to finish (they snapshot and exit by themselves), then makes sure."""
+    client.set(RunKeys(run).control, "stop")
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    return [stop(process) for process in processes]

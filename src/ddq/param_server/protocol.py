@@ -1,0 +1,55 @@
+"""What the parameter server and its clients agree on: Redis keys of a run, shard slices, message checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddq.transport.wire import GRADIENT, WEIGHTS, Expect
+
+
+def shard_bounds(size: int, shards: int) -> list[tuple[int, int]]:
+    """[start, end) of each shard's contiguous slice of a flat vector of `size` values."""
+    if not 1 <= shards <= size:
+        raise ValueError(f"cannot split {size} parameters into {shards} shards")
+    edges = [round(i * size / shards) for i in range(shards + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    grads: str  # list: gradient messages, pushed with LPUSH, taken with BRPOP/RPOP (first in, first out)
+    weights: str  # string: the latest weights message of this shard's slice
+    target: str  # string: the target network's slice, refreshed every C updates
+    snapshot: str  # hash: weights, target, optimizer state and counters, every N updates
+    metrics: str  # string: JSON of the babysitting numbers
+
+
+@dataclass(frozen=True)
+class RunKeys:
+    """Every Redis key of one run lives under `ddq:<run>:`, so runs can share a server."""
+
+    run: str
+
+    @property
+    def prefix(self) -> str:
+        return f"ddq:{self.run}"
+
+    @property
+    def control(self) -> str:
+        """String: "stop" asks every process of the run to finish."""
+        return f"{self.prefix}:control"
+
+    def shard(self, index: int) -> ShardKeys:
+        base = f"{self.prefix}:ps:{index}"
+        return ShardKeys(f"{base}:grads", f"{base}:weights", f"{base}:target", f"{base}:snapshot",
+                         f"{base}:metrics")
+
+
+def gradient_expectation(layout: bytes, bounds: tuple[int, int], max_bytes: int) -> Expect:
+    start, end = bounds
+    return Expect(GRADIENT, layout, start, end - start, max_bytes=max_bytes)
+
+
+def weights_expectation(layout: bytes, bounds: tuple[int, int]) -> Expect:
+    start, end = bounds
+    return Expect(WEIGHTS, layout, start, end - start, check_finite=False)

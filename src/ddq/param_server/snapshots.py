@@ -1,0 +1,89 @@
+"""Shard snapshots: weights, target, optimizer state and version, in Redis and in a checkpoint file.
+
+Nothing is pickled: in Redis a snapshot is a hash of wire-format messages
+and JSON; on disk it is a torch file of tensors and numbers that
+`torch.load(..., weights_only=True)` reads. A restarted shard resumes from
+whichever of the two is newer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import redis
+import torch
+
+from ddq.param_server.protocol import weights_expectation
+from ddq.transport.wire import WEIGHTS, Header, WireError, decode, encode
+
+
+@dataclass
+class ShardState:
+    version: int
+    target_version: int
+    weights: torch.Tensor
+    target: torch.Tensor
+    optimizer: dict  # FlatOptimizer.state_dict()
+
+
+def _message(layout: bytes, bounds: tuple[int, int], version: int, values: torch.Tensor) -> bytes:
+    start, end = bounds
+    return encode(Header(WEIGHTS, layout, version, end - start, offset=start), values.cpu().numpy())
+
+
+def save(client: redis.Redis, key: str, path: Path | None, state: ShardState, layout: bytes,
+         bounds: tuple[int, int]) -> None:
+    optimizer = state.optimizer
+    fields = {"version": state.version, "target_version": state.target_version,
+              "optimizer": json.dumps({"config": optimizer["config"], "steps": optimizer["steps"],
+                                       "state": sorted(optimizer["state"])}),
+              "weights": _message(layout, bounds, state.version, state.weights),
+              "target": _message(layout, bounds, state.target_version, state.target)}
+    for name, tensor in optimizer["state"].items():
+        fields[f"state:{name}"] = _message(layout, bounds, state.version, tensor)
+    client.pipeline(transaction=True).delete(key).hset(key, mapping=fields).execute()  # never half a snapshot
+    if path is not None:
+        tmp = path.with_suffix(".tmp")
+        torch.save({"format": "ddq-shard-1", "layout": layout.hex(), "bounds": list(bounds),
+                    **dataclasses.asdict(state)}, tmp)
+        os.replace(tmp, path)
+
+
+def _from_redis(client: redis.Redis, key: str, layout: bytes, bounds: tuple[int, int]) -> ShardState | None:
+    fields = client.hgetall(key)
+    if not fields:
+        return None
+    expect = weights_expectation(layout, bounds)
+    tensor = lambda name: torch.from_numpy(np.array(decode(fields[name.encode()], expect)[1]))  # noqa: E731
+    meta = json.loads(fields[b"optimizer"])
+    optimizer = {"config": meta["config"], "steps": int(meta["steps"]),
+                 "state": {name: tensor(f"state:{name}") for name in meta["state"]}}
+    return ShardState(int(fields[b"version"]), int(fields[b"target_version"]), tensor("weights"),
+                      tensor("target"), optimizer)
+
+
+def _from_file(path: Path | None, layout: bytes, bounds: tuple[int, int]) -> ShardState | None:
+    if path is None or not path.exists():
+        return None
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    if saved.get("format") != "ddq-shard-1" or saved["layout"] != layout.hex() or tuple(saved["bounds"]) != bounds:
+        raise ValueError(f"{path} is a snapshot of another model or shard layout")
+    return ShardState(saved["version"], saved["target_version"], saved["weights"], saved["target"],
+                      saved["optimizer"])
+
+
+def load_newest(client: redis.Redis, key: str, path: Path | None, layout: bytes,
+                bounds: tuple[int, int]) -> ShardState | None:
+    """The newer of the Redis snapshot and the file, or None when neither exists."""
+    try:
+        in_redis = _from_redis(client, key, layout, bounds)
+    except (WireError, KeyError, ValueError) as error:
+        raise ValueError(f"the snapshot in Redis ({key}) does not fit this model: {error}") from error
+    on_disk = _from_file(path, layout, bounds)
+    candidates = [s for s in (in_redis, on_disk) if s is not None]
+    return max(candidates, key=lambda s: s.version) if candidates else None

@@ -1,0 +1,177 @@
+"""A minimal Redis (RESP2) connection for the hot paths: replies land in one reusable buffer.
+
+redis-py builds a fresh bytes object for every reply and concatenates what it
+reads; for weights of megabytes that doubles the time of a pull (0.91 MB:
+0.6 ms against 0.33 ms here; 34 MB: 27 ms against 15 ms). This connection
+reads every reply into a buffer it keeps, hands back bulk strings as
+memoryviews into it (valid until the next command), and sends large
+arguments without copying them. Everything else in ddq uses redis-py.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Union
+from urllib.parse import parse_qs, unquote, urlparse
+
+Reply = Union[int, memoryview, str, None, list]
+Argument = Union[str, bytes, memoryview, tuple]
+_CRLF = b"\r\n"
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """Stands in for a bulk string longer than the connection's `max_bulk`: its bytes were skipped."""
+
+    size: int
+
+
+class RespError(RuntimeError):
+    """An error reply from Redis, or a reply this connection cannot read."""
+
+
+def _connect(url: str, timeout: float | None) -> tuple[socket.socket, dict]:
+    parsed = urlparse(url)
+    query = parse_qs(parsed.query)
+    if parsed.scheme == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        sock.connect(unquote(parsed.path))
+    elif parsed.scheme in ("redis", "rediss"):
+        sock = socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if parsed.scheme == "rediss":
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=parsed.hostname)
+    else:
+        raise ValueError(f"unsupported Redis URL scheme {parsed.scheme!r} (redis://, rediss://, unix://)")
+    db = query.get("db", [parsed.path.strip("/") if parsed.scheme != "unix" else ""])[0] or "0"
+    return sock, {"username": unquote(parsed.username) if parsed.username else None,
+                  "password": unquote(parsed.password) if parsed.password else None, "db": int(db)}
+
+
+class RespConnection:
+    """One Redis connection; `command(...)` returns the reply, bulk strings as views into `self.buffer`."""
+
+    def __init__(self, url: str, buffer_bytes: int = 1 << 20, timeout: float | None = 30.0,
+                 max_bulk: int | None = None):
+        """`max_bulk`: longer bulk strings are read past and returned as `Oversized`, never buffered."""
+        self.sock, auth = _connect(url, timeout)
+        self.max_bulk = max_bulk
+        self.buffer = bytearray(buffer_bytes)
+        self.view = memoryview(self.buffer)
+        self.start = self.end = 0  # unread bytes are buffer[start:end]
+        if auth["password"]:
+            self.command(*(["AUTH", auth["username"]] if auth["username"] else ["AUTH"]), auth["password"])
+        if auth["db"]:
+            self.command("SELECT", str(auth["db"]))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "RespConnection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- sending
+    def send(self, *args: Argument) -> None:
+        """Writes one command. Large arguments go out as they are, not copied into the request; an
+        argument given as a tuple of buffers is sent as their concatenation (a header and a body)."""
+        pending = bytearray(b"*%d\r\n" % len(args))
+        for arg in args:
+            pieces = [memoryview(p.encode() if isinstance(p, str) else p).cast("B")
+                      for p in (arg if isinstance(arg, tuple) else (arg,))]
+            pending += b"$%d\r\n" % sum(p.nbytes for p in pieces)
+            for piece in pieces:
+                if piece.nbytes < 16384:
+                    pending += piece
+                else:
+                    self.sock.sendall(pending)
+                    self.sock.sendall(piece)
+                    pending = bytearray()
+            pending += _CRLF
+        self.sock.sendall(pending)
+
+    def command(self, *args: Argument) -> Reply:
+        self.compact()
+        self.send(*args)
+        return self.read_reply()
+
+    def pipeline(self, commands: Sequence[Sequence[Argument]]) -> list[Reply]:
+        """Sends every command, then reads every reply: one round trip. Replies share the buffer."""
+        self.compact()
+        for args in commands:
+            self.send(*args)
+        return [self.read_reply() for _ in commands]
+
+    # ---------------------------------------------------------------- receiving
+    def compact(self) -> None:
+        """Forget what was read: earlier replies' views become invalid."""
+        if self.start == self.end:
+            self.start = self.end = 0
+
+    def _fill(self, need_end: int) -> None:
+        """Reads until buffer[:need_end] is filled, growing the buffer if it must."""
+        if need_end > len(self.buffer):
+            # A new buffer, not a resize: replies already handed out keep viewing the old one.
+            bigger = bytearray(max(need_end - self.start + (1 << 20), len(self.buffer)))
+            bigger[:self.end - self.start] = self.view[self.start:self.end]
+            need_end -= self.start
+            self.end -= self.start
+            self.start = 0
+            self.buffer, self.view = bigger, memoryview(bigger)
+        while self.end < need_end:
+            got = self.sock.recv_into(self.view[self.end:])
+            if got == 0:
+                raise ConnectionError("Redis closed the connection")
+            self.end += got
+
+    def _skip(self, count: int) -> None:
+        """Reads past `count` bytes, a buffer's worth at a time."""
+        while count > 0:
+            if self.start == self.end:
+                self.start = self.end = 0
+                self._fill(min(count, len(self.buffer)))
+            taken = min(count, self.end - self.start)
+            self.start += taken
+            count -= taken
+
+    def _line(self) -> bytes:
+        while True:
+            at = self.buffer.find(_CRLF, self.start, self.end)
+            if at >= 0:
+                line = bytes(self.view[self.start:at])
+                self.start = at + 2
+                return line
+            if self.end - self.start > 65536:
+                raise RespError("reply line longer than 64 KiB")
+            self._fill(self.end + 1)
+
+    def read_reply(self) -> Reply:
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RespError(rest.decode(errors="replace"))
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            size = int(rest)
+            if size < 0:
+                return None
+            if self.max_bulk is not None and size > self.max_bulk:
+                self._skip(size + 2)
+                return Oversized(size)
+            self._fill(self.start + size + 2)
+            value = self.view[self.start:self.start + size]
+            self.start += size + 2
+            return value
+        if kind == b"*":
+            count = int(rest)
+            return None if count < 0 else [self.read_reply() for _ in range(count)]
+        raise RespError(f"unreadable reply {line[:40]!r}")
