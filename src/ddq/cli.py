@@ -135,6 +135,13 @@ def cmd_bench_grad(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_ps(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.ps import run_bench, table
+
+    print(table(*run_bench(args.sizes, args.shards, args.repeats, args.seconds, args.redis_url)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -149,16 +156,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(train)
     train.set_defaults(func=cmd_train)
 
-    ps = commands.add_parser("param-server", help="serve one shard of a run's parameters from Redis",
+    server = commands.add_parser("param-server", help="serve one shard of a run's parameters from Redis",
                              description="A parameter-server shard: applies the gradients workers push to Redis "
                                          "and publishes the weights. `ddq train` starts these itself; run one "
                                          "by hand against any --redis-url. It exits when the run's control key "
                                          "says stop (SET ddq:RUN:control stop).")
-    ps.add_argument("--config", help="settings file (TOML, or the JSON ddq writes into a run folder)")
-    ps.add_argument("--run", default="default", help="run id: the Redis keys live under ddq:RUN:")
-    ps.add_argument("--shard", type=int, default=0, help="which shard of --shards this process serves")
-    add_config_flags(ps)
-    ps.set_defaults(func=cmd_param_server)
+    server.add_argument("--config", help="settings file (TOML, or the JSON ddq writes into a run folder)")
+    server.add_argument("--run", default="default", help="run id: the Redis keys live under ddq:RUN:")
+    server.add_argument("--shard", type=int, default=0, help="which shard of --shards this process serves")
+    add_config_flags(server)
+    server.set_defaults(func=cmd_param_server)
 
     ev = commands.add_parser("evaluate", help="greedy mean return of a checkpoint, as JSON")
     ev.add_argument("checkpoint", help="checkpoint file or run folder")
@@ -177,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir", help="run folder holding metrics.jsonl")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     plot.set_defaults(func=cmd_plot)
-    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient cost by model size)")
+    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient cost by model size), ps (parameter server)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("serial", help="steps and wall time to a target return over several seeds")
     serial.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
@@ -190,6 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
     grad.add_argument("--sizes", type=int, nargs="+", default=list(range(16, 129, 8)), help="input sizes")
     grad.add_argument("--repeats", type=int, default=5, help="timed repetitions per figure (medians)")
     grad.set_defaults(func=cmd_bench_grad)
+    ps = kinds.add_parser("ps", help="parameter-server pull and push latency and updates/s by model size, "
+                                     "beside the original's latency")
+    ps.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128], help="DeepQ input sizes")
+    ps.add_argument("--shards", type=int, nargs="+", default=[1], help="shard counts to measure each size with")
+    ps.add_argument("--repeats", type=int, default=30, help="timed pulls and pushes per size (medians)")
+    ps.add_argument("--seconds", type=float, default=3.0, help="length of each throughput window")
+    ps.add_argument("--redis-url", help="use this Redis instead of a private one")
+    ps.set_defaults(func=cmd_bench_ps)
     return parser
 
 

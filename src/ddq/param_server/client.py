@@ -9,7 +9,7 @@ import numpy as np
 from ddq.models import FlatParameters
 from ddq.param_server.protocol import RunKeys, shard_bounds, weights_expectation
 from ddq.transport.resp import RespConnection
-from ddq.transport.wire import GRADIENT, HEADER, Header, WireError, decode, layout_bytes, pack_header, read_header
+from ddq.transport.wire import GRADIENT, HEADER, Header, WireError, check, layout_bytes, pack_header, read_header
 
 
 class ParameterClient:
@@ -50,12 +50,34 @@ class ParameterClient:
                 moved.append(shard)
         if not moved:
             return False
-        replies = self.conn.pipeline([("GET", key_of(self.keys[shard])) for shard in moved])
-        for shard, message in zip(moved, replies):
-            header, values = decode(message, weights_expectation(self.layout, self.bounds[shard]))
-            self.flat.assign(values, header.offset, into=None if into is None else into.data)
-            versions[shard] = header.version
+        for shard in moved:
+            self.conn.send("GET", key_of(self.keys[shard]))
+        for shard in moved:
+            versions[shard] = self._receive_weights(shard, into or self.flat)
         return True
+
+    def _receive_weights(self, shard: int, into: FlatParameters) -> int:
+        """Reads one weights reply straight into `into` once its header checked out; its version."""
+        expect = weights_expectation(self.layout, self.bounds[shard])
+        received: list[Header] = []
+
+        def place(head: memoryview, size: int) -> memoryview:
+            header = read_header(head, whole=False)
+            check(header, expect)
+            if size != HEADER.size + 4 * header.count:
+                raise WireError("size", f"{size} bytes do not hold {header.count} values")
+            received.append(header)
+            start, end = self.bounds[shard]
+            if into.data.device.type == "cpu":
+                return memoryview(into.data[start:end].numpy())
+            self._staging = np.empty(end - start, np.float32)
+            return memoryview(self._staging)
+
+        if not self.conn.read_bulk_into(HEADER.size, place):
+            raise RuntimeError(f"the weights of shard {shard} vanished from Redis")
+        if into.data.device.type != "cpu":
+            into.assign(self._staging, self.bounds[shard][0])
+        return received[0].version
 
     def pull(self) -> bool:
         """Fetches the weights of every shard whose version moved; True if any did."""

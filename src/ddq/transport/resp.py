@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Union
 from urllib.parse import parse_qs, unquote, urlparse
@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 Reply = Union[int, memoryview, str, None, list]
 Argument = Union[str, bytes, memoryview, tuple]
 _CRLF = b"\r\n"
+SOCKET_BUFFER = 8 << 20  # a megabyte message in one write, not a dozen wake-ups of the reader
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ def _connect(url: str, timeout: float | None) -> tuple[socket.socket, dict]:
     query = parse_qs(parsed.query)
     if parsed.scheme == "unix":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
         sock.settimeout(timeout)
         sock.connect(unquote(parsed.path))
     elif parsed.scheme in ("redis", "rediss"):
@@ -60,6 +62,7 @@ class RespConnection:
         """`max_bulk`: longer bulk strings are read past and returned as `Oversized`, never buffered."""
         self.sock, auth = _connect(url, timeout)
         self.max_bulk = max_bulk
+        self._waitall = not isinstance(self.sock, ssl.SSLSocket)  # TLS sockets take no recv flags
         self.buffer = bytearray(buffer_bytes)
         self.view = memoryview(self.buffer)
         self.start = self.end = 0  # unread bytes are buffer[start:end]
@@ -114,8 +117,9 @@ class RespConnection:
         if self.start == self.end:
             self.start = self.end = 0
 
-    def _fill(self, need_end: int) -> None:
-        """Reads until buffer[:need_end] is filled, growing the buffer if it must."""
+    def _fill(self, need_end: int, exact: bool = False) -> None:
+        """Reads until buffer[:need_end] is filled, growing the buffer if it must. `exact` (a bulk
+        body of known length) waits in the kernel for all of it: one wake-up, not one per chunk."""
         if need_end > len(self.buffer):
             # A new buffer, not a resize: replies already handed out keep viewing the old one.
             bigger = bytearray(max(need_end - self.start + (1 << 20), len(self.buffer)))
@@ -125,10 +129,52 @@ class RespConnection:
             self.start = 0
             self.buffer, self.view = bigger, memoryview(bigger)
         while self.end < need_end:
-            got = self.sock.recv_into(self.view[self.end:])
+            if exact and self._waitall:
+                got = self.sock.recv_into(self.view[self.end:need_end], need_end - self.end, socket.MSG_WAITALL)
+            else:
+                got = self.sock.recv_into(self.view[self.end:])
             if got == 0:
                 raise ConnectionError("Redis closed the connection")
             self.end += got
+
+    def read_bulk_into(self, head: int, place: Callable[[memoryview, int], memoryview]) -> bool:
+        """Reads a bulk-string reply (False for nil) without buffering its body: its first `head`
+        bytes go to `place(head_bytes, body_length)`, which checks them and returns where the
+        remaining bytes belong (or raises; the rest of the reply is then read past)."""
+        line = self._line()
+        if line[:1] == b"-":
+            raise RespError(line[1:].decode(errors="replace"))
+        if line[:1] != b"$":
+            raise RespError(f"expected a bulk string, got {line[:40]!r}")
+        size = int(line[1:])
+        if size < 0:
+            return False
+        if size < head:
+            self._skip(size + 2)
+            raise RespError(f"a {size}-byte value is shorter than its {head}-byte header")
+        self._fill(self.start + head, exact=True)
+        head_bytes = self.view[self.start:self.start + head]
+        self.start += head
+        try:
+            dest = place(head_bytes, size).cast("B")
+            if dest.nbytes != size - head:
+                raise RespError(f"placed {dest.nbytes} bytes for a {size - head}-byte body")
+        except Exception:
+            self._skip(size - head + 2)
+            raise
+        buffered = min(self.end - self.start, dest.nbytes)
+        dest[:buffered] = self.view[self.start:self.start + buffered]
+        self.start += buffered
+        got = buffered
+        while got < dest.nbytes:
+            flags = socket.MSG_WAITALL if self._waitall else 0
+            received = self.sock.recv_into(dest[got:], dest.nbytes - got, flags)
+            if received == 0:
+                raise ConnectionError("Redis closed the connection")
+            got += received
+        self._fill(self.start + 2, exact=True)
+        self.start += 2
+        return True
 
     def _skip(self, count: int) -> None:
         """Reads past `count` bytes, a buffer's worth at a time."""
@@ -167,7 +213,7 @@ class RespConnection:
             if self.max_bulk is not None and size > self.max_bulk:
                 self._skip(size + 2)
                 return Oversized(size)
-            self._fill(self.start + size + 2)
+            self._fill(self.start + size + 2, exact=True)
             value = self.view[self.start:self.start + size]
             self.start += size + 2
             return value

@@ -109,14 +109,8 @@ def read_header(message: bytes | memoryview, whole: bool = True) -> Header:
     return Header(kind, layout, version, count, offset, shard, model_id, worker, samples, loss)
 
 
-def decode(message: bytes | memoryview, expect: Expect) -> tuple[Header, np.ndarray]:
-    """(header, values) of a message meeting `expect`; `values` is a read-only view of `message`.
-
-    Raises WireError for anything else, including non-finite values.
-    """
-    if len(message) > expect.max_bytes:
-        raise WireError("oversized", f"{len(message)} bytes is over the {expect.max_bytes}-byte limit")
-    header = read_header(message)
+def check(header: Header, expect: Expect) -> None:
+    """Raises WireError unless `header` is what `expect` accepts."""
     if header.kind != expect.kind:
         raise WireError("kind", f"expected message kind {expect.kind}, got {header.kind}")
     if expect.layout is not None and header.layout != expect.layout:
@@ -127,6 +121,17 @@ def decode(message: bytes | memoryview, expect: Expect) -> tuple[Header, np.ndar
             (expect.count is not None and header.count != expect.count):
         raise WireError("size", f"values [{header.offset}, +{header.count}) are not this receiver's "
                                 f"[{expect.offset}, +{expect.count})")
+
+
+def decode(message: bytes | memoryview, expect: Expect) -> tuple[Header, np.ndarray]:
+    """(header, values) of a message meeting `expect`; `values` is a read-only view of `message`.
+
+    Raises WireError for anything else, including non-finite values.
+    """
+    if len(message) > expect.max_bytes:
+        raise WireError("oversized", f"{len(message)} bytes is over the {expect.max_bytes}-byte limit")
+    header = read_header(message)
+    check(header, expect)
     values = np.frombuffer(message, dtype=BODY_DTYPE, count=header.count, offset=HEADER.size)
     if expect.check_finite and not np.isfinite(np.dot(values, values)):  # one BLAS pass catches any NaN or Inf
         raise WireError("non_finite", "values contain NaN or Inf (or magnitudes beyond 1e19)")
