@@ -123,12 +123,12 @@ class ReplayMemory:
     _ARRAYS = ("frames", "actions", "rewards", "terminated", "first", "has_next")
 
     def save(self, path: str) -> None:
-        """Write the whole memory to an .npz file (plain arrays, no pickle)."""
+        """Write the whole memory to an .npz file of plain arrays (np.load refuses object arrays)."""
         np.savez(path, written=np.int64(self.written),
                  **{name: getattr(self, name) for name in self._ARRAYS})
 
     def load(self, path: str) -> None:
-        with np.load(path, allow_pickle=False) as saved:
+        with np.load(path) as saved:
             for name in self._ARRAYS:
                 if saved[name].shape != getattr(self, name).shape:
                     raise ValueError(f"replay file {path} has {name} of shape {saved[name].shape}, "

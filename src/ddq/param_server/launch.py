@@ -33,11 +33,16 @@ def start_shards(config: TrainConfig, redis_url: str, run: str, folder: Path) ->
 
 def wait_until_serving(client: redis.Redis, run: str, shards: int, processes: list[subprocess.Popen],
                        timeout: float = 120.0) -> None:
-    """Returns once every shard published weights; raises if one died or the wait ran out."""
-    keys = [RunKeys(run).shard(k).weights for k in range(shards)]
+    """Returns once every shard process published its weights; raises if one died or the wait ran out.
+
+    A shard announces itself with its pid in its metrics, right after publishing
+    its weights, so weights a dead predecessor left behind do not count.
+    """
+    keys = [RunKeys(run).shard(k).metrics for k in range(shards)]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(client.exists(key) for key in keys):
+        reports = [client.get(key) for key in keys]
+        if all(r and json.loads(r).get("pid") == p.pid for r, p in zip(reports, processes)):
             return
         dead = [p for p in processes if p.poll() is not None]
         if dead:

@@ -172,7 +172,8 @@ class ShardServer:
         """Runs until the run's control key says stop; returns the process exit code."""
         log.info("shard %d serving parameters [%d, %d) at version %d", self.shard, *self.bounds, self.version)
         self.publish(target_too=True)
-        next_housekeeping = 0.0
+        self.housekeeping()
+        next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         try:
             while True:
                 self._receive(HOUSEKEEPING_S)

@@ -1,6 +1,6 @@
 """Shard snapshots: weights, target, optimizer state and version, in Redis and in a checkpoint file.
 
-Nothing is pickled: in Redis a snapshot is a hash of wire-format messages
+No object serialization: in Redis a snapshot is a hash of wire-format messages
 and JSON; on disk it is a torch file of tensors and numbers that
 `torch.load(..., weights_only=True)` reads. A restarted shard resumes from
 whichever of the two is newer.

@@ -1,6 +1,6 @@
 """The wire format of weights and gradients: a fixed little-endian header, then raw float32 values.
 
-Nothing here unpickles or evaluates anything: a message is 56 bytes of typed
+Nothing here deserializes objects or evaluates anything: a message is 56 bytes of typed
 header fields and a body of `count` little-endian float32s, checked field by
 field. Decoding is zero-copy (a NumPy view of the received bytes); encoding
 writes into a preallocated buffer, so the hot path allocates nothing.

@@ -1,0 +1,315 @@
+"""The parameter server against a real redis-server: exact updates, shards, staleness, snapshots, bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+import torch
+
+from ddq.config import build_config
+from ddq.param_server.client import ParameterClient
+from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
+from ddq.param_server.optimizers import FlatOptimizer
+from ddq.param_server.protocol import RunKeys
+from ddq.param_server.server import model_parameters
+from ddq.transport.redis_server import EmbeddedRedis
+from ddq.transport.wire import GRADIENT, HEADER, Header, encode, layout_bytes
+
+from conftest import run_ddq
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    server = EmbeddedRedis()
+    yield server
+    server.stop()
+    assert server.process.poll() is not None
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Harness:
+    """A run's shards started as real `ddq param-server` processes, and a client for them."""
+
+    def __init__(self, redis_server: EmbeddedRedis, folder: Path, **settings):
+        self.run = uuid.uuid4().hex[:8]
+        self.url = redis_server.url
+        self.config = build_config({"env": "CartPole-v1", "hidden": [32, 32], "run_dir": str(folder / "run"),
+                                    **settings})
+        self.admin = redis.Redis.from_url(self.url)
+        self.folder = folder
+        self.processes = self.start()
+        self.flat = model_parameters(self.config)
+        self.client = ParameterClient(self.url, self.run, self.flat, shards=self.config.server.shards)
+        self.client.pull()
+
+    def start(self):
+        processes = start_shards(self.config, self.url, self.run, self.folder)
+        wait_until_serving(self.admin, self.run, self.config.server.shards, processes)
+        return processes
+
+    def metrics(self, shard: int = 0) -> dict:
+        raw = self.admin.get(RunKeys(self.run).shard(shard).metrics)
+        return json.loads(raw) if raw else {}
+
+    def wait_version(self, version: int) -> None:
+        def reached() -> bool:
+            self.client.pull()
+            return self.client.versions == [version] * len(self.client.versions)
+        wait_for(reached, what=f"version {version}")
+
+    def stop(self) -> list[int | None]:
+        self.client.close()
+        codes = stop_shards(self.admin, self.run, self.processes)
+        self.admin.delete(RunKeys(self.run).control)
+        return codes
+
+
+@contextlib.contextmanager
+def harness(redis_server, folder, **settings):
+    h = Harness(redis_server, folder, **settings)
+    try:
+        yield h
+    finally:
+        if any(p.poll() is None for p in h.processes):
+            assert h.stop() == [0] * len(h.processes)  # the shards finish by themselves when told
+
+
+def gradients(size: int, count: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(size).astype(np.float32) for _ in range(count)]
+
+
+# ------------------------------------------------------------------ Redis itself
+def test_embedded_redis_is_private_and_stops(tmp_path):
+    with EmbeddedRedis() as server:
+        client = server.client()
+        assert server.url.startswith("unix://") and client.config_get("port")["port"] == "0"
+        assert oct(os.stat(server.socket_path).st_mode & 0o777) == "0o700"
+        pid, folder = server.pid, server.folder
+    assert server.process.poll() is not None and not folder.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_tcp_redis_binds_loopback_and_urls_carry_passwords():
+    with EmbeddedRedis(tcp=True) as server:
+        admin = server.client()
+        assert admin.config_get("bind")["bind"] == "127.0.0.1" and server.port > 0
+        admin.config_set("requirepass", "s3cret")
+        url = f"redis://:s3cret@127.0.0.1:{server.port}/0"
+        assert redis.Redis.from_url(url).ping()
+        from ddq.transport.resp import RespConnection, RespError
+        assert RespConnection(url).command("PING") == "PONG"
+        with pytest.raises(RespError, match="WRONGPASS|invalid"):
+            RespConnection(f"redis://:wrong@127.0.0.1:{server.port}/0")
+
+
+def test_embedded_redis_dies_with_the_process_that_started_it(tmp_path):
+    code = "from ddq.transport.redis_server import EmbeddedRedis; import time; r = EmbeddedRedis(); print(r.pid, flush=True); time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    redis_pid = int(parent.stdout.readline())
+    os.kill(redis_pid, 0)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+
+    def gone():
+        try:
+            with open(f"/proc/{redis_pid}/stat") as stat:
+                return stat.read().split()[2] == "Z"  # a zombie has exited; only its entry is left
+        except FileNotFoundError:
+            return True
+    wait_for(gone, 10, "the orphaned redis-server to exit")
+
+
+# ------------------------------------------------------------------ updates
+@pytest.mark.parametrize("shards, optimizer", [(1, "rmsprop"), (2, "adagrad"), (3, "sgd")])
+def test_applied_updates_equal_the_optimizer_bit_for_bit(redis_server, tmp_path, shards, optimizer):
+    optim = {"optimizer": optimizer, "lr": 0.01, "momentum": 0.9 if optimizer == "sgd" else 0.0,
+             "weight_decay": 1e-4}
+    with harness(redis_server, tmp_path, optim=optim, target_update=3, server={"shards": shards}) as h:
+        local = h.flat.data.clone()
+        reference = FlatOptimizer(h.config.optim, h.flat.size)
+        for i, grad in enumerate(gradients(h.flat.size, 7)):
+            h.client.push(grad, samples=32, loss=1.0)
+            reference.step(local, torch.from_numpy(grad))
+            h.wait_version(i + 1)
+            if i + 1 == 6:
+                after_six = local.clone()
+        assert torch.equal(h.flat.data, local)
+        h.client.target = model_parameters(h.config)
+        h.client.pull_target()  # refreshed every 3 updates: it holds the weights after update 6
+        assert h.client.target_versions == [6] * shards and torch.equal(h.client.target.data, after_six)
+        metrics = wait_for(lambda: (m := h.metrics(shards - 1))["applied"] == 7 and m, what="metrics")
+        assert metrics["staleness"] == {"0": 7} and metrics["rejected_total"] == 0
+
+
+def test_staleness_limit_drops_and_scaling_shrinks_old_gradients(redis_server, tmp_path):
+    optim = {"optimizer": "sgd", "lr": 0.1}
+    with harness(redis_server, tmp_path, optim=optim, server={"max_staleness": 2, "staleness_scaling": True}) as h:
+        local = h.flat.data.clone()
+        reference = FlatOptimizer(h.config.optim, h.flat.size)
+        grads = gradients(h.flat.size, 4, seed=1)
+        for grad in grads:  # all computed from version 0: staleness 0, 1, 2 and 3 when applied
+            h.client.push(grad)
+        wait_for(lambda: h.metrics().get("dropped_stale") == 1 and h.metrics()["applied"] == 3, what="four handled")
+        for grad, scale in zip(grads[:3], (1.0, 1.0, 0.5)):
+            reference.step(local, torch.from_numpy(grad), lr_scale=scale)
+        h.wait_version(3)
+        assert torch.equal(h.flat.data, local)
+        assert h.metrics()["staleness"] == {"0": 1, "1": 1, "2": 1, "3": 1}
+
+
+# ------------------------------------------------------------------ bad input
+def malformed_messages(layout: bytes, size: int, version: int, rng: np.random.Generator) -> list[tuple[str, bytes]]:
+    good = encode(Header(GRADIENT, layout, version, size), np.zeros(size, np.float32))
+    nan = bytearray(good)
+    at = HEADER.size + 4 * int(rng.integers(size))
+    nan[at:at + 4] = np.float32(rng.choice([np.nan, np.inf, -np.inf])).tobytes()
+    dtype = bytearray(good)
+    dtype[5] = 2
+    return [
+        ("truncated", good[:int(rng.integers(0, HEADER.size))]),
+        ("bad_header", b"\x80\x04" + rng.bytes(int(rng.integers(60, 400)))),  # a pickle's opening bytes
+        ("size", good[:-4 * int(rng.integers(1, 100))]),
+        ("size", good + rng.bytes(4)),
+        ("layout", encode(Header(GRADIENT, b"XXXXXXXX", version, size), np.zeros(size, np.float32))),
+        ("non_finite", bytes(nan)),
+        ("dtype", bytes(dtype)),
+        ("future_version", encode(Header(GRADIENT, layout, version + 1000, size), np.zeros(size, np.float32))),
+        ("kind", encode(Header(2, layout, version, size), np.zeros(size, np.float32))),
+    ]
+
+
+FUZZ_SECONDS = float(os.environ.get("DDQ_FUZZ_SECONDS", "3"))  # the README's figure: DDQ_FUZZ_SECONDS=60
+
+
+def test_thousands_of_malformed_messages_change_nothing(redis_server, tmp_path):
+    with harness(redis_server, tmp_path, optim={"optimizer": "adam", "lr": 0.01}) as h:
+        key = RunKeys(h.run).shard(0)
+        weights_before = h.admin.get(key.weights)
+        rng = np.random.default_rng(7)
+        sent: dict[str, int] = {}
+        deadline = time.monotonic() + FUZZ_SECONDS
+        while time.monotonic() < deadline or sum(sent.values()) < 3000:
+            raw = h.admin.pipeline(transaction=False)
+            for _ in range(50):
+                for reason, message in malformed_messages(h.client.layout, h.flat.size, 0, rng):
+                    raw.lpush(key.grads, message)
+                    sent[reason] = sent.get(reason, 0) + 1
+            raw.lpush(key.grads, b"\0" * (8 * h.flat.size + 1024))  # over the size limit: never even buffered
+            sent["oversized"] = sent.get("oversized", 0) + 1
+            raw.execute()
+            while h.admin.llen(key.grads) > 2000:  # a bounded queue: the fuzzer waits for the server
+                time.sleep(0.01)
+        total = sum(sent.values())
+        wait_for(lambda: h.metrics()["rejected_total"] == total, 60, "every message rejected")
+        assert h.metrics()["rejected"] == sent
+        assert h.admin.get(key.weights) == weights_before  # bit-identical
+        assert all(p.poll() is None for p in h.processes)
+        h.client.push(gradients(h.flat.size, 1)[0])  # and it still serves
+        h.wait_version(1)
+        log = (tmp_path / "param-server-0.log").read_text()
+        assert log.count("rejected a message (non_finite)") == 1  # one clear line per reason
+
+
+# ------------------------------------------------------------------ snapshots, metrics, shutdown
+def test_restart_resumes_from_the_newest_snapshot(redis_server, tmp_path):
+    with harness(redis_server, tmp_path, optim={"optimizer": "rmsprop", "lr": 0.01},
+                 server={"snapshot_every": 5}) as h:
+        for i, grad in enumerate(gradients(h.flat.size, 7)):
+            h.client.push(grad)
+            h.wait_version(i + 1)
+        at_five = h.admin.hget(RunKeys(h.run).shard(0).snapshot, "version")
+        assert at_five == b"5" and (tmp_path / "run" / "param-server-shard0.pt").exists()
+        h.processes[0].send_signal(signal.SIGKILL)  # a crash: only the snapshot at 5 survives
+        h.processes[0].wait()
+        h.processes = h.start()
+        resumed = ParameterClient(h.url, h.run, model_parameters(h.config))
+        resumed.pull()
+        assert resumed.versions == [5]
+        h.client.close()
+        h.client = resumed
+        assert h.stop() == [0]  # a clean stop snapshots the final state
+        saved = torch.load(tmp_path / "run" / "param-server-shard0.pt", weights_only=True)
+        assert saved["version"] == 5 and torch.equal(saved["weights"], resumed.flat.data)
+
+
+def test_metrics_hold_the_babysitting_numbers(redis_server, tmp_path):
+    with harness(redis_server, tmp_path, optim={"optimizer": "sgd", "lr": 0.001}) as h:
+        for i, grad in enumerate(gradients(h.flat.size, 20)):
+            h.client.push(grad * 0.01)
+            h.wait_version(i + 1)
+        metrics = wait_for(lambda: (m := h.metrics())["applied"] == 20 and m, what="metrics")
+        assert metrics["updates_per_s"] >= 0 and metrics["learning_rate"] == 0.001
+        names = [layer["name"] for layer in metrics["layers"]]
+        assert names == [name for name, _ in h.flat.layout]
+        for layer in metrics["layers"]:
+            assert layer["weight_norm"] > 0 and layer["grad_norm"] > 0
+            assert 0 < layer["update_ratio"] < 1  # ||lr * g|| / ||w|| for a small SGD step
+
+
+def test_shards_exit_when_the_driver_dies(redis_server, tmp_path):
+    code = (f"import sys, time; from pathlib import Path; from ddq.config import build_config; "
+            f"from ddq.param_server.launch import start_shards; "
+            f"c = build_config({{'env': 'CartPole-v1', 'server': {{'shards': 2}}}}); "
+            f"ps = start_shards(c, {redis_server.url!r}, 'orphans', Path({str(tmp_path)!r})); "
+            f"print(' '.join(str(p.pid) for p in ps), flush=True); time.sleep(120)")
+    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in driver.stdout.readline().split()]
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+
+    def all_gone():
+        alive = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    alive.append(stat.read().split()[2] != "Z")
+            except FileNotFoundError:
+                alive.append(False)
+        return not any(alive)
+    wait_for(all_gone, 30, "orphaned shards to exit")
+
+
+def test_param_server_refuses_to_start_without_redis():
+    result = run_ddq("param-server", "--env", "CartPole-v1")
+    assert result.returncode == 2 and "needs --redis-url" in result.stderr
+
+
+def test_bench_ps_prints_a_row_per_size_and_shard_count():
+    result = run_ddq("bench", "ps", "--sizes", "16", "--shards", "1", "2", "--repeats", "3", "--seconds", "0.5")
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("| 16x16")]
+    assert [row[2].strip() for row in rows] == ["1", "2"]
+    for row in rows:
+        assert row[3].strip() == "228,132" and float(row[5]) > 0 and float(row[6]) > 0 and row[7].strip() == "5"
+        assert float(row[8].replace(",", "")) > 0 and float(row[9].replace(",", "")) > 0
+
+
+def test_nothing_under_src_unpickles():
+    """`grep -rn pickle src/` finds nothing, and every torch.load is restricted to tensors."""
+    sources = {path: path.read_text() for path in (Path(__file__).parents[1] / "src").rglob("*.py")}
+    assert [str(path) for path, text in sources.items() if "pickle" in text.lower()] == []
+    loads = [line for text in sources.values() for line in text.splitlines()
+             if "torch.load(" in line and "`" not in line]  # calls, not their mentions in docstrings
+    assert loads and all("weights_only=True" in line for line in loads)
