@@ -177,14 +177,17 @@ class RespConnection:
         return True
 
     def _skip(self, count: int) -> None:
-        """Reads past `count` bytes, a buffer's worth at a time."""
+        """Reads past `count` bytes: what is buffered, then the rest into a scratch area, never into
+        the buffer, whose earlier bytes may still be viewed by replies of the same pipeline."""
+        taken = min(count, self.end - self.start)
+        self.start += taken
+        count -= taken
+        scratch = memoryview(bytearray(min(count, 1 << 20)))
         while count > 0:
-            if self.start == self.end:
-                self.start = self.end = 0
-                self._fill(min(count, len(self.buffer)))
-            taken = min(count, self.end - self.start)
-            self.start += taken
-            count -= taken
+            received = self.sock.recv_into(scratch, min(count, scratch.nbytes))
+            if received == 0:
+                raise ConnectionError("Redis closed the connection")
+            count -= received
 
     def _line(self) -> bytes:
         while True:
