@@ -42,6 +42,7 @@ class PsRow:
     params: int
     pull_ms: float
     push_applied_ms: float
+    push_fresh_ms: float
     updates_per_s: dict[int, float]  # clients -> applied updates per second
     numpy_rmsprop_ms: float
 
@@ -63,13 +64,14 @@ def _median_ms(times: list[float]) -> float:
     return statistics.median(times) * 1e3
 
 
-def _latencies(client: ParameterClient, run: str, repeats: int, redis_url: str) -> tuple[float, float]:
-    """Median ms of a full pull, and of a push until the server announces the weights it moved."""
-    pulls, pushes = [], []
+def _latencies(client: ParameterClient, run: str, repeats: int, redis_url: str) -> tuple[float, float, float]:
+    """Median ms of a full pull; of a push until every shard announced it applied the gradient; and
+    of a push until the new weights were pulled back (what a synchronous worker waits)."""
+    pulls, applied, fresh = [], [], []
     shards = len(client.keys)
     announcements = RespConnection(redis_url)
     for shard in range(shards):
-        announcements.command("SUBSCRIBE", RunKeys(run).shard(shard).published)
+        announcements.command("SUBSCRIBE", RunKeys(run).shard(shard).applied)
     grad = np.full(client.flat.size, 1e-3, dtype=np.float32)
     for _ in range(repeats):
         client.versions = [-2] * shards  # force a full fetch
@@ -77,14 +79,17 @@ def _latencies(client: ParameterClient, run: str, repeats: int, redis_url: str) 
         client.pull()
         pulls.append(time.perf_counter() - start)
     for _ in range(repeats):
+        wanted = [v + 1 for v in client.versions]
         start = time.perf_counter()
         client.push(grad)
         for _ in range(shards):
-            announcements.read_reply()  # blocks until a shard published weights with this gradient in
-        pushes.append(time.perf_counter() - start)
-        client.pull()
+            announcements.read_reply()  # blocks until a shard applied it
+        applied.append(time.perf_counter() - start)
+        while client.versions != wanted:
+            client.pull()
+        fresh.append(time.perf_counter() - start)
     announcements.close()
-    return _median_ms(pulls), _median_ms(pushes)
+    return _median_ms(pulls), _median_ms(applied), _median_ms(fresh)
 
 
 def _pushing_client(url: str, run: str, size: int, shards: int, worker: int, ready, go, stop) -> None:
@@ -151,13 +156,13 @@ def measure(size: int, redis_url: str, folder: Path, repeats: int, seconds: floa
         wait_until_serving(admin, run, shards, processes)
         flat = model_parameters(config)
         client = ParameterClient(redis_url, run, flat, shards=shards)
-        pull_ms, push_ms = _latencies(client, run, repeats, redis_url)
+        latencies = _latencies(client, run, repeats, redis_url)
         rates = {n: _throughput(redis_url, run, size, shards, n, seconds, client.conn) for n in (1, 2)}
         client.close()
     finally:
         stop_shards(admin, run, processes)
         admin.close()
-    return PsRow(size, shards, flat.size, pull_ms, push_ms, rates, numpy_rmsprop_ms(flat.size))
+    return PsRow(size, shards, flat.size, *latencies, rates, numpy_rmsprop_ms(flat.size))
 
 
 def run_bench(sizes: list[int], shard_counts: list[int], repeats: int = 30, seconds: float = 3.0,
@@ -172,13 +177,13 @@ def run_bench(sizes: list[int], shard_counts: list[int], repeats: int = 30, seco
 
 
 def table(rows: list[PsRow], server: str) -> str:
-    lines = ["| input | shards | parameters | message MB | pull ms | push → applied and published ms | "
-             "original latency ms | updates/s, 1 client | updates/s, 2 clients | NumPy RMSprop step ms |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| input | shards | parameters | message MB | pull ms | push → applied ms | push → new weights "
+             "pulled ms | original latency ms | updates/s, 1 client | updates/s, 2 clients | NumPy RMSprop step ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         original = ORIGINAL_LATENCY_MS.get(r.size)
         lines.append(f"| {r.size}x{r.size} | {r.shards} | {r.params:,} | {4 * r.params / 1e6:.2f} | {r.pull_ms:.2f} | "
-                     f"{r.push_applied_ms:.2f} | {original if original else '—'} | {r.updates_per_s[1]:,.0f} | "
+                     f"{r.push_applied_ms:.2f} | {r.push_fresh_ms:.2f} | {original if original else '—'} | {r.updates_per_s[1]:,.0f} | "
                      f"{r.updates_per_s[2]:,.0f} | {r.numpy_rmsprop_ms:.2f} |")
     return (f"Parameter server (RMSprop) on {server}, over a unix socket unless --redis-url said otherwise; "
             "latencies are medians\n\n" + "\n".join(lines))

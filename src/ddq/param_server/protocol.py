@@ -22,7 +22,7 @@ class ShardKeys:
     target: str  # string: the target network's slice, refreshed every C updates
     snapshot: str  # hash: weights, target, optimizer state and counters, every N updates
     metrics: str  # string: JSON of the babysitting numbers
-    published: str  # pub/sub channel: the version, each time new weights were published
+    applied: str  # pub/sub channel: the version, each time gradients were applied (weights follow at once)
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class RunKeys:
     def shard(self, index: int) -> ShardKeys:
         base = f"{self.prefix}:ps:{index}"
         return ShardKeys(f"{base}:grads", f"{base}:weights", f"{base}:target", f"{base}:snapshot",
-                         f"{base}:metrics", f"{base}:published")
+                         f"{base}:metrics", f"{base}:applied")
 
 
 def gradient_expectation(layout: bytes, bounds: tuple[int, int], max_bytes: int) -> Expect:

@@ -97,10 +97,11 @@ class ShardServer:
         return pack_header(header), memoryview(values.numpy()).cast("B")
 
     def _publish_commands(self, target_too: bool) -> list[tuple]:
-        commands = [("SET", self.keys.weights, self._weights_message(self.version, self.params))]
+        """Announce the applied version, then store the weights (Redis runs them in this order)."""
+        commands = [("PUBLISH", self.keys.applied, str(self.version)),
+                    ("SET", self.keys.weights, self._weights_message(self.version, self.params))]
         if target_too:
             commands.append(("SET", self.keys.target, self._weights_message(self.target_version, self.target)))
-        commands.append(("PUBLISH", self.keys.published, str(self.version)))
         return commands
 
     def publish(self, target_too: bool = False) -> None:
