@@ -302,8 +302,9 @@ def test_bench_ps_prints_a_row_per_size_and_shard_count():
     rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("| 16x16")]
     assert [row[2].strip() for row in rows] == ["1", "2"]
     for row in rows:
-        assert row[3].strip() == "228,132" and float(row[5]) > 0 and float(row[6]) > 0 and row[7].strip() == "5"
-        assert float(row[8].replace(",", "")) > 0 and float(row[9].replace(",", "")) > 0
+        pull, applied, fresh = float(row[5]), float(row[6]), float(row[7])
+        assert row[3].strip() == "228,132" and 0 < pull and 0 < applied < fresh and row[8].strip() == "5"
+        assert float(row[9].replace(",", "")) > 0 and float(row[10].replace(",", "")) > 0
 
 
 def test_nothing_under_src_unpickles():
