@@ -39,9 +39,17 @@ def cmd_train(args: argparse.Namespace) -> int:
                          "or choose another --run-dir")
     config.run_dir = run_dir
     print(f"ddq: training {config.env} ({config.mode}) into {run_dir}", file=sys.stderr)
-    summary = SerialTrainer(config, run_dir, args.started_at, resume=saved).run()
+    if config.mode == "downpour":
+        from ddq.spark_job import DownpourTrainer
+
+        if saved is not None:
+            raise ValueError("--resume continues serial runs; a downpour run's shards resume from their "
+                             "snapshots when restarted with the same --redis-url")
+        summary = DownpourTrainer(config, run_dir, args.started_at).train()
+    else:
+        summary = SerialTrainer(config, run_dir, args.started_at, resume=saved).run()
     curve = plot_run(run_dir)
-    shown = {k: v for k, v in summary.items() if k != "config"}
+    shown = {k: v for k, v in summary.items() if k not in ("config", "workers")}
     shown["learning_curve"] = str(curve)
     print(json.dumps(shown, indent=2))
     return 0

@@ -26,7 +26,7 @@ from ddq.gamesim import SNAKE_ID
 from ddq.gamesim.envs import EnvOptions, is_atari
 from ddq.param_server.optimizers import OptimizerConfig
 
-MODES = ("serial",)
+MODES = ("serial", "downpour")
 
 
 @dataclass
@@ -83,6 +83,8 @@ class TrainConfig:
     device: str = field(default="cpu", metadata={"help": "torch device: cpu, cuda, cuda:1, auto"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (one per process is fastest on few cores)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    workers: int = field(default=2, metadata={"help": "Barista workers (Spark tasks) in distributed modes"})
+    spark_master: str | None = field(default=None, metadata={"help": "Spark master URL (default local[WORKERS])"})
     redis_url: str | None = field(default=None, metadata={"help": "Redis to use: redis://, rediss://, unix:// "
                                                                   "(default: a private redis-server ddq starts)"})
     env_options: EnvOptions = field(default_factory=EnvOptions)

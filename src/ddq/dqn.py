@@ -57,3 +57,25 @@ def epsilon_greedy(q_net: nn.Module, states: torch.Tensor, epsilon: float,
         explore = rng.random(len(actions)) < epsilon
         actions[explore] = rng.integers(0, q_values.shape[1], size=int(explore.sum()))
     return actions
+
+
+class UpdateSchedule:
+    """How many gradient updates are due: `replay_ratio` per env step once `learning_starts` steps
+    were played, done in rounds every `train_frequency` steps. Serial training and every worker use it."""
+
+    def __init__(self, replay_ratio: float, train_frequency: int, learning_starts: int):
+        self.replay_ratio, self.train_frequency, self.learning_starts = replay_ratio, train_frequency, learning_starts
+        self.credit = 0.0
+        self.since_round = 0
+
+    def due(self, new_steps: int, steps_so_far: int) -> int:
+        if steps_so_far < self.learning_starts:
+            return 0
+        self.credit += self.replay_ratio * new_steps
+        self.since_round += new_steps
+        if self.since_round < self.train_frequency:
+            return 0
+        self.since_round = 0
+        updates = int(self.credit)
+        self.credit -= updates
+        return updates

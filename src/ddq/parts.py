@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ddq.config import TrainConfig
-from ddq.dqn import LinearSchedule
+from ddq.dqn import LinearSchedule, UpdateSchedule
 from ddq.gamesim.envs import make_vector_env
 from ddq.learner import Learner
 from ddq.models import build_q_network
@@ -58,3 +58,7 @@ def make_replay(config: TrainConfig, frame_shape: tuple[int, ...], dtype: np.dty
 
 def epsilon_schedule(config: TrainConfig) -> LinearSchedule:
     return LinearSchedule(config.epsilon_start, config.epsilon_end, config.epsilon_steps)
+
+
+def update_schedule(config: TrainConfig) -> UpdateSchedule:
+    return UpdateSchedule(config.replay_ratio, config.train_frequency, config.learning_starts)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 from pathlib import Path
@@ -39,3 +41,19 @@ class RunLog:
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def run_summary(config, counters: dict[str, Any], last_eval: tuple[int, float, float], updates: int,
+                checkpoint: Path) -> dict[str, Any]:
+    """The summary.json of a finished run, the same for every mode."""
+    return {
+        "env": config.env, "mode": config.mode, "seed": config.seed,
+        "wall_time_s": counters["wall_time_s"], "env_steps": counters["env_steps"],
+        "updates": updates, "episodes": counters["episodes"],
+        "final_eval_return": last_eval[1], "final_eval_rewarded_steps": last_eval[2],
+        "target_return": config.target_return,
+        "reached_target": counters["steps_to_target"] is not None,
+        "time_to_target_s": counters["time_to_target_s"],
+        "steps_to_target": counters["steps_to_target"],
+        "checkpoint": str(checkpoint), "config": dataclasses.asdict(config),
+    }

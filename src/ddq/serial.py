@@ -6,7 +6,6 @@ ratio, evaluate greedily, checkpoint, stop at the step budget or the target.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import deque
 from pathlib import Path
@@ -22,8 +21,8 @@ from ddq.config import TrainConfig
 from ddq.evaluate import evaluate
 from ddq.gamesim.envs import make_vector_env
 from ddq.parts import (env_shapes, epsilon_schedule, make_learner, make_replay, resolve_device,
-                       seed_everything)
-from ddq.runlog import RunLog
+                       seed_everything, update_schedule)
+from ddq.runlog import RunLog, run_summary
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
 
@@ -52,8 +51,7 @@ class SerialTrainer:
         self.last_eval: tuple[int, float, float] | None = None  # (env steps, mean return, mean rewarded steps)
         if resume is not None:
             self._restore(resume)
-        self._update_credit = 0.0
-        self._since_train = 0
+        self.schedule = update_schedule(config)
         self._window: dict[str, list[float]] = {"loss": [], "mean_max_q": [], "grad_norm": []}
 
     # ------------------------------------------------------------------ loop
@@ -100,17 +98,8 @@ class SerialTrainer:
 
     def _train(self, new_steps: int) -> None:
         """Gradient updates at the configured replay ratio, in rounds every `train_frequency` steps."""
-        c = self.config
-        if self.actor.env_steps < c.learning_starts:
-            return
-        self._update_credit += c.replay_ratio * new_steps
-        self._since_train += new_steps
-        if self._since_train < c.train_frequency:
-            return
-        self._since_train = 0
-        while self._update_credit >= 1.0:
-            self._update_credit -= 1.0
-            stats = self.learner.update(self.replay.sample(c.batch_size))
+        for _ in range(self.schedule.due(new_steps, self.actor.env_steps)):
+            stats = self.learner.update(self.replay.sample(self.config.batch_size))
             for key in self._window:
                 self._window[key].append(getattr(stats, key))
 
@@ -174,17 +163,8 @@ class SerialTrainer:
         if self.last_eval is None or self.last_eval[0] != self.actor.env_steps:
             self._evaluate_and_check()
         checkpoint_path = self.save()
-        summary = {
-            "env": self.config.env, "mode": self.config.mode, "seed": self.config.seed,
-            "wall_time_s": self.counters["wall_time_s"], "env_steps": self.actor.env_steps,
-            "updates": self.learner.updates, "episodes": self.counters["episodes"],
-            "final_eval_return": self.last_eval[1], "final_eval_rewarded_steps": self.last_eval[2],
-            "target_return": self.config.target_return,
-            "reached_target": self.counters["steps_to_target"] is not None,
-            "time_to_target_s": self.counters["time_to_target_s"],
-            "steps_to_target": self.counters["steps_to_target"],
-            "checkpoint": str(checkpoint_path), "config": dataclasses.asdict(self.config),
-        }
+        self.counters["env_steps"] = self.actor.env_steps
+        summary = run_summary(self.config, self.counters, self.last_eval, self.learner.updates, checkpoint_path)
         self.log.write_summary(summary)
         self.log.close()
         self.actor.envs.close()

@@ -40,6 +40,21 @@ class RunKeys:
         """String: "stop" asks every process of the run to finish."""
         return f"{self.prefix}:control"
 
+    @property
+    def env_steps(self) -> str:
+        """Integer: env steps played by all workers together (INCRBY)."""
+        return f"{self.prefix}:env_steps"
+
+    @property
+    def episodes(self) -> str:
+        """List: JSON of each finished training episode, for the driver to log."""
+        return f"{self.prefix}:episodes"
+
+    @property
+    def workers(self) -> str:
+        """Hash: worker id -> JSON of its latest statistics and heartbeat."""
+        return f"{self.prefix}:workers"
+
     def shard(self, index: int) -> ShardKeys:
         base = f"{self.prefix}:ps:{index}"
         return ShardKeys(f"{base}:grads", f"{base}:weights", f"{base}:target", f"{base}:snapshot",

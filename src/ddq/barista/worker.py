@@ -1,0 +1,118 @@
+"""A Barista: one worker of downpour training, with its own games, replay memory and Q-network.
+
+Its loop, as in DistBelief's Downpour SGD: play a vector step epsilon-greedily
+(epsilon follows the run's global env-step count, kept in Redis), store the
+transitions, and at the replay ratio compute minibatch gradients against the
+weights last pulled and push them with that version; pull again whenever the
+server's version moved. The parameter server owns the weights and the
+optimizer; a Barista owns only what it can rebuild.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import redis
+
+from ddq.actor import Actor
+from ddq.config import TrainConfig
+from ddq.gamesim.envs import make_vector_env
+from ddq.param_server.client import ParameterClient
+from ddq.param_server.protocol import RunKeys
+from ddq.parts import (env_shapes, epsilon_schedule, make_learner, make_replay, resolve_device, seed_everything,
+                       update_schedule)
+
+WORKER_SEED_STRIDE = 10_007
+HEARTBEAT_S = 1.0
+
+
+@dataclass
+class WorkerStats:
+    worker: int
+    attempt: int
+    env_steps: int = 0
+    pushes: int = 0
+    episodes: int = 0
+    backlog_waits: int = 0
+    wall_time_s: float = 0.0
+    state: str = "starting"
+    heartbeat: float = 0.0
+    pid: int = 0
+
+
+class Barista:
+    def __init__(self, config: TrainConfig, redis_url: str, run: str, worker: int, attempt: int = 0):
+        self.config, self.worker = config, worker
+        seed = config.seed + WORKER_SEED_STRIDE * (worker + 1) + 101 * attempt
+        seed_everything(seed, config.threads)
+        self.device = resolve_device(config.device)
+        frame_shape, dtype, num_actions = env_shapes(config)
+        self.learner = make_learner(config, frame_shape, num_actions, self.device)
+        self.client = ParameterClient(redis_url, run, self.learner.flat, config.server.shards, worker,
+                                      target=self.learner.target_flat, max_backlog=config.server.max_backlog)
+        self.replay = make_replay(config, frame_shape, dtype, seed)
+        self.rng = np.random.default_rng(seed)
+        self.actor = Actor(make_vector_env(config.env, config.num_envs, config.env_options), self.replay,
+                           config.frame_stack, self.rng, self.device)
+        self.actor.reset(seed=seed)
+        self.epsilon = epsilon_schedule(config)
+        self.schedule = update_schedule(config)
+        self.redis = redis.Redis.from_url(redis_url)
+        self.keys = RunKeys(run)
+        self.stats = WorkerStats(worker, attempt, pid=os.getpid())
+        self.global_steps = 0
+
+    def sync(self) -> None:
+        """Fetch whatever moved on the server: weights, and the target every C updates."""
+        self.client.pull()
+        self.client.pull_target()
+
+    def play(self) -> int:
+        """One vector step; the episodes it finished go to the run's episode list. New env steps."""
+        before = self.actor.env_steps
+        episodes = self.actor.step(self.learner.online, self.epsilon(self.global_steps))
+        new_steps = self.actor.env_steps - before
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.incrby(self.keys.env_steps, new_steps)
+        for episode in episodes:
+            pipe.rpush(self.keys.episodes, json.dumps({"worker": self.worker, **asdict(episode)}))
+        self.global_steps = pipe.execute()[0]
+        self.stats.episodes += len(episodes)
+        return new_steps
+
+    def learn(self, new_steps: int) -> None:
+        for _ in range(self.schedule.due(new_steps, self.actor.env_steps)):
+            stats = self.learner.compute_gradient(self.replay.sample(self.config.batch_size))
+            self.client.push(self.learner.flat.grad.cpu().numpy(), samples=self.config.batch_size, loss=stats.loss)
+            self.stats.pushes += 1
+            self.sync()
+
+    def heartbeat(self, state: str) -> None:
+        self.stats.state, self.stats.heartbeat = state, time.time()
+        self.stats.env_steps, self.stats.backlog_waits = self.actor.env_steps, self.client.waits
+        self.redis.hset(self.keys.workers, str(self.worker), json.dumps(asdict(self.stats)))
+
+    def finished(self) -> bool:
+        return self.global_steps >= self.config.total_steps or self.redis.get(self.keys.control) == b"stop"
+
+    def run(self) -> WorkerStats:
+        """Plays and learns until the run's global step budget is spent or the run is stopped."""
+        started = time.time()
+        self.sync()
+        self.heartbeat("running")
+        next_beat = time.monotonic() + HEARTBEAT_S
+        while not self.finished():
+            self.learn(self.play())
+            if time.monotonic() >= next_beat:
+                self.stats.wall_time_s = time.time() - started
+                self.heartbeat("running")
+                next_beat = time.monotonic() + HEARTBEAT_S
+        self.stats.wall_time_s = time.time() - started
+        self.heartbeat("finished")
+        self.client.close()
+        self.actor.envs.close()
+        return self.stats

@@ -1,0 +1,191 @@
+"""Downpour training driven by Spark: one task per Barista, a Redis parameter server between them.
+
+The driver starts (or connects to) Redis and the parameter-server shards,
+runs a Spark job whose N tasks each run a Barista until the run's global env
+step budget is spent, and meanwhile logs the workers' episodes, evaluates
+the server's weights greedily, and stops the run once the target return is
+reached. A task that dies is retried by Spark (`spark.task.maxFailures`);
+the new Barista rebuilds its replay memory and continues from the server's
+current weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import redis
+from tqdm import tqdm
+
+from ddq import checkpoint as ckpt
+from ddq.config import TrainConfig, merge
+from ddq.evaluate import evaluate
+from ddq.param_server.client import ParameterClient
+from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
+from ddq.param_server.protocol import RunKeys
+from ddq.parts import env_shapes, make_learner, resolve_device, seed_everything
+from ddq.runlog import RunLog, run_summary
+from ddq.serial import EVAL_SEED_OFFSET
+from ddq.transport.redis_server import EmbeddedRedis
+
+TASK_RETRIES = 4
+
+
+def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str) -> Iterator[dict]:
+    """What a Spark task runs: one Barista, to the end of the run. Its statistics are the task's result."""
+    from pyspark import TaskContext
+
+    from ddq.barista.worker import Barista
+
+    context = TaskContext.get()
+    attempt = context.attemptNumber() if context else 0
+    config = merge(TrainConfig(), json.loads(settings), "the driver's settings")
+    yield dataclasses.asdict(Barista(config, redis_url, run, index, attempt).run())
+
+
+def spark_session(master: str, app: str):
+    """A SparkSession bound to 127.0.0.1, whose Python workers run this interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master(master).appName(app)
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.task.maxFailures", str(TASK_RETRIES))
+               .config("spark.python.worker.reuse", "true").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+class DownpourTrainer:
+    """The driver of `ddq train --mode downpour`."""
+
+    def __init__(self, config: TrainConfig, run_dir: str | Path, started_at: float | None = None):
+        self.config, self.run_dir = config, Path(run_dir)
+        self.started_at = started_at if started_at is not None else time.time()
+        self.run = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
+        self.keys = RunKeys(self.run)
+        seed_everything(config.seed, config.threads)
+        self.device = resolve_device(config.device)
+        frame_shape, _, num_actions = env_shapes(config)
+        self.learner = make_learner(config, frame_shape, num_actions, self.device)  # a mirror of the server's
+        self.log = RunLog(self.run_dir)
+        self.counters: dict[str, Any] = {"env_steps": 0, "episodes": 0, "evaluations": 0, "wall_time_s": 0.0,
+                                         "steps_to_target": None, "time_to_target_s": None}
+        self.last_eval: tuple[int, float, float] | None = None
+
+    # ------------------------------------------------------------------ the run
+    def train(self) -> dict[str, Any]:
+        c = self.config
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.ExitStack() as stack:
+            url = c.redis_url or stack.enter_context(EmbeddedRedis(log_dir=self.run_dir)).url
+            self.redis = redis.Redis.from_url(url)
+            shards = start_shards(c, url, self.run, self.run_dir)
+            stack.callback(lambda: stop_shards(self.redis, self.run, shards))
+            wait_until_serving(self.redis, self.run, c.server.shards, shards)
+            self.client = ParameterClient(url, self.run, self.learner.flat, c.server.shards,
+                                          target=self.learner.target_flat)
+            stack.callback(self.client.close)
+            workers = self._run_spark_job(url)
+            self._evaluate()
+            self.redis.set(self.keys.control, "stop")
+            summary = self._finish(workers)
+        return summary
+
+    def _run_spark_job(self, url: str) -> list[dict]:
+        c = self.config
+        master = c.spark_master or f"local[{c.workers},{TASK_RETRIES}]"
+        spark = spark_session(master, f"ddq-{self.run}")
+        settings, run = json.dumps(dataclasses.asdict(c)), self.run
+        results: dict[str, Any] = {}
+
+        def job() -> None:
+            try:
+                rdd = spark.sparkContext.parallelize(range(c.workers), c.workers)
+                results["workers"] = rdd.mapPartitionsWithIndex(
+                    lambda index, rows: barista_task(index, rows, settings, url, run)).collect()
+            except Exception as error:  # reported by the driver loop below
+                results["error"] = error
+
+        thread = threading.Thread(target=job, name="spark-job", daemon=True)
+        thread.start()
+        try:
+            self._watch(thread)
+        finally:
+            self.redis.set(self.keys.control, "stop")
+            thread.join()
+            spark.stop()
+        if "error" in results:
+            raise RuntimeError(f"the Spark job failed: {results['error']}")
+        return results["workers"]
+
+    def _watch(self, job: threading.Thread) -> None:
+        """While the job runs: log episodes, evaluate every eval_every steps, stop at the target."""
+        c = self.config
+        next_eval = c.eval_every
+        session_start = time.time()
+        with tqdm(total=c.total_steps, unit="step", disable=not c.progress, mininterval=1.0,
+                  dynamic_ncols=True) as bar:
+            while job.is_alive():
+                job.join(0.5)
+                steps = int(self.redis.get(self.keys.env_steps) or 0)
+                bar.update(steps - bar.n)
+                self.counters["env_steps"] = steps
+                self.counters["wall_time_s"] = time.time() - session_start
+                self._drain_episodes()
+                if steps >= next_eval:
+                    next_eval = (steps // c.eval_every + 1) * c.eval_every
+                    if self._evaluate():
+                        self.redis.set(self.keys.control, "stop")
+
+    def _drain_episodes(self) -> None:
+        while batch := self.redis.lpop(self.keys.episodes, 1000):
+            for raw in batch:
+                episode = json.loads(raw)
+                self.counters["episodes"] += 1
+                self.log.write("episode", env_steps=self.counters["env_steps"], worker=episode["worker"],
+                               episode_return=episode["episode_return"], length=episode["length"],
+                               truncated=episode["truncated"])
+
+    def _evaluate(self) -> bool:
+        """Greedy evaluation of the server's current weights; True once the target return is reached."""
+        c = self.config
+        self.client.pull()
+        self.client.pull_target()
+        result = evaluate(self.learner.online, c.env, c.eval_episodes, c.frame_stack, c.env_options,
+                          seed=c.seed + EVAL_SEED_OFFSET * (1 + self.counters["evaluations"]),
+                          epsilon=c.eval_epsilon, device=self.device)
+        self.counters["evaluations"] += 1
+        steps = self.counters["env_steps"]
+        self.last_eval = (steps, result.mean_return, result.mean_rewarded_steps)
+        self.log.write("eval", env_steps=steps, updates=self.client.version, wall_time_s=self.counters["wall_time_s"],
+                       mean_return=result.mean_return, returns=result.returns,
+                       mean_rewarded_steps=result.mean_rewarded_steps)
+        if c.target_return is not None and result.mean_return >= c.target_return:
+            if self.counters["steps_to_target"] is None:
+                self.counters["steps_to_target"] = steps
+                self.counters["time_to_target_s"] = time.time() - self.started_at
+            return True
+        return False
+
+    def _finish(self, workers: list[dict]) -> dict[str, Any]:
+        self._drain_episodes()
+        self.learner.updates = self.client.version
+        path = ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
+                                    dict(self.counters), {})
+        summary = run_summary(self.config, self.counters, self.last_eval, self.client.version, path)
+        summary["workers"] = workers
+        self.log.write_summary(summary)
+        self.log.close()
+        return summary
