@@ -98,6 +98,7 @@ class DownpourTrainer:
                                           target=self.learner.target_flat)
             stack.callback(self.client.close)
             workers = self._run_spark_job(url)
+            self._wait_for_drained_queues()
             self._evaluate()
             self.redis.set(self.keys.control, "stop")
             summary = self._finish(workers)
@@ -148,6 +149,14 @@ class DownpourTrainer:
                     next_eval = (steps // c.eval_every + 1) * c.eval_every
                     if self._evaluate():
                         self.redis.set(self.keys.control, "stop")
+
+    def _wait_for_drained_queues(self, timeout: float = 60.0) -> None:
+        """The last gradients the workers pushed are applied before the final evaluation and summary."""
+        queues = [self.keys.shard(k).grads for k in range(self.config.server.shards)]
+        deadline = time.monotonic() + timeout
+        while any(self.redis.llen(q) for q in queues) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(2 * 0.25)  # a batch taken off the queue is applied and published within this
 
     def _drain_episodes(self) -> None:
         while batch := self.redis.lpop(self.keys.episodes, 1000):

@@ -1,0 +1,85 @@
+"""Downpour training end to end: real Spark (local), real Redis, real parameter-server processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+
+from ddq.param_server.protocol import RunKeys
+from ddq.transport.redis_server import EmbeddedRedis
+
+from conftest import run_ddq, summary_of
+
+pytestmark = pytest.mark.slow  # each test starts a JVM
+
+SHORT = ["--mode", "downpour", "--workers", "2", "--env", "CartPole-v1", "--no-progress", "--eval-every", "2000",
+         "--eval-episodes", "3"]
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if text.encode() in handle.read():
+                    found.append(int(pid))
+        except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+            continue
+    return found
+
+
+def test_two_workers_train_through_the_parameter_server(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_ddq("train", *SHORT, "--total-steps", "4000", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(run_dir)
+    assert summary["mode"] == "downpour" and summary["env_steps"] >= 4000
+    workers = sorted(summary["workers"], key=lambda w: w["worker"])
+    assert [(w["worker"], w["state"], w["attempt"]) for w in workers] == [(0, "finished", 0), (1, "finished", 0)]
+    # every gradient pushed was applied: the server's version is the sum of the workers' pushes
+    assert summary["updates"] == sum(w["pushes"] for w in workers) > 0
+    episodes = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {e["worker"] for e in episodes if e["kind"] == "episode"} == {0, 1}
+    assert any(e["kind"] == "eval" for e in episodes)
+    assert (run_dir / "param-server-shard0.pt").exists() and (run_dir / "learning_curve.png").exists()
+    evaluated = run_ddq("evaluate", str(run_dir), "--episodes", "2")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert processes_mentioning(str(run_dir)) == []  # shards and Redis are gone
+
+
+def test_a_killed_worker_is_retried_and_the_run_completes(tmp_path):
+    run_dir = tmp_path / "run"
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        driver = subprocess.Popen([sys.executable, "-m", "ddq", "train", *SHORT, "--total-steps", "30000",
+                                   "--redis-url", server.url, "--run-dir", str(run_dir)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            victim = None
+            while victim is None and time.monotonic() < deadline:
+                for key in client.scan_iter("ddq:*:workers"):
+                    beats = {int(k): json.loads(v) for k, v in client.hgetall(key).items()}
+                    if len(beats) == 2 and all(b["env_steps"] > 2000 for b in beats.values()):
+                        victim, run_keys = beats[0]["pid"], RunKeys(key.decode().split(":")[1])
+                time.sleep(0.2)
+            assert victim is not None, "the workers never got going"
+            os.kill(victim, signal.SIGKILL)
+            out, err = driver.communicate(timeout=300)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+        assert driver.returncode == 0, err
+        summary = summary_of(run_dir)
+        workers = {w["worker"]: w for w in summary["workers"]}
+        assert workers[0]["attempt"] >= 1 and workers[1]["attempt"] == 0  # Spark retried the killed task
+        assert summary["env_steps"] >= 30000
+        metrics = json.loads(client.get(run_keys.shard(0).metrics))
+        assert metrics["rejected_total"] == 0 and metrics["applied"] == summary["updates"]
