@@ -83,3 +83,12 @@ def test_a_killed_worker_is_retried_and_the_run_completes(tmp_path):
         assert summary["env_steps"] >= 30000
         metrics = json.loads(client.get(run_keys.shard(0).metrics))
         assert metrics["rejected_total"] == 0 and metrics["applied"] == summary["updates"]
+
+
+def test_cartpole_reaches_475_with_two_workers(tmp_path):
+    run_dir = tmp_path / "cartpole"
+    result = run_ddq("train", "--mode", "downpour", "--workers", "2", "--env", "CartPole-v1", "--seed", "21",
+                     "--target-return", "475", "--total-steps", "60000", "--no-progress", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(run_dir)
+    assert summary["reached_target"] and summary["steps_to_target"] <= 60000

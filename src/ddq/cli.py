@@ -92,6 +92,25 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     return ShardServer(config, config.redis_url, args.run, args.shard).serve()
 
 
+def cmd_package(args: argparse.Namespace) -> int:
+    """Writes ddq.zip (for spark-submit --py-files) and ddq_submit.py (the script spark-submit runs)."""
+    import shutil
+    import zipfile
+
+    import ddq
+
+    out = Path(args.folder)
+    out.mkdir(parents=True, exist_ok=True)
+    package = Path(ddq.__file__).parent
+    with zipfile.ZipFile(out / "ddq.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(package.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                archive.write(path, Path("ddq") / path.relative_to(package))
+    shutil.copy(package / "spark_submit.py", out / "ddq_submit.py")
+    print(f"spark-submit --master URL --py-files {out / 'ddq.zip'} {out / 'ddq_submit.py'} [ddq train flags]")
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from ddq.models import BUILDERS, model_definition, shipped_models
     from ddq.models.caffe import import_net
@@ -187,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "definition: its layers, roles and parameter count)")
     models.add_argument("model", nargs="?", help="shipped name (deepq16, ...) or .prototxt file")
     models.set_defaults(func=cmd_models)
+
+    package = commands.add_parser("package", help="write ddq.zip and ddq_submit.py for spark-submit")
+    package.add_argument("folder", help="where to write them")
+    package.set_defaults(func=cmd_package)
 
     plot = commands.add_parser("plot", help="write a run's learning curve as a PNG")
     plot.add_argument("run_dir", help="run folder holding metrics.jsonl")

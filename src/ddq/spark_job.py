@@ -51,14 +51,19 @@ def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run
     yield dataclasses.asdict(Barista(config, redis_url, run, index, attempt).run())
 
 
-def spark_session(master: str, app: str):
-    """A SparkSession bound to 127.0.0.1, whose Python workers run this interpreter."""
+def launched_by_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit's PythonRunner hands its JVM over this way
+
+
+def spark_session(master: str | None, app: str):
+    """A SparkSession whose driver binds 127.0.0.1; a local master's Python workers run this interpreter.
+    `master` None keeps the one spark-submit was given."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master(master).appName(app)
+    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
+    session = (builder.appName(app)
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.task.maxFailures", str(TASK_RETRIES))
@@ -106,7 +111,8 @@ class DownpourTrainer:
 
     def _run_spark_job(self, url: str) -> list[dict]:
         c = self.config
-        master = c.spark_master or f"local[{c.workers},{TASK_RETRIES}]"
+        local = f"local[{c.workers},{TASK_RETRIES}]"  # local mode retries failed tasks only when told
+        master = c.spark_master or (None if launched_by_spark_submit() else local)
         spark = spark_session(master, f"ddq-{self.run}")
         settings, run = json.dumps(dataclasses.asdict(c)), self.run
         results: dict[str, Any] = {}
