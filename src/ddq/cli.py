@@ -82,9 +82,7 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     from ddq.param_server.server import ShardServer
 
     logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
-    cli_values = {k: v for k, v in vars(args).items()
-                  if k not in ("func", "config", "command", "started_at", "run", "shard")}
-    config = build_config(cli_values, args.config)
+    config = _config_from(args, ("run", "shard"))
     if not config.redis_url:
         raise ValueError("param-server needs --redis-url (ddq train starts Redis and the servers itself)")
     if not 0 <= args.shard < config.server.shards:
@@ -108,6 +106,50 @@ def cmd_package(args: argparse.Namespace) -> int:
                 archive.write(path, Path("ddq") / path.relative_to(package))
     shutil.copy(package / "spark_submit.py", out / "ddq_submit.py")
     print(f"spark-submit --master URL --py-files {out / 'ddq.zip'} {out / 'ddq_submit.py'} [ddq train flags]")
+    return 0
+
+
+def _config_from(args: argparse.Namespace, own: tuple[str, ...]):
+    """The run settings of a command that also takes `ddq train`'s flags."""
+    skip = ("func", "config", "command", "started_at", *own)
+    return build_config({k: v for k, v in vars(args).items() if k not in skip}, args.config)
+
+
+def cmd_barista_serve(args: argparse.Namespace) -> int:
+    from ddq.barista.server import BaristaServer
+    from ddq.barista.worker import Barista
+
+    config = _config_from(args, ("run", "worker", "port", "url_file", "action"))
+    if not config.redis_url:
+        raise ValueError("barista serve needs --redis-url: the parameter server's Redis")
+    barista = Barista(config, config.redis_url, args.run, args.worker)
+    server = BaristaServer(barista, args.port)
+    print(f"ddq barista: worker {args.worker} of run {args.run} serving on {server.url}", file=sys.stderr, flush=True)
+    if args.url_file:
+        Path(args.url_file).write_text(server.url)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        barista.close()
+    return 0
+
+
+def cmd_dummy_client(args: argparse.Namespace) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = (urllib.request.Request(f"{args.url}/status") if args.action == "status" else
+               urllib.request.Request(f"{args.url}/{args.action}", method="POST",
+                                      data=json.dumps({"steps": args.steps}).encode(),
+                                      headers={"Content-Type": "application/json"}))
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+            print(response.read().decode())
+    except urllib.error.HTTPError as error:
+        raise ValueError(f"the Barista refused: {error.read().decode()}") from error
+    except urllib.error.URLError as error:
+        raise RuntimeError(f"no Barista at {args.url}: {error.reason}") from error
     return 0
 
 
@@ -173,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    train = commands.add_parser("train", help="train a DQN agent (serial mode)",
+    train = commands.add_parser("train", help="train a DQN agent (serial, or downpour on Spark)",
                                 description="Train a DQN agent. Settings: defaults < the env's preset < "
                                             "--config FILE (TOML) < flags.")
     train.add_argument("--config", help="TOML file of settings (flags override it)")
@@ -182,6 +224,25 @@ def build_parser() -> argparse.ArgumentParser:
                                                             "optimizer's (flags still override them)")
     add_config_flags(train)
     train.set_defaults(func=cmd_train)
+
+    barista = commands.add_parser("barista", help="a long-lived worker: `barista serve`")
+    barista_kinds = barista.add_subparsers(dest="action", metavar="ACTION", required=True)
+    serve = barista_kinds.add_parser("serve", help="serve one worker over HTTP on 127.0.0.1 (JSON: /status, "
+                                                   "/step, /shutdown) for the dummy client or Spark tasks")
+    serve.add_argument("--config", help="settings file (TOML or JSON)")
+    serve.add_argument("--run", default="default", help="run id of the parameter server it works for")
+    serve.add_argument("--worker", type=int, default=0, help="this worker's id")
+    serve.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    serve.add_argument("--url-file", help="also write the URL it serves on into this file")
+    add_config_flags(serve)
+    serve.set_defaults(func=cmd_barista_serve)
+
+    dummy = commands.add_parser("dummy-client", help="drive a Barista by hand: step, status, shutdown")
+    dummy.add_argument("url", help="the Barista's URL, as `barista serve` printed it")
+    dummy.add_argument("action", choices=("step", "status", "shutdown"))
+    dummy.add_argument("--steps", type=int, default=100, help="env steps for `step`")
+    dummy.add_argument("--timeout", type=float, default=600, help="seconds to wait for the answer")
+    dummy.set_defaults(func=cmd_dummy_client)
 
     server = commands.add_parser("param-server", help="serve one shard of a run's parameters from Redis",
                              description="A parameter-server shard: applies the gradients workers push to Redis "

@@ -99,20 +99,29 @@ class Barista:
     def finished(self) -> bool:
         return self.global_steps >= self.config.total_steps or self.redis.get(self.keys.control) == b"stop"
 
-    def run(self) -> WorkerStats:
-        """Plays and learns until the run's global step budget is spent or the run is stopped."""
-        started = time.time()
+    def advance(self, env_steps: int | None = None) -> WorkerStats:
+        """Plays and learns for `env_steps` more steps of its own (None: until the run's global budget
+        is spent), stopping early if the run is stopped; heartbeats as it goes."""
+        started, goal = time.time(), None if env_steps is None else self.actor.env_steps + env_steps
         self.sync()
         self.heartbeat("running")
         next_beat = time.monotonic() + HEARTBEAT_S
-        while not self.finished():
+        while not self.finished() and (goal is None or self.actor.env_steps < goal):
             self.learn(self.play())
             if time.monotonic() >= next_beat:
-                self.stats.wall_time_s = time.time() - started
                 self.heartbeat("running")
                 next_beat = time.monotonic() + HEARTBEAT_S
-        self.stats.wall_time_s = time.time() - started
-        self.heartbeat("finished")
+        self.stats.wall_time_s += time.time() - started
+        self.heartbeat("finished" if self.finished() else "idle")
+        return self.stats
+
+    def close(self) -> None:
         self.client.close()
         self.actor.envs.close()
-        return self.stats
+
+    def run(self) -> WorkerStats:
+        """Plays and learns until the run's global step budget is spent or the run is stopped."""
+        try:
+            return self.advance()
+        finally:
+            self.close()
