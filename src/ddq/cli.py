@@ -211,6 +211,13 @@ def cmd_bench_ps(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_scaling(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.scaling import run_bench, table
+
+    print(table(run_bench(args.workers, args.latency_ms, args.steps_per_worker), args.latency_ms))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -276,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir", help="run folder holding metrics.jsonl")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     plot.set_defaults(func=cmd_plot)
-    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient cost by model size), ps (parameter server)")
+    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient cost by model size), ps (parameter server), scaling (downpour workers)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("serial", help="steps and wall time to a target return over several seeds")
     serial.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
@@ -297,6 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--seconds", type=float, default=3.0, help="length of each throughput window")
     ps.add_argument("--redis-url", help="use this Redis instead of a private one")
     ps.set_defaults(func=cmd_bench_ps)
+    scaling = kinds.add_parser("scaling", help="downpour env steps/s and pushes/s by worker count, on an env "
+                                               "whose steps take a fixed (slept) time")
+    scaling.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="worker counts (first: base)")
+    scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
+    scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
+    scaling.set_defaults(func=cmd_bench_scaling)
     return parser
 
 

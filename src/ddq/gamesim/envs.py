@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import gymnasium as gym
-from gymnasium.vector import SyncVectorEnv, VectorEnv
+from gymnasium.vector import SyncVectorEnv, VectorEnv, VectorWrapper
 
 from ddq.gamesim import SNAKE_ID
 from ddq.gamesim.snake import SnakeVectorEnv
@@ -20,6 +21,8 @@ class EnvOptions:
         default=None, metadata={"help": "truncate a Snake episode after this many steps without eating (default n*n)"})
     atari_terminal_on_life_loss: bool = field(default=False, metadata={"help": "Atari: end episodes on a lost life"})
     atari_noop_max: int = field(default=30, metadata={"help": "Atari: most no-op actions at an episode's start"})
+    step_latency_ms: float = field(default=0.0, metadata={
+        "help": "extra time each env step takes (sleeping): a stand-in for an expensive simulator"})
 
 
 def is_atari(env_id: str) -> bool:
@@ -56,5 +59,23 @@ def make_vector_env(env_id: str, num_envs: int, options: EnvOptions | None = Non
     """`num_envs` copies of an env with next-step autoreset (Gymnasium's default)."""
     options = options or EnvOptions()
     if env_id == SNAKE_ID:
-        return SnakeVectorEnv(num_envs, options.snake_size, options.snake_max_steps_without_apple)
-    return SyncVectorEnv([lambda: make_env(env_id, options) for _ in range(num_envs)])
+        envs: VectorEnv = SnakeVectorEnv(num_envs, options.snake_size, options.snake_max_steps_without_apple)
+    else:
+        envs = SyncVectorEnv([lambda: make_env(env_id, options) for _ in range(num_envs)])
+    return SlowSimulator(envs, options.step_latency_ms / 1000) if options.step_latency_ms > 0 else envs
+
+
+class SlowSimulator(VectorWrapper):
+    """Makes every env step cost `latency_s` more, as if the envs were simulated one after another.
+
+    The time is slept, not computed, so many slow workers still leave the
+    CPU to ddq itself: what limits their scaling is then ddq's own overhead.
+    """
+
+    def __init__(self, envs: VectorEnv, latency_s: float):
+        super().__init__(envs)
+        self.latency_s = latency_s
+
+    def step(self, actions):
+        time.sleep(self.latency_s * self.num_envs)
+        return self.env.step(actions)

@@ -1,0 +1,63 @@
+"""`ddq bench scaling`: downpour throughput with 1, 2, 4, ... workers on an env with a slow simulator.
+
+Each env step sleeps a fixed latency (a stand-in for an expensive simulator,
+like seed 004's 3D one), so the workers' waiting leaves the cores free and
+what limits the speedup is ddq itself: Spark, Redis, the parameter server,
+and each worker's own acting and learning. Each row is one real `ddq train
+--mode downpour` run; rates are summed over the workers' active time, which
+leaves out the JVM's and the workers' start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class ScalingRow:
+    workers: int
+    env_steps_per_s: float
+    pushes_per_s: float
+    updates: int
+
+
+def run_workers(workers: int, latency_ms: float, steps_per_worker: int, folder: Path) -> ScalingRow:
+    run_dir = folder / f"workers{workers}"
+    command = [sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", str(workers),
+               "--env", "CartPole-v1", "--num-envs", "1", "--step-latency-ms", str(latency_ms),
+               "--total-steps", str(workers * steps_per_worker), "--learning-starts", "100",
+               "--train-frequency", "10", "--replay-ratio", "0.1", "--eval-every", str(10**9),
+               "--eval-episodes", "1", "--no-progress", "--run-dir", str(run_dir)]
+    finished = subprocess.run(command, capture_output=True, text=True)
+    if finished.returncode != 0:
+        raise RuntimeError(f"the {workers}-worker run failed:\n{finished.stderr[-2000:]}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    stats = summary["workers"]
+    return ScalingRow(workers, sum(w["env_steps"] / w["wall_time_s"] for w in stats),
+                      sum(w["pushes"] / w["wall_time_s"] for w in stats), summary["updates"])
+
+
+def run_bench(worker_counts: list[int], latency_ms: float = 10.0, steps_per_worker: int = 1000) -> list[ScalingRow]:
+    with tempfile.TemporaryDirectory(prefix="ddq-bench-scaling-") as tmp:
+        rows = []
+        for workers in worker_counts:
+            rows.append(run_workers(workers, latency_ms, steps_per_worker, Path(tmp)))
+            print(f"ddq: measured {workers} workers", file=sys.stderr)
+        return rows
+
+
+def table(rows: list[ScalingRow], latency_ms: float) -> str:
+    base = rows[0].env_steps_per_s / rows[0].workers
+    lines = ["| workers | env steps/s | gradient pushes/s | speedup vs 1 worker | efficiency |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        speedup = r.env_steps_per_s / base
+        lines.append(f"| {r.workers} | {r.env_steps_per_s:,.0f} | {r.pushes_per_s:,.1f} | {speedup:.2f}x | "
+                     f"{speedup / r.workers:.0%} |")
+    return (f"Downpour on CartPole-v1 with {latency_ms:g} ms per env step (slept), 1 env per worker, "
+            "replay ratio 0.1\n\n" + "\n".join(lines))
