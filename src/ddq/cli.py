@@ -187,6 +187,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ddq.benchmarks.serial import run_seeds, serial_table
 
     overrides = {"total_steps": args.total_steps} if args.total_steps else {}
+    overrides.update(mode=args.mode, workers=args.workers)
     if args.target_return is not None:
         overrides["target_return"] = args.target_return
     print(serial_table(args.env, run_seeds(args.env, args.seeds, overrides)))
@@ -285,7 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(func=cmd_plot)
     bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient cost by model size), ps (parameter server), scaling (downpour workers)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
-    serial = kinds.add_parser("serial", help="steps and wall time to a target return over several seeds")
+    serial = kinds.add_parser("train", aliases=["serial"],
+                              help="steps and wall time to a target return over several seeds (`serial` runs "
+                                   "serial mode; `train --mode downpour --workers N` the distributed one)")
+    serial.add_argument("--mode", default="serial", choices=("serial", "downpour"), help="training mode")
+    serial.add_argument("--workers", type=int, default=2, help="downpour workers")
     serial.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
     serial.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run, one after another")
     serial.add_argument("--target-return", type=float, default=None, help="stop each run once reached")

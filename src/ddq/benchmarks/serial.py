@@ -1,4 +1,4 @@
-"""`ddq bench serial`: time and env steps to a target return over several seeds, as a Markdown table."""
+"""`ddq bench train`: time and env steps to a target return over several seeds, as a Markdown table."""
 
 from __future__ import annotations
 
@@ -13,13 +13,18 @@ from ddq.serial import SerialTrainer
 
 
 def run_seeds(env_id: str, seeds: list[int], overrides: dict[str, Any]) -> list[dict[str, Any]]:
-    """One quiet serial run per seed (in this process, one after another)."""
+    """One quiet run per seed (in this process, one after another), serial or downpour."""
     summaries = []
     with tempfile.TemporaryDirectory(prefix="ddq-bench-") as tmp:
         for seed in seeds:
             config = build_config({**overrides, "env": env_id, "seed": seed, "progress": False})
             run_dir = Path(tmp) / f"seed{seed}"
-            summaries.append(SerialTrainer(config, run_dir, started_at=time.time()).run())
+            if config.mode == "downpour":
+                from ddq.spark_job import DownpourTrainer
+
+                summaries.append(DownpourTrainer(config, run_dir, started_at=time.time()).train())
+            else:
+                summaries.append(SerialTrainer(config, run_dir, started_at=time.time()).run())
     return summaries
 
 
@@ -44,4 +49,6 @@ def serial_table(env_id: str, summaries: list[dict[str, Any]]) -> str:
                 f"{_median([s['time_to_target_s'] for s in summaries])} | | | "
                 f"{statistics.median(s['final_eval_return'] for s in summaries):.1f} | "
                 f"{statistics.median(s['final_eval_rewarded_steps'] for s in summaries):.2f} |")
-    return f"{env_id}, serial mode\n\n" + "\n".join(rows)
+    config = summaries[0]["config"]
+    mode = "serial mode" if config["mode"] == "serial" else f"downpour, {config['workers']} workers"
+    return f"{env_id}, {mode}\n\n" + "\n".join(rows)
