@@ -1,4 +1,5 @@
-# make run: the main job (serial Snake training for now); make test: the whole suite.
+# make run: the main job (downpour Snake training: 2 workers on local Spark, embedded Redis);
+# make test: the whole suite.
 # Both create .venv on first use. torch==2.13.0 is installed before the package
 # because that CPU build is what these machines carry; the package accepts torch>=2.2.
 PYTHON ?= python3
@@ -16,8 +17,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	rm -rf runs/snake-serial  # each `make run` is a fresh run; `ddq train --resume` continues one
-	$(BIN)/ddq train --mode serial --env ddq/Snake-v0 --run-dir runs/snake-serial
+	rm -rf runs/snake  # each `make run` is a fresh run
+	$(BIN)/ddq train --mode downpour --workers 2 --env ddq/Snake-v0 --run-dir runs/snake
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -92,3 +92,12 @@ def test_cartpole_reaches_475_with_two_workers(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = summary_of(run_dir)
     assert summary["reached_target"] and summary["steps_to_target"] <= 60000
+
+
+def test_bench_scaling_measures_each_worker_count():
+    result = run_ddq("bench", "scaling", "--workers", "1", "2", "--steps-per-worker", "150", "--latency-ms", "5")
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert [row[1].strip() for row in rows] == ["1", "2"]
+    steps = [float(row[2].replace(",", "")) for row in rows]
+    assert rows[0][4].strip() == "1.00x" and steps[1] > steps[0] > 0  # two slow workers play more than one

@@ -36,3 +36,17 @@ def test_unknown_env_is_a_clear_error():
 
     with pytest.raises(gym.error.Error):
         make_env("NoSuchEnv-v9")
+
+
+def test_slow_simulator_adds_its_latency_to_every_env_step():
+    import time
+
+    from ddq.gamesim.envs import EnvOptions, make_vector_env
+
+    envs = make_vector_env("CartPole-v1", 3, EnvOptions(step_latency_ms=5))
+    envs.reset(seed=0)
+    start = time.perf_counter()
+    for _ in range(4):
+        envs.step(np.zeros(3, dtype=int))
+    assert time.perf_counter() - start >= 4 * 3 * 0.005
+    assert envs.single_observation_space.shape == (4,)

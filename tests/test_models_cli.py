@@ -23,7 +23,7 @@ def test_train_from_a_prototxt_and_a_solver_then_evaluate_elsewhere(tmp_path):
     model = tmp_path / "mlp.prototxt"
     shutil.copy(Path(__file__).parents[1] / "models" / "mlp-cartpole.prototxt", model)
     run_dir = tmp_path / "run"
-    result = run_ddq("train", "--env", "CartPole-v1", "--model", str(model), "--solver",
+    result = run_ddq("train", "--mode", "serial", "--env", "CartPole-v1", "--model", str(model), "--solver",
                      str(DATA / "solver_rmsprop.prototxt"), "--total-steps", "1500", "--learning-starts", "500",
                      "--eval-every", "1000", "--eval-episodes", "2", "--no-progress", "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr
@@ -39,13 +39,13 @@ def test_train_from_a_prototxt_and_a_solver_then_evaluate_elsewhere(tmp_path):
 
 
 def test_a_model_that_does_not_fit_the_env_is_a_clear_error(tmp_path):
-    result = run_ddq("train", "--env", "CartPole-v1", "--model", "deepq16", "--run-dir", str(tmp_path / "r"))
+    result = run_ddq("train", "--mode", "serial", "--env", "CartPole-v1", "--model", "deepq16", "--run-dir", str(tmp_path / "r"))
     assert result.returncode == 2
     assert "deepq16.prototxt takes states of shape (4, 16, 16)" in result.stderr
     bad = tmp_path / "bad.prototxt"
     bad.write_text('layer { name: "in" type: "Input" top: "in" input_param { shape { dim: 1 dim: 4 } } }\n'
                    'layer { name: "odd" type: "Deconvolution" bottom: "in" top: "odd" }\n')
-    result = run_ddq("train", "--env", "CartPole-v1", "--model", str(bad), "--run-dir", str(tmp_path / "r"))
+    result = run_ddq("train", "--mode", "serial", "--env", "CartPole-v1", "--model", str(bad), "--run-dir", str(tmp_path / "r"))
     assert result.returncode == 2 and f"{bad}:2: layer 'odd' has type Deconvolution" in result.stderr
 
 

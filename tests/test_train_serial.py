@@ -9,7 +9,7 @@ from ddq.runlog import read_metrics
 
 from conftest import run_ddq, summary_of
 
-SHORT = ["--env", "CartPole-v1", "--no-progress", "--learning-starts", "500", "--eval-every", "1000",
+SHORT = ["--mode", "serial", "--env", "CartPole-v1", "--no-progress", "--learning-starts", "500", "--eval-every", "1000",
          "--eval-episodes", "2", "--checkpoint-every", "1500", "--log-every", "500"]
 
 
@@ -74,11 +74,11 @@ def test_evaluate_prints_the_greedy_mean_return(tmp_path):
 def test_bad_input_gets_a_clear_error(tmp_path):
     result = run_ddq("evaluate", str(tmp_path / "missing.pt"))
     assert result.returncode == 2 and "no checkpoint" in result.stderr
-    result = run_ddq("train", "--env", "CartPole-v1", "--batch-size", "0", "--run-dir", str(tmp_path / "x"))
+    result = run_ddq("train", "--mode", "serial", "--env", "CartPole-v1", "--batch-size", "0", "--run-dir", str(tmp_path / "x"))
     assert result.returncode == 2 and "batch_size must be positive" in result.stderr
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "metrics.jsonl").write_text('{"kind": "train"}\n')
-    result = run_ddq("train", "--env", "CartPole-v1", "--run-dir", str(tmp_path / "used"))
+    result = run_ddq("train", "--mode", "serial", "--env", "CartPole-v1", "--run-dir", str(tmp_path / "used"))
     assert result.returncode == 2 and "already holds a run" in result.stderr
     assert (tmp_path / "used" / "metrics.jsonl").read_text() == '{"kind": "train"}\n'  # nothing lost
 
@@ -86,7 +86,7 @@ def test_bad_input_gets_a_clear_error(tmp_path):
 @pytest.mark.slow
 def test_cartpole_reaches_475_within_the_step_budget(tmp_path):
     run_dir = tmp_path / "cartpole"
-    result = run_ddq("train", "--env", "CartPole-v1", "--seed", "11", "--target-return", "475",
+    result = run_ddq("train", "--mode", "serial", "--env", "CartPole-v1", "--seed", "11", "--target-return", "475",
                      "--total-steps", "60000", "--no-progress", "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr
     summary = summary_of(run_dir)
@@ -113,9 +113,17 @@ def test_snake_greedy_policy_eats_far_more_apples_than_a_random_one(tmp_path):
     random_apples = apples.mean()
 
     run_dir = tmp_path / "snake"
-    result = run_ddq("train", "--env", "ddq/Snake-v0", "--seed", "3", "--total-steps", "120000",
+    result = run_ddq("train", "--mode", "serial", "--env", "ddq/Snake-v0", "--seed", "3", "--total-steps", "120000",
                      "--eval-every", "120000", "--eval-episodes", "50", "--no-progress", "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr
     learned_apples = summary_of(run_dir)["final_eval_rewarded_steps"]
     assert random_apples < 0.3
     assert learned_apples >= 4 * random_apples and learned_apples >= 0.5, (learned_apples, random_apples)
+
+
+def test_a_time_budget_ends_the_run_before_its_step_budget(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_ddq("train", *SHORT, "--total-steps", "10000000", "--time-budget-s", "4", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(run_dir)
+    assert 0 < summary["env_steps"] < 10_000_000 and summary["final_eval_return"] is not None

@@ -50,11 +50,12 @@ class ServerConfig:
 class TrainConfig:
     """Everything that defines a training run."""
 
-    mode: str = field(default="serial", metadata={"help": f"training mode: {', '.join(MODES)}"})
+    mode: str = field(default="downpour", metadata={"help": f"training mode: {', '.join(MODES)}"})
     env: str = field(default=SNAKE_ID, metadata={"help": "Gymnasium env id (ddq/Snake-v0, CartPole-v1, ALE/Pong-v5, ...)"})
     seed: int = field(default=0, metadata={"help": "seed of envs, network init, exploration and replay sampling"})
     total_steps: int = field(default=200_000, metadata={"help": "env steps to train for"})
     run_dir: str | None = field(default=None, metadata={"help": "output folder (default runs/<env>-<time>)"})
+    time_budget_s: float | None = field(default=None, metadata={"help": "stop after this much wall time (from the command's start)"})
     target_return: float | None = field(default=None, metadata={"help": "stop once a greedy evaluation averages at least this"})
     num_envs: int = field(default=8, metadata={"help": "envs stepped together per actor"})
     model: str = field(default="auto", metadata={"help": "Q-network: auto, mlp, deepq, nature, a shipped "

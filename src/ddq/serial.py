@@ -66,7 +66,7 @@ class SerialTrainer:
         reached = False
         with tqdm(total=c.total_steps, initial=self.actor.env_steps, unit="step", disable=not c.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
-            while self.actor.env_steps < c.total_steps and not reached:
+            while self.actor.env_steps < c.total_steps and not reached and not self._out_of_time():
                 before = self.actor.env_steps
                 self._act()
                 self._train(self.actor.env_steps - before)
@@ -83,6 +83,10 @@ class SerialTrainer:
                     marks["checkpoint_every"] = self._next_mark(c.checkpoint_every)
                     self.save()
         return self._finish()
+
+    def _out_of_time(self) -> bool:
+        budget = self.config.time_budget_s
+        return budget is not None and time.time() - self.started_at >= budget
 
     def _next_mark(self, every: int) -> int:
         return (self.counters["env_steps"] // every + 1) * every

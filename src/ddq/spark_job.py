@@ -155,6 +155,8 @@ class DownpourTrainer:
                     next_eval = (steps // c.eval_every + 1) * c.eval_every
                     if self._evaluate():
                         self.redis.set(self.keys.control, "stop")
+                if c.time_budget_s is not None and time.time() - self.started_at >= c.time_budget_s:
+                    self.redis.set(self.keys.control, "stop")
 
     def _wait_for_drained_queues(self, timeout: float = 60.0) -> None:
         """The last gradients the workers pushed are applied before the final evaluation and summary."""
