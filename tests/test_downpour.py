@@ -24,15 +24,18 @@ SHORT = ["--mode", "downpour", "--workers", "2", "--env", "CartPole-v1", "--no-p
 
 
 def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line or environment names `text`."""
     found = []
     for pid in os.listdir("/proc"):
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                if text.encode() in handle.read():
-                    found.append(int(pid))
+            for part in ("cmdline", "environ"):
+                with open(f"/proc/{pid}/{part}", "rb") as handle:
+                    if text.encode() in handle.read():
+                        found.append(int(pid))
+                        break
         except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
             continue
-    return found
+    return [pid for pid in found if pid != os.getpid()]
 
 
 def test_two_workers_train_through_the_parameter_server(tmp_path):
@@ -51,7 +54,8 @@ def test_two_workers_train_through_the_parameter_server(tmp_path):
     assert (run_dir / "param-server-shard0.pt").exists() and (run_dir / "learning_curve.png").exists()
     evaluated = run_ddq("evaluate", str(run_dir), "--episodes", "2")
     assert evaluated.returncode == 0, evaluated.stderr
-    assert processes_mentioning(str(run_dir)) == []  # shards and Redis are gone
+    assert (run_dir / "celery.log").exists()  # the background-evaluation worker ran
+    assert processes_mentioning(str(run_dir)) == []  # shards, Celery and Redis are gone
 
 
 def test_a_killed_worker_is_retried_and_the_run_completes(tmp_path):

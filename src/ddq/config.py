@@ -86,6 +86,8 @@ class TrainConfig:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     workers: int = field(default=2, metadata={"help": "Barista workers (Spark tasks) in distributed modes"})
     spark_master: str | None = field(default=None, metadata={"help": "Spark master URL (default local[WORKERS])"})
+    celery: bool = field(default=True, metadata={"help": "run a Celery worker for background greedy evaluation "
+                                                         "of snapshots (distributed modes)"})
     redis_url: str | None = field(default=None, metadata={"help": "Redis to use: redis://, rediss://, unix:// "
                                                                   "(default: a private redis-server ddq starts)"})
     env_options: EnvOptions = field(default_factory=EnvOptions)

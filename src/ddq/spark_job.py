@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -32,6 +33,7 @@ from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
 from ddq.param_server.protocol import RunKeys
 from ddq.parts import env_shapes, make_learner, resolve_device, seed_everything
+from ddq.processes import spawn, stop
 from ddq.runlog import RunLog, run_summary
 from ddq.serial import EVAL_SEED_OFFSET
 from ddq.transport.redis_server import EmbeddedRedis
@@ -72,6 +74,13 @@ def spark_session(master: str | None, app: str):
     return session
 
 
+def start_celery_worker(redis_url: str, run: str, run_dir: Path) -> subprocess.Popen:
+    """`celery -A ddq.tasks worker --beat` for this run: periodic greedy evaluation in its own process."""
+    env = {"DDQ_REDIS_URL": redis_url, "DDQ_RUN": run, "DDQ_CONFIG": str(run_dir / "config.json")}
+    return spawn([sys.executable, "-m", "celery", "-A", "ddq.tasks", "worker", "--beat", "--pool", "solo",
+                  "--loglevel", "WARNING"], run_dir / "celery.log", env=env, cwd=run_dir)
+
+
 class DownpourTrainer:
     """The driver of `ddq train --mode downpour`."""
 
@@ -99,6 +108,9 @@ class DownpourTrainer:
             shards = start_shards(c, url, self.run, self.run_dir)
             stack.callback(lambda: stop_shards(self.redis, self.run, shards))
             wait_until_serving(self.redis, self.run, c.server.shards, shards)
+            if c.celery:
+                celery_worker = start_celery_worker(url, self.run, self.run_dir)
+                stack.callback(lambda: stop(celery_worker))
             self.client = ParameterClient(url, self.run, self.learner.flat, c.server.shards,
                                           target=self.learner.target_flat)
             stack.callback(self.client.close)

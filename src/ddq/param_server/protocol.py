@@ -51,6 +51,11 @@ class RunKeys:
         return f"{self.prefix}:episodes"
 
     @property
+    def evaluations(self) -> str:
+        """List: JSON of each greedy evaluation of a snapshot (Celery's periodic task)."""
+        return f"{self.prefix}:evaluations"
+
+    @property
     def workers(self) -> str:
         """Hash: worker id -> JSON of its latest statistics and heartbeat."""
         return f"{self.prefix}:workers"

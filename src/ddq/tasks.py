@@ -1,0 +1,153 @@
+"""The Celery app: greedy evaluation of a run's newest snapshot, and snapshot archiving, off the training path.
+
+Broker and result backend are the run's Redis; tasks and results travel as
+JSON only. It is configured from the environment, so it also works by hand:
+
+    DDQ_REDIS_URL=unix:///tmp/redis.sock DDQ_RUN=demo DDQ_CONFIG=runs/demo/config.json \\
+        celery -A ddq.tasks worker --beat --pool solo
+
+DDQ_EVAL_EVERY_S (default 30) spaces the periodic evaluations. Each result
+goes to the Redis list `ddq:<run>:evaluations` as JSON: the snapshot's
+version, the time, the returns, and for Snake the frames of one episode.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+import redis
+import torch
+from celery import Celery
+
+from ddq.config import TrainConfig, load_toml, merge
+from ddq.param_server.protocol import RunKeys, shard_bounds, weights_expectation
+from ddq.transport.wire import decode, layout_bytes
+
+EPISODE_FRAMES_LIMIT = 2000  # frames kept of the recorded Snake episode
+
+
+def celery_url(redis_url: str) -> str:
+    """ddq's Redis URL in the form Celery's Redis transport and result backend take."""
+    parsed = urlparse(redis_url)
+    if parsed.scheme == "unix":
+        db = dict(p.split("=", 1) for p in parsed.query.split("&") if "=" in p).get("db", "0")
+        return f"redis+socket://{parsed.path}?virtual_host={db}"
+    return redis_url
+
+
+def _settings() -> tuple[str, str, TrainConfig]:
+    url = os.environ.get("DDQ_REDIS_URL", "redis://127.0.0.1:6379/0")
+    config_file = os.environ.get("DDQ_CONFIG")
+    config = merge(TrainConfig(), load_toml(config_file), config_file) if config_file else TrainConfig()
+    return url, os.environ.get("DDQ_RUN", "default"), config
+
+
+REDIS_URL, RUN, CONFIG = _settings()
+app = Celery("ddq", broker=celery_url(REDIS_URL), backend=celery_url(REDIS_URL))
+app.conf.update(
+    task_serializer="json", result_serializer="json", accept_content=["json"],  # nothing else is decoded
+    broker_connection_retry_on_startup=True, worker_hijack_root_logger=False, result_expires=3600,
+    beat_schedule={"evaluate-newest-snapshot": {"task": "ddq.tasks.evaluate_snapshot",
+                                                "schedule": float(os.environ.get("DDQ_EVAL_EVERY_S", "30"))}},
+    beat_schedule_filename=str(Path(CONFIG.run_dir or ".") / "celerybeat-schedule"),
+)
+
+
+def newest_snapshot(client: redis.Redis, run: str, config: TrainConfig) -> tuple[int, torch.Tensor, torch.Tensor] | None:
+    """(version, weights, target) assembled from every shard's snapshot, or None before the first."""
+    from ddq.param_server.server import model_parameters
+
+    flat = model_parameters(config)
+    layout = layout_bytes(flat.layout_hash())
+    target = flat.data.clone()
+    versions = []
+    for shard, bounds in enumerate(shard_bounds(flat.size, config.server.shards)):
+        saved = client.hgetall(RunKeys(run).shard(shard).snapshot)
+        if not saved:
+            return None
+        expect = weights_expectation(layout, bounds)
+        flat.assign(decode(saved[b"weights"], expect)[1], bounds[0])
+        flat.assign(decode(saved[b"target"], expect)[1], bounds[0], into=target)
+        versions.append(int(saved[b"version"]))
+    return min(versions), flat.data, target
+
+
+@app.task(name="ddq.tasks.evaluate_snapshot")
+def evaluate_snapshot(episodes: int | None = None) -> dict | None:
+    """Greedy evaluation of the newest snapshot; the result is also appended to the run's list."""
+    from ddq.evaluate import evaluate
+
+    client = redis.Redis.from_url(REDIS_URL)
+    snapshot = newest_snapshot(client, RUN, CONFIG)
+    if snapshot is None:
+        return None
+    version, weights, target = snapshot
+    network = _learner(weights, target).online.train(False)
+    result = evaluate(network, CONFIG.env, episodes or CONFIG.eval_episodes, CONFIG.frame_stack, CONFIG.env_options,
+                      seed=CONFIG.seed + version, epsilon=CONFIG.eval_epsilon)
+    record = {"version": version, "time": time.time(), "mean_return": result.mean_return,
+              "returns": result.returns, "mean_rewarded_steps": result.mean_rewarded_steps}
+    frames = _snake_episode(network, version) if CONFIG.env.startswith("ddq/Snake") else None
+    client.rpush(RunKeys(RUN).evaluations, json.dumps({**record, "episode": frames}))
+    return record
+
+
+def _snake_episode(network: torch.nn.Module, seed: int) -> dict:
+    """One greedy Snake episode's board images (uint8 gray levels, base64), for the dashboard to replay."""
+    from ddq.gamesim.snake_engine import SnakeEngine
+    from ddq.replay import FrameStacker
+
+    options = CONFIG.env_options
+    engine = SnakeEngine(1, options.snake_size, options.snake_max_steps_without_apple)
+    games = np.ones(1, dtype=bool)
+    engine.seed(games, [seed])
+    engine.reset(games)
+    board = engine.render()
+    stacker = FrameStacker(1, board.shape[1:], board.dtype, CONFIG.frame_stack)
+    states, frames = stacker.reset(board), [board[0]]
+    with torch.no_grad():
+        while len(frames) < EPISODE_FRAMES_LIMIT:
+            action = network(torch.from_numpy(states)).argmax(dim=1).numpy()
+            _, terminated, truncated = engine.step(action, games)
+            board = engine.render()
+            frames.append(board[0])
+            if terminated[0] or truncated[0]:
+                break
+            states = stacker.push(board, starts=np.zeros(1, dtype=bool))
+    side = int(frames[0].shape[0])
+    return {"side": side, "frames": base64.b64encode(np.stack(frames).tobytes()).decode()}
+
+
+@app.task(name="ddq.tasks.archive_snapshot")
+def archive_snapshot(folder: str | None = None) -> str | None:
+    """Writes the newest snapshot as a checkpoint file that `ddq evaluate` reads; returns its path."""
+    from ddq import checkpoint as ckpt
+
+    client = redis.Redis.from_url(REDIS_URL)
+    snapshot = newest_snapshot(client, RUN, CONFIG)
+    if snapshot is None:
+        return None
+    version, weights, target = snapshot
+    learner = _learner(weights, target)
+    learner.updates = version
+    out = Path(folder or Path(CONFIG.run_dir or ".") / "archive")
+    out.mkdir(parents=True, exist_ok=True)
+    path = ckpt.save_checkpoint(out / f"snapshot-v{version}.pt", CONFIG, learner, {"version": version}, {})
+    return str(path)
+
+
+def _learner(weights: torch.Tensor, target: torch.Tensor):
+    """A learner holding a snapshot's weights, for evaluation and checkpoints."""
+    from ddq.parts import env_shapes, make_learner
+
+    frame_shape, _, num_actions = env_shapes(CONFIG)
+    learner = make_learner(CONFIG, frame_shape, num_actions, torch.device("cpu"))
+    learner.flat.data.copy_(weights)
+    learner.target_flat.data.copy_(target)
+    return learner

@@ -1,0 +1,70 @@
+"""Celery's background jobs with a real worker process (and beat) on a real Redis."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import redis
+
+from ddq.config import build_config
+from ddq.param_server.client import ParameterClient
+from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving, write_config
+from ddq.param_server.protocol import RunKeys
+from ddq.param_server.server import model_parameters
+from ddq.tasks import celery_url
+from ddq.transport.redis_server import EmbeddedRedis
+
+from conftest import run_ddq
+
+
+@pytest.mark.slow
+def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_path):
+    with EmbeddedRedis() as server:
+        admin = redis.Redis.from_url(server.url)
+        config = build_config({"env": "ddq/Snake-v0", "snake_size": 6, "model": "mlp", "hidden": [32],
+                               "eval_episodes": 2, "run_dir": str(tmp_path / "run"),
+                               "server": {"snapshot_every": 1}})
+        shards = start_shards(config, server.url, "bg", tmp_path)
+        wait_until_serving(admin, "bg", 1, shards)
+        client = ParameterClient(server.url, "bg", model_parameters(config))
+        client.pull()
+        for _ in range(3):
+            client.push(np.full(client.flat.size, 1e-3, np.float32))
+        env = dict(os.environ, DDQ_REDIS_URL=server.url, DDQ_RUN="bg", DDQ_EVAL_EVERY_S="1",
+                   DDQ_CONFIG=str(write_config(config, tmp_path / "config.json")))
+        worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "ddq.tasks", "worker", "--beat",
+                                   "--pool", "solo", "--loglevel", "WARNING"], env=env, cwd=tmp_path,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            key = RunKeys("bg").evaluations
+            deadline = time.monotonic() + 90
+            while admin.llen(key) < 2:
+                assert worker.poll() is None, worker.stderr.read()
+                assert time.monotonic() < deadline, "no periodic evaluation"
+                time.sleep(0.2)
+            record = json.loads(admin.lindex(key, -1))
+            assert record["version"] == 3 and len(record["returns"]) == 2 and record["time"] > 0
+            episode = record["episode"]
+            frames = np.frombuffer(base64.b64decode(episode["frames"]), np.uint8)
+            assert episode["side"] == 8 and frames.size % 64 == 0 and frames.size >= 2 * 64
+
+            from celery import Celery
+            caller = Celery(broker=celery_url(server.url), backend=celery_url(server.url))
+            caller.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"])
+            path = caller.send_task("ddq.tasks.archive_snapshot").get(timeout=60)
+            assert path.endswith("snapshot-v3.pt")
+            evaluated = run_ddq("evaluate", path, "--episodes", "1")
+            assert evaluated.returncode == 0, evaluated.stderr
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(30)
+            client.close()
+            assert stop_shards(admin, "bg", shards) == [0]
