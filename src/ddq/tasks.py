@@ -84,11 +84,11 @@ def evaluate_snapshot(episodes: int | None = None) -> dict | None:
     from ddq.evaluate import evaluate
 
     client = redis.Redis.from_url(REDIS_URL)
-    snapshot = newest_snapshot(client, RUN, CONFIG)
-    if snapshot is None:
+    newest = _newest_learner(client)
+    if newest is None:
         return None
-    version, weights, target = snapshot
-    network = _learner(weights, target).online.train(False)
+    version, learner = newest
+    network = learner.online.train(False)
     result = evaluate(network, CONFIG.env, episodes or CONFIG.eval_episodes, CONFIG.frame_stack, CONFIG.env_options,
                       seed=CONFIG.seed + version, epsilon=CONFIG.eval_epsilon)
     record = {"version": version, "time": time.time(), "mean_return": result.mean_return,
@@ -129,25 +129,27 @@ def archive_snapshot(folder: str | None = None) -> str | None:
     """Writes the newest snapshot as a checkpoint file that `ddq evaluate` reads; returns its path."""
     from ddq import checkpoint as ckpt
 
-    client = redis.Redis.from_url(REDIS_URL)
-    snapshot = newest_snapshot(client, RUN, CONFIG)
-    if snapshot is None:
+    newest = _newest_learner(redis.Redis.from_url(REDIS_URL))
+    if newest is None:
         return None
-    version, weights, target = snapshot
-    learner = _learner(weights, target)
-    learner.updates = version
+    version, learner = newest
     out = Path(folder or Path(CONFIG.run_dir or ".") / "archive")
     out.mkdir(parents=True, exist_ok=True)
     path = ckpt.save_checkpoint(out / f"snapshot-v{version}.pt", CONFIG, learner, {"version": version}, {})
     return str(path)
 
 
-def _learner(weights: torch.Tensor, target: torch.Tensor):
-    """A learner holding a snapshot's weights, for evaluation and checkpoints."""
+def _newest_learner(client: redis.Redis):
+    """(version, a learner holding the newest snapshot's weights and target), or None before the first."""
     from ddq.parts import env_shapes, make_learner
 
+    snapshot = newest_snapshot(client, RUN, CONFIG)
+    if snapshot is None:
+        return None
+    version, weights, target = snapshot
     frame_shape, _, num_actions = env_shapes(CONFIG)
     learner = make_learner(CONFIG, frame_shape, num_actions, torch.device("cpu"))
     learner.flat.data.copy_(weights)
     learner.target_flat.data.copy_(target)
-    return learner
+    learner.updates = version
+    return version, learner
