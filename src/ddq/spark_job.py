@@ -171,12 +171,17 @@ class DownpourTrainer:
                     self.redis.set(self.keys.control, "stop")
 
     def _wait_for_drained_queues(self, timeout: float = 60.0) -> None:
-        """The last gradients the workers pushed are applied before the final evaluation and summary."""
-        queues = [self.keys.shard(k).grads for k in range(self.config.server.shards)]
+        """Until every shard has handled (applied, dropped or rejected) every gradient pushed, so the
+        final evaluation and summary see the last updates."""
+        pushed = int(self.redis.get(self.keys.pushes) or 0)
         deadline = time.monotonic() + timeout
-        while any(self.redis.llen(q) for q in queues) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(2 * 0.25)  # a batch taken off the queue is applied and published within this
+        for shard in range(self.config.server.shards):
+            while time.monotonic() < deadline:
+                report = json.loads(self.redis.get(self.keys.shard(shard).metrics) or "{}")
+                handled = sum(report.get(key, 0) for key in ("applied", "dropped_stale", "rejected_total"))
+                if handled >= pushed:
+                    break
+                time.sleep(0.05)
 
     def _drain_episodes(self) -> None:
         while batch := self.redis.lpop(self.keys.episodes, 1000):

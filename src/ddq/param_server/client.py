@@ -24,6 +24,7 @@ class ParameterClient:
         self.flat, self.target, self.worker, self.max_backlog = flat, target, worker, max_backlog
         self.bounds = shard_bounds(flat.size, shards)
         self.keys = [RunKeys(run).shard(k) for k in range(shards)]
+        self.pushes_key = RunKeys(run).pushes
         self.layout = layout_bytes(flat.layout_hash())
         self.versions = [-1] * shards
         self.target_versions = [-1] * shards
@@ -104,7 +105,7 @@ class ParameterClient:
             header = Header(GRADIENT, self.layout, self.versions[shard], end - start, offset=start, shard=shard,
                             worker=self.worker, samples=samples, loss=loss)
             commands.append(("LPUSH", keys.grads, (pack_header(header), memoryview(grad[start:end]).cast("B"))))
-        lengths = self.conn.pipeline(commands)
+        lengths = self.conn.pipeline(commands + [("INCR", self.pushes_key)])[:-1]
         while max(lengths) > self.max_backlog:
             self.waits += 1
             time.sleep(0.0005)

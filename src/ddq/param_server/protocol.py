@@ -46,6 +46,11 @@ class RunKeys:
         return f"{self.prefix}:env_steps"
 
     @property
+    def pushes(self) -> str:
+        """Integer: gradients pushed by all workers together (every shard gets each one)."""
+        return f"{self.prefix}:pushes"
+
+    @property
     def episodes(self) -> str:
         """List: JSON of each finished training episode, for the driver to log."""
         return f"{self.prefix}:episodes"
