@@ -103,6 +103,10 @@ class DownpourTrainer:
         c = self.config
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.ExitStack() as stack:
+            if not c.redis_url and (c.spark_master or launched_by_spark_submit()):
+                print("ddq: note: the private Redis listens on a unix socket of this machine; executors on other "
+                      "machines need --redis-url redis://HOST:PORT (or rediss://) of a server they can reach",
+                      file=sys.stderr)
             url = c.redis_url or stack.enter_context(EmbeddedRedis(log_dir=self.run_dir)).url
             self.redis = redis.Redis.from_url(url)
             shards = start_shards(c, url, self.run, self.run_dir)
