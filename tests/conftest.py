@@ -8,11 +8,11 @@ from pathlib import Path
 
 
 
-def run_ddq(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_ddq(*args: str, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real `ddq` command in a child process."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.run([sys.executable, "-m", "ddq", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          timeout=timeout, env=env, cwd=cwd)
 
 
 def summary_of(run_dir: Path) -> dict:

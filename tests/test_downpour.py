@@ -39,8 +39,8 @@ def processes_mentioning(text: str) -> list[int]:
 
 
 def test_two_workers_train_through_the_parameter_server(tmp_path):
-    run_dir = tmp_path / "run"
-    result = run_ddq("train", *SHORT, "--total-steps", "4000", "--run-dir", str(run_dir))
+    run_dir = tmp_path / "run"  # given relative to the working folder, as people do
+    result = run_ddq("train", *SHORT, "--total-steps", "4000", "--run-dir", "run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     summary = summary_of(run_dir)
     assert summary["mode"] == "downpour" and summary["env_steps"] >= 4000
@@ -53,8 +53,10 @@ def test_two_workers_train_through_the_parameter_server(tmp_path):
     assert any(e["kind"] == "eval" for e in episodes)
     assert (run_dir / "param-server-shard0.pt").exists() and (run_dir / "learning_curve.png").exists()
     evaluated = run_ddq("evaluate", str(run_dir), "--episodes", "2")
+    assert summary["checkpoint"] == "run/checkpoint.pt"
     assert evaluated.returncode == 0, evaluated.stderr
-    assert (run_dir / "celery.log").exists()  # the background-evaluation worker ran
+    assert "Traceback" not in (run_dir / "celery.log").read_text()  # the background-evaluation worker ran
+    assert list(run_dir.glob("celerybeat-schedule*")) and "Celery worker exited early" not in result.stderr
     assert processes_mentioning(str(run_dir)) == []  # shards, Celery and Redis are gone
 
 

@@ -76,9 +76,11 @@ def spark_session(master: str | None, app: str):
 
 def start_celery_worker(redis_url: str, run: str, run_dir: Path) -> subprocess.Popen:
     """`celery -A ddq.tasks worker --beat` for this run: periodic greedy evaluation in its own process."""
-    env = {"DDQ_REDIS_URL": redis_url, "DDQ_RUN": run, "DDQ_CONFIG": str(run_dir / "config.json")}
+    folder = run_dir.resolve()
+    env = {"DDQ_REDIS_URL": redis_url, "DDQ_RUN": run, "DDQ_CONFIG": str(folder / "config.json"),
+           "DDQ_RUN_DIR": str(folder)}
     return spawn([sys.executable, "-m", "celery", "-A", "ddq.tasks", "worker", "--beat", "--pool", "solo",
-                  "--loglevel", "WARNING"], run_dir / "celery.log", env=env, cwd=run_dir)
+                  "--loglevel", "WARNING"], folder / "celery.log", env=env, cwd=folder)
 
 
 class DownpourTrainer:
@@ -114,7 +116,7 @@ class DownpourTrainer:
             wait_until_serving(self.redis, self.run, c.server.shards, shards)
             if c.celery:
                 celery_worker = start_celery_worker(url, self.run, self.run_dir)
-                stack.callback(lambda: stop(celery_worker))
+                stack.callback(self._stop_celery, celery_worker)
             self.client = ParameterClient(url, self.run, self.learner.flat, c.server.shards,
                                           target=self.learner.target_flat)
             stack.callback(self.client.close)
@@ -124,6 +126,12 @@ class DownpourTrainer:
             self.redis.set(self.keys.control, "stop")
             summary = self._finish(workers)
         return summary
+
+    def _stop_celery(self, worker: subprocess.Popen) -> None:
+        if worker.poll() is not None:
+            print(f"ddq: warning: the Celery worker exited early (code {worker.returncode}); "
+                  f"see {self.run_dir / 'celery.log'}", file=sys.stderr)
+        stop(worker)
 
     def _run_spark_job(self, url: str) -> list[dict]:
         c = self.config

@@ -6,7 +6,8 @@ JSON only. It is configured from the environment, so it also works by hand:
     DDQ_REDIS_URL=unix:///tmp/redis.sock DDQ_RUN=demo DDQ_CONFIG=runs/demo/config.json \\
         celery -A ddq.tasks worker --beat --pool solo
 
-DDQ_EVAL_EVERY_S (default 30) spaces the periodic evaluations. Each result
+DDQ_EVAL_EVERY_S (default 30) spaces the periodic evaluations; DDQ_RUN_DIR
+(default: the config's run_dir) holds beat's schedule and the archive. Each result
 goes to the Redis list `ddq:<run>:evaluations` as JSON: the snapshot's
 version, the time, the returns, and for Snake the frames of one episode.
 """
@@ -41,21 +42,22 @@ def celery_url(redis_url: str) -> str:
     return redis_url
 
 
-def _settings() -> tuple[str, str, TrainConfig]:
+def _settings() -> tuple[str, str, TrainConfig, Path]:
     url = os.environ.get("DDQ_REDIS_URL", "redis://127.0.0.1:6379/0")
     config_file = os.environ.get("DDQ_CONFIG")
     config = merge(TrainConfig(), load_toml(config_file), config_file) if config_file else TrainConfig()
-    return url, os.environ.get("DDQ_RUN", "default"), config
+    run_dir = Path(os.environ.get("DDQ_RUN_DIR") or config.run_dir or ".")
+    return url, os.environ.get("DDQ_RUN", "default"), config, run_dir
 
 
-REDIS_URL, RUN, CONFIG = _settings()
+REDIS_URL, RUN, CONFIG, RUN_DIR = _settings()
 app = Celery("ddq", broker=celery_url(REDIS_URL), backend=celery_url(REDIS_URL))
 app.conf.update(
     task_serializer="json", result_serializer="json", accept_content=["json"],  # nothing else is decoded
     broker_connection_retry_on_startup=True, worker_hijack_root_logger=False, result_expires=3600,
     beat_schedule={"evaluate-newest-snapshot": {"task": "ddq.tasks.evaluate_snapshot",
                                                 "schedule": float(os.environ.get("DDQ_EVAL_EVERY_S", "30"))}},
-    beat_schedule_filename=str(Path(CONFIG.run_dir or ".") / "celerybeat-schedule"),
+    beat_schedule_filename=str(RUN_DIR / "celerybeat-schedule"),
 )
 
 
@@ -133,7 +135,7 @@ def archive_snapshot(folder: str | None = None) -> str | None:
     if newest is None:
         return None
     version, learner = newest
-    out = Path(folder or Path(CONFIG.run_dir or ".") / "archive")
+    out = Path(folder) if folder else RUN_DIR / "archive"
     out.mkdir(parents=True, exist_ok=True)
     path = ckpt.save_checkpoint(out / f"snapshot-v{version}.pt", CONFIG, learner, {"version": version}, {})
     return str(path)
