@@ -53,7 +53,8 @@ def test_dummy_client_drives_a_barista(tmp_path):
             assert refused.value.code == 400 and "steps must be an integer" in refused.value.read().decode()
             assert run_ddq("dummy-client", url, "status").returncode == 0  # still serving
             assert run_ddq("dummy-client", url, "shutdown").returncode == 0
-            assert barista.wait(30) == 0
+            code = barista.wait(30)
+            assert code == 0, barista.stderr.read()[-3000:]
             missing = run_ddq("dummy-client", url, "status")
             assert missing.returncode == 2 and "no Barista at" in missing.stderr
         finally:

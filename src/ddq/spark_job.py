@@ -207,8 +207,7 @@ class DownpourTrainer:
     def _evaluate(self) -> bool:
         """Greedy evaluation of the server's current weights; True once the target return is reached."""
         c = self.config
-        self.client.pull()
-        self.client.pull_target()
+        self.client.sync()
         result = evaluate(self.learner.online, c.env, c.eval_episodes, c.frame_stack, c.env_options,
                           seed=c.seed + EVAL_SEED_OFFSET * (1 + self.counters["evaluations"]),
                           epsilon=c.eval_epsilon, device=self.device)

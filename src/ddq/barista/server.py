@@ -24,7 +24,10 @@ MAX_STEPS_PER_REQUEST = 10_000_000
 
 
 class BaristaServer(ThreadingHTTPServer):
-    daemon_threads = True
+    # Request threads are joined on close, not abandoned: a thread still inside torch or a socket
+    # while the interpreter finalizes can abort the process.
+    daemon_threads = False
+    block_on_close = True
 
     def __init__(self, barista: Barista, port: int = 0):
         super().__init__(("127.0.0.1", port), _Handler)
@@ -76,7 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._reply(HTTPStatus.OK, asdict(stats))
             if self.path == "/shutdown":
                 self._reply(HTTPStatus.OK, {"state": "shutting down"})
-                threading.Thread(target=self.server.shutdown, daemon=True).start()
+                threading.Thread(target=self.server.shutdown, name="shutdown").start()
                 return None
             self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path}; try /step or /shutdown"})
         except (ValueError, json.JSONDecodeError) as error:

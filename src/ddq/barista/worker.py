@@ -65,22 +65,24 @@ class Barista:
         self.keys = RunKeys(run)
         self.stats = WorkerStats(worker, attempt, pid=os.getpid())
         self.global_steps = 0
+        self.stopped = False  # the run's control key said stop
 
     def sync(self) -> None:
         """Fetch whatever moved on the server: weights, and the target every C updates."""
-        self.client.pull()
-        self.client.pull_target()
+        self.client.sync()
 
     def play(self) -> int:
         """One vector step; the episodes it finished go to the run's episode list. New env steps."""
         before = self.actor.env_steps
         episodes = self.actor.step(self.learner.online, self.epsilon(self.global_steps))
         new_steps = self.actor.env_steps - before
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.redis.pipeline(transaction=False)  # one round trip per vector step
         pipe.incrby(self.keys.env_steps, new_steps)
         for episode in episodes:
             pipe.rpush(self.keys.episodes, json.dumps({"worker": self.worker, **asdict(episode)}))
-        self.global_steps = pipe.execute()[0]
+        pipe.get(self.keys.control)
+        replies = pipe.execute()
+        self.global_steps, self.stopped = replies[0], replies[-1] == b"stop"
         self.stats.episodes += len(episodes)
         return new_steps
 
@@ -97,7 +99,7 @@ class Barista:
         self.redis.hset(self.keys.workers, str(self.worker), json.dumps(asdict(self.stats)))
 
     def finished(self) -> bool:
-        return self.global_steps >= self.config.total_steps or self.redis.get(self.keys.control) == b"stop"
+        return self.global_steps >= self.config.total_steps or self.stopped
 
     def advance(self, env_steps: int | None = None) -> WorkerStats:
         """Plays and learns for `env_steps` more steps of its own (None: until the run's global budget

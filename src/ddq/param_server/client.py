@@ -40,22 +40,32 @@ class ParameterClient:
         """Updates applied so far, summed over shards (each shard applies every gradient it accepts)."""
         return max(sum(self.versions), 0)
 
-    def _refresh(self, key_of, versions: list[int], into: FlatParameters | None) -> bool:
-        heads = self.conn.pipeline([("GETRANGE", key_of(keys), "0", str(HEADER.size - 1)) for keys in self.keys])
+    def _refresh(self, groups: list[tuple]) -> bool:
+        """For each (key of a shard's keys, versions, flat to fill) group: one round trip reads every
+        shard's 56-byte header, a second fetches the slices whose version moved. True if any did."""
+        heads = self.conn.pipeline([("GETRANGE", key_of(keys), "0", str(HEADER.size - 1))
+                                    for key_of, _, _ in groups for keys in self.keys])
         moved = []
-        for shard, head in enumerate(heads):
+        for index, head in enumerate(heads):
+            (key_of, versions, into), shard = groups[index // len(self.keys)], index % len(self.keys)
             if not head:
                 raise RuntimeError(f"no weights in Redis under {key_of(self.keys[shard])}: is the parameter "
                                    "server running for this run?")
             if read_header(head, whole=False).version != versions[shard]:
-                moved.append(shard)
-        if not moved:
-            return False
-        for shard in moved:
+                moved.append((key_of, versions, into, shard))
+        for key_of, _, _, shard in moved:
             self.conn.send("GET", key_of(self.keys[shard]))
-        for shard in moved:
-            versions[shard] = self._receive_weights(shard, into or self.flat)
-        return True
+        for _, versions, into, shard in moved:
+            versions[shard] = self._receive_weights(shard, into)
+        return bool(moved)
+
+    def _weights(self) -> tuple:
+        return (lambda keys: keys.weights, self.versions, self.flat)
+
+    def _target(self) -> tuple:
+        if self.target is None:
+            raise ValueError("this client was made without a target network")
+        return (lambda keys: keys.target, self.target_versions, self.target)
 
     def _receive_weights(self, shard: int, into: FlatParameters) -> int:
         """Reads one weights reply straight into `into` once its header checked out; its version."""
@@ -82,13 +92,15 @@ class ParameterClient:
 
     def pull(self) -> bool:
         """Fetches the weights of every shard whose version moved; True if any did."""
-        return self._refresh(lambda keys: keys.weights, self.versions, None)
+        return self._refresh([self._weights()])
 
     def pull_target(self) -> bool:
         """The same for the target network's weights (they move every C updates)."""
-        if self.target is None:
-            raise ValueError("this client was made without a target network")
-        return self._refresh(lambda keys: keys.target, self.target_versions, self.target)
+        return self._refresh([self._target()])
+
+    def sync(self) -> bool:
+        """pull() and pull_target() in the same round trips."""
+        return self._refresh([self._weights(), self._target()])
 
     def push(self, grad: np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
         """Sends each shard its slice of `grad`, computed from the weights last pulled.
