@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,3 +58,26 @@ def evaluate(q_net: nn.Module, env_id: str, episodes: int, frame_stack: int = 1,
     finally:
         q_net.train(was_training)
         envs.close()
+
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
+
+
+def evaluate_and_record(network: nn.Module, config, log, counters: dict, env_steps: int, updates: int,
+                        started_at: float, device: torch.device) -> tuple[tuple[int, float, float], bool]:
+    """A run's periodic greedy evaluation, the same in every mode: evaluates on fresh seeds, logs the
+    point, notes the first time the target return was reached in `counters`.
+
+    Returns (env steps, mean return, mean rewarded steps) and whether the target is reached.
+    """
+    result = evaluate(network, config.env, config.eval_episodes, config.frame_stack, config.env_options,
+                      seed=config.seed + EVAL_SEED_OFFSET * (1 + counters["evaluations"]),
+                      epsilon=config.eval_epsilon, device=device)
+    counters["evaluations"] += 1
+    log.write("eval", env_steps=env_steps, updates=updates, wall_time_s=counters["wall_time_s"],
+              mean_return=result.mean_return, returns=result.returns, mean_rewarded_steps=result.mean_rewarded_steps)
+    reached = config.target_return is not None and result.mean_return >= config.target_return
+    if reached and counters["steps_to_target"] is None:
+        counters["steps_to_target"] = env_steps
+        counters["time_to_target_s"] = time.time() - started_at
+    return (env_steps, result.mean_return, result.mean_rewarded_steps), reached

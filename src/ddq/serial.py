@@ -18,14 +18,11 @@ from tqdm import tqdm
 from ddq import checkpoint as ckpt
 from ddq.actor import Actor
 from ddq.config import TrainConfig
-from ddq.evaluate import evaluate
+from ddq.evaluate import evaluate_and_record
 from ddq.gamesim.envs import make_vector_env
 from ddq.parts import (env_shapes, epsilon_schedule, make_learner, make_replay, resolve_device,
                        seed_everything, update_schedule)
 from ddq.runlog import RunLog, run_summary
-
-EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
-
 
 class SerialTrainer:
     """Wires an actor, a replay memory and a learner in one process."""
@@ -123,23 +120,10 @@ class SerialTrainer:
         return postfix
 
     def _evaluate_and_check(self) -> bool:
-        c = self.config
-        result = evaluate(self.learner.online, c.env, c.eval_episodes, c.frame_stack, c.env_options,
-                           seed=c.seed + EVAL_SEED_OFFSET * (1 + self.counters["evaluations"]),
-                           epsilon=c.eval_epsilon, device=self.device)
-        self.counters["evaluations"] += 1
-        mean = result.mean_return
-        self.last_eval = (self.actor.env_steps, mean, result.mean_rewarded_steps)
-        elapsed = time.time() - self.started_at
-        self.log.write("eval", env_steps=self.actor.env_steps, updates=self.learner.updates,
-                       wall_time_s=self.counters["wall_time_s"], mean_return=mean, returns=result.returns,
-                       mean_rewarded_steps=result.mean_rewarded_steps)
-        if c.target_return is not None and mean >= c.target_return:
-            if self.counters["steps_to_target"] is None:
-                self.counters["steps_to_target"] = self.actor.env_steps
-                self.counters["time_to_target_s"] = elapsed
-            return True
-        return False
+        self.last_eval, reached = evaluate_and_record(
+            self.learner.online, self.config, self.log, self.counters, self.actor.env_steps,
+            self.learner.updates, self.started_at, self.device)
+        return reached
 
     # ----------------------------------------------------------- checkpoints
     def save(self) -> Path:

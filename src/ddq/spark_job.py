@@ -28,14 +28,13 @@ from tqdm import tqdm
 
 from ddq import checkpoint as ckpt
 from ddq.config import TrainConfig, merge
-from ddq.evaluate import evaluate
+from ddq.evaluate import evaluate_and_record
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
 from ddq.param_server.protocol import RunKeys
 from ddq.parts import env_shapes, make_learner, resolve_device, seed_everything
 from ddq.processes import spawn, stop
 from ddq.runlog import RunLog, run_summary
-from ddq.serial import EVAL_SEED_OFFSET
 from ddq.transport.redis_server import EmbeddedRedis
 
 TASK_RETRIES = 4
@@ -206,23 +205,11 @@ class DownpourTrainer:
 
     def _evaluate(self) -> bool:
         """Greedy evaluation of the server's current weights; True once the target return is reached."""
-        c = self.config
         self.client.sync()
-        result = evaluate(self.learner.online, c.env, c.eval_episodes, c.frame_stack, c.env_options,
-                          seed=c.seed + EVAL_SEED_OFFSET * (1 + self.counters["evaluations"]),
-                          epsilon=c.eval_epsilon, device=self.device)
-        self.counters["evaluations"] += 1
-        steps = self.counters["env_steps"]
-        self.last_eval = (steps, result.mean_return, result.mean_rewarded_steps)
-        self.log.write("eval", env_steps=steps, updates=self.client.version, wall_time_s=self.counters["wall_time_s"],
-                       mean_return=result.mean_return, returns=result.returns,
-                       mean_rewarded_steps=result.mean_rewarded_steps)
-        if c.target_return is not None and result.mean_return >= c.target_return:
-            if self.counters["steps_to_target"] is None:
-                self.counters["steps_to_target"] = steps
-                self.counters["time_to_target_s"] = time.time() - self.started_at
-            return True
-        return False
+        self.last_eval, reached = evaluate_and_record(
+            self.learner.online, self.config, self.log, self.counters, self.counters["env_steps"],
+            self.client.version, self.started_at, self.device)
+        return reached
 
     def _finish(self, workers: list[dict]) -> dict[str, Any]:
         self._drain_episodes()
