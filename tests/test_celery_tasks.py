@@ -52,9 +52,11 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
                 time.sleep(0.2)
             record = json.loads(admin.lindex(key, -1))
             assert record["version"] == 3 and len(record["returns"]) == 2 and record["time"] > 0
-            episode = record["episode"]
+            assert record["source"] == "celery" and record["env_steps"] == 0
+            episode = json.loads(admin.get(RunKeys("bg").replay))
             frames = np.frombuffer(base64.b64decode(episode["frames"]), np.uint8)
-            assert episode["side"] == 8 and frames.size % 64 == 0 and frames.size >= 2 * 64
+            assert episode["side"] == 8 and frames.size == episode["count"] * 64 and episode["count"] >= 2
+            assert episode["version"] == 3 and set(np.unique(frames).astype(str)) <= set(episode["palette"])
 
             from celery import Celery
             caller = Celery(broker=celery_url(server.url), backend=celery_url(server.url))

@@ -90,6 +90,9 @@ class TrainConfig:
                                                          "of snapshots (distributed modes)"})
     redis_url: str | None = field(default=None, metadata={"help": "Redis to use: redis://, rediss://, unix:// "
                                                                   "(default: a private redis-server ddq starts)"})
+    dashboard: bool = field(default=True, metadata={"help": "serve the live dashboard on 127.0.0.1 while "
+                                                             "training (distributed modes)"})
+    dashboard_port: int | None = field(default=None, metadata={"help": "the dashboard's port (default: a free one)"})
     env_options: EnvOptions = field(default_factory=EnvOptions)
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
     server: ServerConfig = field(default_factory=ServerConfig)

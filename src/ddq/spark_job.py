@@ -28,13 +28,15 @@ from tqdm import tqdm
 
 from ddq import checkpoint as ckpt
 from ddq.config import TrainConfig, merge
+from ddq.dashboard.launch import serve_dashboard
 from ddq.evaluate import evaluate_and_record
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
 from ddq.param_server.protocol import RunKeys
-from ddq.parts import env_shapes, make_learner, resolve_device, seed_everything
+from ddq.parts import env_shapes, epsilon_schedule, make_learner, resolve_device, seed_everything
 from ddq.processes import spawn, stop
 from ddq.runlog import RunLog, run_summary
+from ddq.telemetry import ListCursor, RunReporter, record_evaluation
 from ddq.transport.redis_server import EmbeddedRedis
 
 TASK_RETRIES = 4
@@ -79,7 +81,7 @@ def start_celery_worker(redis_url: str, run: str, run_dir: Path) -> subprocess.P
     env = {"DDQ_REDIS_URL": redis_url, "DDQ_RUN": run, "DDQ_CONFIG": str(folder / "config.json"),
            "DDQ_RUN_DIR": str(folder)}
     return spawn([sys.executable, "-m", "celery", "-A", "ddq.tasks", "worker", "--beat", "--pool", "solo",
-                  "--loglevel", "WARNING"], folder / "celery.log", env=env, cwd=folder)
+                  "--loglevel", "WARNING"], folder / "celery.log", env=env, cwd=folder, background=True)
 
 
 class DownpourTrainer:
@@ -98,6 +100,7 @@ class DownpourTrainer:
         self.counters: dict[str, Any] = {"env_steps": 0, "episodes": 0, "evaluations": 0, "wall_time_s": 0.0,
                                          "steps_to_target": None, "time_to_target_s": None}
         self.last_eval: tuple[int, float, float] | None = None
+        self.epsilon = epsilon_schedule(config)
 
     # ------------------------------------------------------------------ the run
     def train(self) -> dict[str, Any]:
@@ -110,12 +113,18 @@ class DownpourTrainer:
                       file=sys.stderr)
             url = c.redis_url or stack.enter_context(EmbeddedRedis(log_dir=self.run_dir)).url
             self.redis = redis.Redis.from_url(url)
+            self.episodes = ListCursor(self.redis, self.keys.episodes)
+            self.reporter = RunReporter(self.redis, self.keys, {
+                "run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
+                "config": dataclasses.asdict(c)}, c.server.shards)
             shards = start_shards(c, url, self.run, self.run_dir)
             stack.callback(lambda: stop_shards(self.redis, self.run, shards))
             wait_until_serving(self.redis, self.run, c.server.shards, shards)
             if c.celery:
                 celery_worker = start_celery_worker(url, self.run, self.run_dir)
                 stack.callback(self._stop_celery, celery_worker)
+            if c.dashboard:
+                stack.enter_context(serve_dashboard(url, self.run, self.run_dir, c.dashboard_port))
             self.client = ParameterClient(url, self.run, self.learner.flat, c.server.shards,
                                           target=self.learner.target_flat)
             stack.callback(self.client.close)
@@ -124,6 +133,7 @@ class DownpourTrainer:
             self._evaluate()
             self.redis.set(self.keys.control, "stop")
             summary = self._finish(workers)
+            self.reporter.finish(summary)
         return summary
 
     def _stop_celery(self, worker: subprocess.Popen) -> None:
@@ -174,6 +184,7 @@ class DownpourTrainer:
                 self.counters["env_steps"] = steps
                 self.counters["wall_time_s"] = time.time() - session_start
                 self._drain_episodes()
+                self.reporter.record_progress(steps, self.epsilon(steps))
                 if steps >= next_eval:
                     next_eval = (steps // c.eval_every + 1) * c.eval_every
                     if self._evaluate():
@@ -195,13 +206,11 @@ class DownpourTrainer:
                 time.sleep(0.05)
 
     def _drain_episodes(self) -> None:
-        while batch := self.redis.lpop(self.keys.episodes, 1000):
-            for raw in batch:
-                episode = json.loads(raw)
-                self.counters["episodes"] += 1
-                self.log.write("episode", env_steps=self.counters["env_steps"], worker=episode["worker"],
-                               episode_return=episode["episode_return"], length=episode["length"],
-                               truncated=episode["truncated"])
+        for episode in self.episodes.read_new():
+            self.counters["episodes"] += 1
+            self.log.write("episode", env_steps=episode.get("env_steps", self.counters["env_steps"]),
+                           worker=episode.get("worker"), episode_return=episode.get("episode_return"),
+                           length=episode.get("length"), truncated=episode.get("truncated"))
 
     def _evaluate(self) -> bool:
         """Greedy evaluation of the server's current weights; True once the target return is reached."""
@@ -209,10 +218,14 @@ class DownpourTrainer:
         self.last_eval, reached = evaluate_and_record(
             self.learner.online, self.config, self.log, self.counters, self.counters["env_steps"],
             self.client.version, self.started_at, self.device)
+        record_evaluation(self.redis, self.keys, "driver", self.client.version, self.last_eval[0],
+                          self.last_eval[1], [])
         return reached
 
     def _finish(self, workers: list[dict]) -> dict[str, Any]:
         self._drain_episodes()
+        self.reporter.record_progress(self.counters["env_steps"], self.epsilon(self.counters["env_steps"]),
+                                      force=True)
         self.learner.updates = self.client.version
         path = ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
                                     dict(self.counters), {})

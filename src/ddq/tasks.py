@@ -8,8 +8,9 @@ JSON only. It is configured from the environment, so it also works by hand:
 
 DDQ_EVAL_EVERY_S (default 30) spaces the periodic evaluations; DDQ_RUN_DIR
 (default: the config's run_dir) holds beat's schedule and the archive. Each result
-goes to the Redis list `ddq:<run>:evaluations` as JSON: the snapshot's
-version, the time, the returns, and for Snake the frames of one episode.
+goes to the Redis list `ddq:<run>:evaluations` as JSON (the snapshot's
+version, the time, the run's env steps then, the returns); for Snake the
+frames of one greedy episode go to `ddq:<run>:replay`, for the dashboard.
 """
 
 from __future__ import annotations
@@ -27,10 +28,15 @@ import torch
 from celery import Celery
 
 from ddq.config import TrainConfig, load_toml, merge
+from ddq.gamesim.snake_engine import APPLE, BODY, EMPTY, HEAD, WALL
+from ddq.models import FlatParameters
 from ddq.param_server.protocol import RunKeys, shard_bounds, weights_expectation
+from ddq.telemetry import record_evaluation
 from ddq.transport.wire import decode, layout_bytes
 
 EPISODE_FRAMES_LIMIT = 2000  # frames kept of the recorded Snake episode
+PALETTE = {str(EMPTY): "#10151c", str(WALL): "#56606e", str(BODY): "#3fae5a", str(HEAD): "#9be36e",
+           str(APPLE): "#e8473f"}  # the board's gray levels as the dashboard paints them
 
 
 def celery_url(redis_url: str) -> str:
@@ -61,13 +67,11 @@ app.conf.update(
 )
 
 
-def newest_snapshot(client: redis.Redis, run: str, config: TrainConfig) -> tuple[int, torch.Tensor, torch.Tensor] | None:
-    """(version, weights, target) assembled from every shard's snapshot, or None before the first."""
-    from ddq.param_server.server import model_parameters
-
-    flat = model_parameters(config)
+def newest_snapshot(client: redis.Redis, run: str, config: TrainConfig, flat: FlatParameters,
+                    target: torch.Tensor) -> int | None:
+    """Loads the newest snapshot, assembled from every shard's, into `flat` and `target`; returns its
+    version, or None before the first snapshot."""
     layout = layout_bytes(flat.layout_hash())
-    target = flat.data.clone()
     versions = []
     for shard, bounds in enumerate(shard_bounds(flat.size, config.server.shards)):
         saved = client.hgetall(RunKeys(run).shard(shard).snapshot)
@@ -77,7 +81,7 @@ def newest_snapshot(client: redis.Redis, run: str, config: TrainConfig) -> tuple
         flat.assign(decode(saved[b"weights"], expect)[1], bounds[0])
         flat.assign(decode(saved[b"target"], expect)[1], bounds[0], into=target)
         versions.append(int(saved[b"version"]))
-    return min(versions), flat.data, target
+    return min(versions)
 
 
 @app.task(name="ddq.tasks.evaluate_snapshot")
@@ -93,10 +97,14 @@ def evaluate_snapshot(episodes: int | None = None) -> dict | None:
     network = learner.online.train(False)
     result = evaluate(network, CONFIG.env, episodes or CONFIG.eval_episodes, CONFIG.frame_stack, CONFIG.env_options,
                       seed=CONFIG.seed + version, epsilon=CONFIG.eval_epsilon)
-    record = {"version": version, "time": time.time(), "mean_return": result.mean_return,
-              "returns": result.returns, "mean_rewarded_steps": result.mean_rewarded_steps}
-    frames = _snake_episode(network, version) if CONFIG.env.startswith("ddq/Snake") else None
-    client.rpush(RunKeys(RUN).evaluations, json.dumps({**record, "episode": frames}))
+    keys = RunKeys(RUN)
+    env_steps = int(client.get(keys.env_steps) or 0)
+    record = record_evaluation(client, keys, "celery", version, env_steps, result.mean_return, result.returns,
+                               mean_rewarded_steps=result.mean_rewarded_steps)
+    if CONFIG.env.startswith("ddq/Snake"):
+        replay = _snake_episode(network, version)
+        client.set(keys.replay, json.dumps({**replay, "version": version, "time": record["time"],
+                                            "env_steps": env_steps, "mean_return": result.mean_return}))
     return record
 
 
@@ -123,7 +131,8 @@ def _snake_episode(network: torch.nn.Module, seed: int) -> dict:
                 break
             states = stacker.push(board, starts=np.zeros(1, dtype=bool))
     side = int(frames[0].shape[0])
-    return {"side": side, "frames": base64.b64encode(np.stack(frames).tobytes()).decode()}
+    return {"side": side, "count": len(frames), "frames": base64.b64encode(np.stack(frames).tobytes()).decode(),
+            "palette": PALETTE}
 
 
 @app.task(name="ddq.tasks.archive_snapshot")
@@ -145,13 +154,10 @@ def _newest_learner(client: redis.Redis):
     """(version, a learner holding the newest snapshot's weights and target), or None before the first."""
     from ddq.parts import env_shapes, make_learner
 
-    snapshot = newest_snapshot(client, RUN, CONFIG)
-    if snapshot is None:
-        return None
-    version, weights, target = snapshot
     frame_shape, _, num_actions = env_shapes(CONFIG)
     learner = make_learner(CONFIG, frame_shape, num_actions, torch.device("cpu"))
-    learner.flat.data.copy_(weights)
-    learner.target_flat.data.copy_(target)
+    version = newest_snapshot(client, RUN, CONFIG, learner.flat, learner.target_flat.data)
+    if version is None:
+        return None
     learner.updates = version
     return version, learner

@@ -42,6 +42,36 @@ class WorkerStats:
     state: str = "starting"
     heartbeat: float = 0.0
     pid: int = 0
+    # over the last heartbeat interval, for the dashboard
+    env_steps_per_s: float = 0.0
+    pushes_per_s: float = 0.0
+    loss: float | None = None
+    mean_max_q: float | None = None
+    epsilon: float = 1.0
+
+
+class StatsWindow:
+    """Rates and means since the last heartbeat: what a person watching the run wants, not totals."""
+
+    def __init__(self) -> None:
+        self.started, self.env_steps, self.pushes = time.monotonic(), 0, 0
+        self.loss_sum, self.max_q_sum, self.gradients = 0.0, 0.0, 0
+
+    def add_gradient(self, loss: float, mean_max_q: float) -> None:
+        self.loss_sum += loss
+        self.max_q_sum += mean_max_q
+        self.gradients += 1
+
+    def close(self, stats: WorkerStats) -> StatsWindow:
+        """Writes the window's rates and means into `stats`; returns the next window."""
+        seconds = max(time.monotonic() - self.started, 1e-9)
+        stats.env_steps_per_s = (stats.env_steps - self.env_steps) / seconds
+        stats.pushes_per_s = (stats.pushes - self.pushes) / seconds
+        if self.gradients:
+            stats.loss, stats.mean_max_q = self.loss_sum / self.gradients, self.max_q_sum / self.gradients
+        following = StatsWindow()
+        following.env_steps, following.pushes = stats.env_steps, stats.pushes
+        return following
 
 
 class Barista:
@@ -64,6 +94,7 @@ class Barista:
         self.redis = redis.Redis.from_url(redis_url)
         self.keys = RunKeys(run)
         self.stats = WorkerStats(worker, attempt, pid=os.getpid())
+        self.window = StatsWindow()
         self.global_steps = 0
         self.stopped = False  # the run's control key said stop
 
@@ -74,12 +105,14 @@ class Barista:
     def play(self) -> int:
         """One vector step; the episodes it finished go to the run's episode list. New env steps."""
         before = self.actor.env_steps
-        episodes = self.actor.step(self.learner.online, self.epsilon(self.global_steps))
+        self.stats.epsilon = self.epsilon(self.global_steps)
+        episodes = self.actor.step(self.learner.online, self.stats.epsilon)
         new_steps = self.actor.env_steps - before
         pipe = self.redis.pipeline(transaction=False)  # one round trip per vector step
         pipe.incrby(self.keys.env_steps, new_steps)
+        stamp = {"worker": self.worker, "time": time.time(), "env_steps": self.global_steps + new_steps}
         for episode in episodes:
-            pipe.rpush(self.keys.episodes, json.dumps({"worker": self.worker, **asdict(episode)}))
+            pipe.rpush(self.keys.episodes, json.dumps({**stamp, **asdict(episode)}))
         pipe.get(self.keys.control)
         replies = pipe.execute()
         self.global_steps, self.stopped = replies[0], replies[-1] == b"stop"
@@ -91,11 +124,13 @@ class Barista:
             stats = self.learner.compute_gradient(self.replay.sample(self.config.batch_size))
             self.client.push(self.learner.flat.grad.cpu().numpy(), samples=self.config.batch_size, loss=stats.loss)
             self.stats.pushes += 1
+            self.window.add_gradient(stats.loss, stats.mean_max_q)
             self.sync()
 
     def heartbeat(self, state: str) -> None:
         self.stats.state, self.stats.heartbeat = state, time.time()
         self.stats.env_steps, self.stats.backlog_waits = self.actor.env_steps, self.client.waits
+        self.window = self.window.close(self.stats)
         self.redis.hset(self.keys.workers, str(self.worker), json.dumps(asdict(self.stats)))
 
     def finished(self) -> bool:

@@ -69,6 +69,7 @@ class ServerMetrics:
             weight_norm = float(after[lo:hi].norm())
             update_norm = float((after[lo:hi] - before[lo:hi]).norm())
             rows.append({"name": name, "weight_norm": weight_norm, "grad_norm": float(grad[lo:hi].norm()),
+                         "update_norm": update_norm,
                          "update_ratio": update_norm / weight_norm if weight_norm > 0 else None})
         self.layers = rows
 

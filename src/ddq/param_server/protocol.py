@@ -51,14 +51,29 @@ class RunKeys:
         return f"{self.prefix}:pushes"
 
     @property
+    def info(self) -> str:
+        """String: JSON of the run itself (config, start time, state), written by the driver."""
+        return f"{self.prefix}:info"
+
+    @property
     def episodes(self) -> str:
-        """List: JSON of each finished training episode, for the driver to log."""
+        """List, append-only: JSON of each finished training episode (readers keep their own cursor)."""
         return f"{self.prefix}:episodes"
 
     @property
     def evaluations(self) -> str:
-        """List: JSON of each greedy evaluation of a snapshot (Celery's periodic task)."""
+        """List, append-only: JSON of each greedy evaluation (the driver's, and Celery's of snapshots)."""
         return f"{self.prefix}:evaluations"
+
+    @property
+    def replay(self) -> str:
+        """String: JSON of the latest evaluated Snake episode's frames, for the dashboard to replay."""
+        return f"{self.prefix}:replay"
+
+    @property
+    def progress(self) -> str:
+        """List, append-only: JSON of the driver's once-a-second progress points (the dashboard's series)."""
+        return f"{self.prefix}:progress"
 
     @property
     def workers(self) -> str:

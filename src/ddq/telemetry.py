@@ -1,0 +1,182 @@
+"""What a downpour run tells about itself through Redis, read back and combined in one place.
+
+Writers: the Baristas (their stats hash and the episode log), the parameter
+server's shards (a metrics JSON each), the Celery worker (evaluations and
+the latest Snake replay) and the driver (the run's info and a progress point
+every second). Readers: the driver, which condenses everything into those
+progress points, and the dashboard, which shows them. Everything is JSON
+parsed as data; an entry that is not a JSON object is skipped, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from typing import Any
+
+import redis
+
+from ddq.param_server.protocol import RunKeys
+
+SILENT_AFTER_S = 5.0  # a worker whose heartbeat is older than this is shown as silent
+
+
+def json_object(raw: bytes | str | None) -> dict | None:
+    """`raw` parsed as a JSON object, or None for anything else (missing, malformed, another type)."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def shard_reports(client: redis.Redis, keys: RunKeys, shards: int) -> list[dict]:
+    """The latest metrics JSON of each shard that has published one."""
+    raw = client.mget([keys.shard(k).metrics for k in range(shards)])
+    return [report for report in map(json_object, raw) if report is not None]
+
+
+def merge_layers(per_shard: list[list[dict]]) -> list[dict]:
+    """One row per parameter from the shards' rows (a parameter can straddle shards): norms add in squares."""
+    squares: dict[str, dict[str, float]] = {}
+    for rows in per_shard:
+        for row in rows:
+            if not isinstance(row, dict) or not isinstance(row.get("name"), str):
+                continue
+            total = squares.setdefault(row["name"], {"weight_norm": 0.0, "grad_norm": 0.0, "update_norm": 0.0})
+            for key in total:
+                total[key] += (_number(row.get(key)) or 0.0) ** 2
+    merged = []
+    for name, total in squares.items():
+        weight, grad, update = (math.sqrt(total[k]) for k in ("weight_norm", "grad_norm", "update_norm"))
+        merged.append({"name": name, "weight_norm": weight, "grad_norm": grad, "update_norm": update,
+                       "update_ratio": update / weight if weight > 0 else None})
+    return merged
+
+
+def merge_server(reports: list[dict]) -> dict:
+    """The parameter server as one: every shard applies every gradient, so counts are the slowest
+    shard's; rejections are each shard's own and add up; staleness judgments add up over shards."""
+    if not reports:
+        return {"shards": 0, "version": 0, "applied": 0, "updates_per_s": 0.0, "dropped_stale": 0,
+                "rejected": {}, "rejected_total": 0, "staleness": {}, "layers": [], "learning_rate": None,
+                "mean_loss": None}
+    rejected: Counter[str] = Counter()
+    staleness: Counter[str] = Counter()
+    for report in reports:
+        rejected.update({str(k): int(v) for k, v in (report.get("rejected") or {}).items() if _number(v) is not None})
+        staleness.update({str(k): int(v) for k, v in (report.get("staleness") or {}).items() if _number(v) is not None})
+    losses = [loss for loss in (_number(r.get("mean_loss")) for r in reports) if loss is not None]
+
+    def slowest(key: str) -> float:
+        return min(_number(r.get(key)) or 0 for r in reports)
+
+    return {"shards": len(reports), "version": int(slowest("version")), "applied": int(slowest("applied")),
+            "updates_per_s": slowest("updates_per_s"), "dropped_stale": int(max(_number(r.get("dropped_stale")) or 0
+                                                                                for r in reports)),
+            "rejected": dict(rejected), "rejected_total": sum(rejected.values()),
+            "staleness": dict(sorted(staleness.items(), key=lambda item: int(item[0]))),
+            "layers": merge_layers([r.get("layers") or [] for r in reports]),
+            "learning_rate": _number(reports[0].get("learning_rate")),
+            "mean_loss": sum(losses) / len(losses) if losses else None}
+
+
+def worker_rows(client: redis.Redis, keys: RunKeys, now: float | None = None) -> list[dict]:
+    """Each worker's latest statistics, by worker id, with its heartbeat's age and a silent state
+    for a worker that stopped beating without saying it finished."""
+    now = time.time() if now is None else now
+    rows = []
+    for stats in map(json_object, client.hvals(keys.workers)):
+        if stats is None or _number(stats.get("worker")) is None:
+            continue
+        age = now - (_number(stats.get("heartbeat")) or 0.0)
+        if stats.get("state") == "running" and age > SILENT_AFTER_S:
+            stats["state"] = "silent"
+        rows.append({**stats, "heartbeat_age_s": age, "restarts": int(_number(stats.get("attempt")) or 0)})
+    return sorted(rows, key=lambda row: row["worker"])
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    values = [v for v in (_number(row.get(key)) for row in rows) if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else None
+
+
+def progress_point(server: dict, workers: list[dict], env_steps: int, started: float,
+                   epsilon: float, now: float | None = None) -> dict:
+    """One point of the run's progress series: throughput, learning and the per-layer update ratios."""
+    now = time.time() if now is None else now
+    active = [row for row in workers if row.get("state") == "running"]
+    return {"time": now, "wall_time_s": now - started, "env_steps": env_steps, "updates": server["version"],
+            "updates_per_s": server["updates_per_s"],
+            "env_steps_per_s": sum(_number(r.get("env_steps_per_s")) or 0.0 for r in active),
+            "pushes_per_s": sum(_number(r.get("pushes_per_s")) or 0.0 for r in active),
+            "loss": _mean(active, "loss"), "mean_max_q": _mean(active, "mean_max_q"), "epsilon": epsilon,
+            "rejected_total": server["rejected_total"], "dropped_stale": server["dropped_stale"],
+            "layer_ratios": {row["name"]: row["update_ratio"] for row in server["layers"]}}
+
+
+class ListCursor:
+    """Reads an append-only Redis list of JSON objects from where it last stopped."""
+
+    def __init__(self, client: redis.Redis, key: str, batch: int = 5000):
+        self.client, self.key, self.batch = client, key, batch
+        self.position = 0
+        self.malformed = 0
+
+    def read_new(self) -> list[dict]:
+        """Every entry appended since the last call, parsed; malformed entries are counted and skipped."""
+        entries: list[dict] = []
+        while True:
+            raw = self.client.lrange(self.key, self.position, self.position + self.batch - 1)
+            self.position += len(raw)
+            for item in map(json_object, raw):
+                if item is None:
+                    self.malformed += 1
+                else:
+                    entries.append(item)
+            if len(raw) < self.batch:
+                return entries
+
+
+def record_evaluation(client: redis.Redis, keys: RunKeys, source: str, version: int, env_steps: int,
+                      mean_return: float, returns: list[float], **extra: Any) -> dict:
+    """Appends a greedy evaluation to the run's list (the driver's and Celery's alike); returns it."""
+    record = {"source": source, "version": version, "time": time.time(), "env_steps": env_steps,
+              "mean_return": mean_return, "returns": returns, **extra}
+    client.rpush(keys.evaluations, json.dumps(record))
+    return record
+
+
+class RunReporter:
+    """The driver's side of the telemetry: the run's info, and a progress point every `every_s`."""
+
+    def __init__(self, client: redis.Redis, keys: RunKeys, info: dict, shards: int, every_s: float = 1.0):
+        self.client, self.keys, self.shards, self.every_s = client, keys, shards, every_s
+        self.info = {**info, "state": "running", "started": info.get("started", time.time())}
+        self.client.set(keys.info, json.dumps(self.info))
+        self._next = 0.0
+
+    def record_progress(self, env_steps: int, epsilon: float, force: bool = False) -> dict | None:
+        """Appends a progress point, at most one per `every_s` unless `force`; returns it."""
+        now = time.time()
+        if not force and now < self._next:
+            return None
+        self._next = now + self.every_s
+        server = merge_server(shard_reports(self.client, self.keys, self.shards))
+        point = progress_point(server, worker_rows(self.client, self.keys, now), env_steps,
+                               self.info["started"], epsilon, now)
+        self.client.rpush(self.keys.progress, json.dumps(point))
+        return point
+
+    def finish(self, summary: dict) -> None:
+        self.info.update(state="finished", finished=time.time(),
+                         summary={k: v for k, v in summary.items() if k not in ("config", "workers")})
+        self.client.set(self.keys.info, json.dumps(self.info))
