@@ -1,5 +1,5 @@
 # make run: the main job (downpour Snake training: 2 workers on local Spark, embedded Redis);
-# make test: the whole suite.
+# make test: the whole suite; its browser tests need Debian's chromium, installed here when missing.
 # Both create .venv on first use. torch==2.13.0 is installed before the package
 # because that CPU build is what these machines carry; the package accepts torch>=2.2.
 PYTHON ?= python3
@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ddq-installed
 
-.PHONY: run test bench-cartpole clean
+.PHONY: run test chromium bench-cartpole clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,15 @@ run: $(STAMP)
 	rm -rf runs/snake  # each `make run` is a fresh run
 	$(BIN)/ddq train --mode downpour --workers 2 --env ddq/Snake-v0 --run-dir runs/snake
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest
+
+# The browser tests drive the system's Chromium with Playwright (no downloaded browser).
+chromium:
+	@command -v chromium >/dev/null || test -n "$$DDQ_CHROMIUM" || \
+		{ test "$$(id -u)" = 0 && (DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 || \
+		  { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null; }); } || \
+		{ echo "make test needs Chromium: apt-get install chromium (as root), or set DDQ_CHROMIUM"; exit 1; }
 
 clean:
 	rm -rf $(VENV) runs test-output

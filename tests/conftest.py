@@ -17,3 +17,14 @@ def run_ddq(*args: str, timeout: float = 600, cwd: Path | None = None) -> subpro
 
 def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
+
+
+import pytest
+
+
+@pytest.fixture
+def output_dir(request) -> Path:
+    """test-output/<test name>/ at the repository root: what a test leaves to be looked at (screenshots)."""
+    folder = Path(__file__).resolve().parents[1] / "test-output" / request.node.name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

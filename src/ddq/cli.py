@@ -1,4 +1,4 @@
-"""The `ddq` command: train, evaluate, plot, bench."""
+"""The `ddq` command: train, dashboard, evaluate, plot, bench, and the distributed parts run by hand."""
 
 from __future__ import annotations
 
@@ -135,6 +135,13 @@ def cmd_barista_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from ddq.dashboard.app import serve
+
+    serve(args.redis_url, args.run, args.host, args.port, args.url_file)
+    return 0
+
+
 def cmd_dummy_client(args: argparse.Namespace) -> int:
     import urllib.error
     import urllib.request
@@ -219,6 +226,14 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_dashboard(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.dashboard import run_bench, table
+
+    rows = run_bench(args.repeats, args.total_steps, args.workers, args.eval_every_s)
+    print(table(rows, args.total_steps, args.workers, args.eval_every_s))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -244,6 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--url-file", help="also write the URL it serves on into this file")
     add_config_flags(serve)
     serve.set_defaults(func=cmd_barista_serve)
+
+    dashboard = commands.add_parser(
+        "dashboard", help="serve a run's live dashboard and JSON API (read-only) from its Redis",
+        description="Serve the babysitting dashboard of a run that is going or finished: one page of live "
+                    "charts, and the JSON API behind it (GET /api lists it). `ddq train` starts one itself "
+                    "and prints its URL; this serves one for any run whose Redis you can reach.")
+    dashboard.add_argument("--redis-url", required=True, help="the run's Redis (redis://, rediss://, unix://)")
+    dashboard.add_argument("--run", help="run id (as `ddq train` printed it; default: the only run there)")
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    dashboard.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    dashboard.add_argument("--url-file", help="also write the URL it serves on into this file")
+    dashboard.set_defaults(func=cmd_dashboard)
 
     dummy = commands.add_parser("dummy-client", help="drive a Barista by hand: step, status, shutdown")
     dummy.add_argument("url", help="the Barista's URL, as `barista serve` printed it")
@@ -284,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir", help="run folder holding metrics.jsonl")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     plot.set_defaults(func=cmd_plot)
-    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient cost by model size), ps (parameter server), scaling (downpour workers)")
+    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient cost by model size), ps (parameter "
+                                         "server), scaling (downpour workers), dashboard (what babysitting costs)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("train", aliases=["serial"],
                               help="steps and wall time to a target return over several seeds (`serial` runs "
@@ -315,6 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
     scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
     scaling.set_defaults(func=cmd_bench_scaling)
+    watch = kinds.add_parser("dashboard", help="downpour throughput bare against with Celery evaluating and the "
+                                               "dashboard open in headless Chromium")
+    watch.add_argument("--repeats", type=int, default=2, help="pairs of runs (bare, watched), alternating")
+    watch.add_argument("--total-steps", type=int, default=200_000, help="env steps per run")
+    watch.add_argument("--workers", type=int, default=2, help="downpour workers")
+    watch.add_argument("--eval-every-s", type=float, default=30.0, help="seconds between Celery's evaluations")
+    watch.set_defaults(func=cmd_bench_dashboard)
     return parser
 
 

@@ -37,9 +37,15 @@ def run_workers(workers: int, latency_ms: float, steps_per_worker: int, folder: 
     if finished.returncode != 0:
         raise RuntimeError(f"the {workers}-worker run failed:\n{finished.stderr[-2000:]}")
     summary = json.loads((run_dir / "summary.json").read_text())
+    return ScalingRow(workers, *worker_rates(summary), summary["updates"])
+
+
+def worker_rates(summary: dict) -> tuple[float, float]:
+    """(env steps/s, gradient pushes/s) of a finished downpour run, each worker's over its own active
+    time, summed: the JVM's and the workers' start-up stay out of it."""
     stats = summary["workers"]
-    return ScalingRow(workers, sum(w["env_steps"] / w["wall_time_s"] for w in stats),
-                      sum(w["pushes"] / w["wall_time_s"] for w in stats), summary["updates"])
+    return (sum(w["env_steps"] / w["wall_time_s"] for w in stats),
+            sum(w["pushes"] / w["wall_time_s"] for w in stats))
 
 
 def run_bench(worker_counts: list[int], latency_ms: float = 10.0, steps_per_worker: int = 1000) -> list[ScalingRow]:

@@ -1,0 +1,128 @@
+"""The dashboard's Flask app: one page, and the read-only JSON API behind it.
+
+Every route is a GET; nothing here can change training. Series endpoints take
+`?points=N` (default 500, at most 5000) and downsample to it, so a run of a
+million updates costs the page what a short one does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import redis
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+from werkzeug.serving import make_server
+
+from ddq.dashboard.reader import RunNotFound, RunReader, runs_in
+
+DEFAULT_POINTS, MAX_POINTS = 500, 5000
+
+API = {
+    "/api/run": "the run: env, mode, workers, shards, state, counters (env steps, updates, pushes, episodes)",
+    "/api/returns?points=N": "training episode returns (bucket mean, min, max) and greedy evaluation scores, "
+                             "against wall time and env steps",
+    "/api/progress?points=N": "once-a-second points: updates/s, env steps/s, pushes/s, loss, mean max-Q, "
+                              "epsilon, rejections, and each layer's update/weight ratio",
+    "/api/server": "the parameter server now: updates/s, staleness histogram, rejections by reason, "
+                   "per-layer weight, gradient and update norms",
+    "/api/workers": "one row per worker: state, env steps/s, pushes/s, last heartbeat, restarts",
+    "/api/first-layer": "the first layer's weights as grayscale images (base64 bytes)",
+    "/api/replay": "the latest greedily evaluated Snake episode's frames (base64 bytes), or null",
+}
+
+
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinities as None: JSON has neither, and browsers refuse them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    response = Response(json.dumps(_finite(value), allow_nan=False), status, mimetype="application/json")
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _points() -> int:
+    text = request.args.get("points", str(DEFAULT_POINTS))
+    if not text.isdigit() or not 2 <= int(text) <= MAX_POINTS:
+        raise ValueError(f"points must be a whole number from 2 to {MAX_POINTS}, got {text!r}")
+    return int(text)
+
+
+def create_app(client: redis.Redis, run: str) -> Flask:
+    app = Flask(__name__, static_folder="static", static_url_path="/static")
+    reader = RunReader(client, run)
+    routes = {
+        "/api/run": reader.overview,
+        "/api/returns": lambda: reader.returns(_points()),
+        "/api/progress": lambda: reader.progress(_points()),
+        "/api/server": reader.server,
+        "/api/workers": reader.workers,
+        "/api/first-layer": reader.first_layer,
+        "/api/replay": reader.replay,
+    }
+    for path, read in routes.items():
+        app.add_url_rule(path, path, lambda read=read: _json(read()), methods=["GET"])
+
+    @app.get("/")
+    def page() -> Response:
+        return app.send_static_file("index.html")
+
+    @app.get("/api")
+    def api() -> Response:
+        return _json({"run": run, "endpoints": API})
+
+    @app.errorhandler(ValueError)
+    def bad_request(error: ValueError) -> Response:
+        return _json({"error": str(error)}, 400)
+
+    @app.errorhandler(RunNotFound)
+    def no_run(error: RunNotFound) -> Response:
+        return _json({"error": str(error)}, 404)
+
+    @app.errorhandler(redis.RedisError)
+    def no_redis(error: redis.RedisError) -> Response:
+        return _json({"error": f"Redis is unreachable: {error}"}, 503)
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException) -> Response:
+        return _json({"error": error.description}, error.code or 500)
+
+    return app
+
+
+def pick_run(client: redis.Redis, run: str | None) -> str:
+    """`run`, or the only run in this Redis; an error names the runs there when it is ambiguous."""
+    if run:
+        return run
+    runs = runs_in(client)
+    if len(runs) != 1:
+        raise ValueError(f"give --run: this Redis holds {len(runs)} runs ({', '.join(runs) or 'none'})")
+    return runs[0]
+
+
+def serve(redis_url: str, run: str | None, host: str = "127.0.0.1", port: int = 0,
+          url_file: str | None = None) -> None:
+    """Serves the dashboard of `run` until the process is stopped; prints (and writes) its URL."""
+    client = redis.Redis.from_url(redis_url)
+    run = pick_run(client, run)
+    RunReader(client, run).info()  # a wrong run id is an error now, not a blank page
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
+    server = make_server(host, port, create_app(client, run), threaded=True)
+    url = f"http://{host}:{server.server_port}/"
+    print(f"ddq: dashboard of run {run} at {url}", file=sys.stderr, flush=True)
+    if url_file:
+        Path(url_file).write_text(url)
+    server.serve_forever()

@@ -1,0 +1,207 @@
+"""Everything the dashboard shows of one run, read from its Redis keys; nothing here writes.
+
+Long series (episodes, progress points, evaluations) are append-only lists:
+the reader mirrors each into NumPy columns, reading only what was appended
+since its last request, and answers with downsampled copies.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import redis
+
+from ddq.dashboard.series import Columns, downsample
+from ddq.param_server.protocol import RunKeys, shard_bounds
+from ddq.telemetry import ListCursor, json_object, merge_server, shard_reports, worker_rows
+from ddq.transport.wire import BODY_DTYPE, HEADER, WEIGHTS, Expect, WireError, check, layout_bytes, read_header
+
+MAX_FILTERS = 64  # first-layer images shown; a wide first layer shows its first units
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+def runs_in(client: redis.Redis) -> list[str]:
+    """Ids of the ddq runs whose info this Redis holds."""
+    return sorted(key.decode()[len("ddq:"):-len(":info")] for key in client.scan_iter("ddq:*:info"))
+
+
+class MirroredList:
+    """An append-only Redis list of JSON objects, mirrored into numeric columns."""
+
+    def __init__(self, client: redis.Redis, key: str, flatten=None):
+        self.cursor = ListCursor(client, key)
+        self.columns = Columns()
+        self.flatten = flatten or (lambda entry: entry)
+        self.lock = threading.Lock()
+
+    def refresh(self) -> Columns:
+        with self.lock:
+            self.columns.append([self.flatten(entry) for entry in self.cursor.read_new()])
+            return self.columns
+
+
+def _flatten_progress(point: dict) -> dict:
+    ratios = point.pop("layer_ratios", None)
+    if isinstance(ratios, dict):
+        point.update({f"ratio:{name}": value for name, value in ratios.items()})
+    return point
+
+
+@dataclass
+class FirstLayer:
+    """Where the first layer's weights sit in the flat vector and how they form images."""
+
+    name: str
+    count: int  # values read: the first `count` of the flat vector
+    images: tuple[int, int, int, int]  # (filters, channels, height, width) of those values
+    layout: bytes
+    bounds: list[tuple[int, int]]
+
+
+class RunReader:
+    def __init__(self, client: redis.Redis, run: str):
+        self.client, self.run, self.keys = client, run, RunKeys(run)
+        self.episodes = MirroredList(client, self.keys.episodes)
+        self.progress_points = MirroredList(client, self.keys.progress, _flatten_progress)
+        self.evaluation_list = MirroredList(client, self.keys.evaluations)
+        self._first_layer: FirstLayer | str | None = None
+
+    # ------------------------------------------------------------------ the run
+    def info(self) -> dict:
+        info = json_object(self.client.get(self.keys.info))
+        if info is None:
+            known = ", ".join(runs_in(self.client)) or "none"
+            raise RunNotFound(f"no run {self.run!r} in this Redis (runs there: {known})")
+        return info
+
+    def overview(self) -> dict:
+        info = self.info()
+        config = info.get("config") or {}
+        steps, pushes = self.client.mget([self.keys.env_steps, self.keys.pushes])
+        server = self.server(info)
+        return {"run": self.run, "state": info.get("state"), "started": info.get("started"),
+                "finished": info.get("finished"), "run_dir": info.get("run_dir"),
+                "env": config.get("env"), "mode": config.get("mode"), "model": config.get("model"),
+                "workers": config.get("workers"), "shards": (config.get("server") or {}).get("shards"),
+                "total_steps": config.get("total_steps"), "target_return": config.get("target_return"),
+                "env_steps": int(steps or 0), "pushes": int(pushes or 0), "updates": server["version"],
+                "episodes": self.client.llen(self.keys.episodes),
+                "evaluations": self.client.llen(self.keys.evaluations), "summary": info.get("summary")}
+
+    def _started(self) -> float:
+        started = self.info().get("started")
+        return float(started) if isinstance(started, (int, float)) else 0.0
+
+    # ------------------------------------------------------------------ series
+    def returns(self, points: int) -> dict:
+        """Training episode returns (bucket mean, min, max) and greedy evaluation scores."""
+        started = self._started()
+        episodes = self.episodes.refresh()
+        evaluations = self.evaluation_list.refresh()
+        return {"episodes": {"count": episodes.size, **downsample({
+                    "wall_time_s": episodes.get("time") - started, "env_steps": episodes.get("env_steps"),
+                    "episode_return": episodes.get("episode_return"), "length": episodes.get("length")},
+                    points, spread=("episode_return",))},
+                "evaluations": {"count": evaluations.size, **downsample({
+                    "wall_time_s": evaluations.get("time") - started, "env_steps": evaluations.get("env_steps"),
+                    "version": evaluations.get("version"), "mean_return": evaluations.get("mean_return")},
+                    points)}}
+
+    def progress(self, points: int) -> dict:
+        """The driver's progress points: throughput, learning, per-layer update ratios."""
+        columns = self.progress_points.refresh()
+        names = ("wall_time_s", "env_steps", "updates", "updates_per_s", "env_steps_per_s", "pushes_per_s",
+                 "loss", "mean_max_q", "epsilon", "rejected_total", "dropped_stale")
+        ratios = sorted(name for name in columns.names() if name.startswith("ratio:"))
+        series = downsample({name: columns.get(name) for name in (*names, *ratios)}, points)
+        return {"count": columns.size, **{name: series[name] for name in names},
+                "layer_ratios": {name[len("ratio:"):]: series[name] for name in ratios}}
+
+    # ------------------------------------------------------------------ latest state
+    def server(self, info: dict | None = None) -> dict:
+        shards = ((info or self.info()).get("config") or {}).get("server", {}).get("shards", 1)
+        reports = shard_reports(self.client, self.keys, int(shards))
+        return {**merge_server(reports), "per_shard": [
+            {key: report.get(key) for key in ("shard", "version", "applied", "updates_per_s", "rejected_total",
+                                              "dropped_stale", "time")} for report in reports]}
+
+    def workers(self) -> list[dict]:
+        return worker_rows(self.client, self.keys)
+
+    def replay(self) -> dict | None:
+        """The latest evaluated Snake episode: its frames (base64 uint8, side x side each) and palette."""
+        replay = json_object(self.client.get(self.keys.replay))
+        if replay is None or not isinstance(replay.get("frames"), str) or not isinstance(replay.get("side"), int):
+            return None
+        return replay
+
+    # ------------------------------------------------------------------ first layer
+    def first_layer(self) -> dict:
+        """The first layer's weights as grayscale images: conv filters, or an MLP's first units over the
+        input frames. Each image is normalised on its own (-max|w| black, +max|w| white)."""
+        layer = self._locate_first_layer()
+        if isinstance(layer, str):
+            return {"available": False, "reason": layer}
+        values, version = self._read_prefix(layer)
+        if values is None:
+            return {"available": False, "reason": "no weights published yet"}
+        filters, channels, height, width = layer.images
+        images = np.nan_to_num(values[:filters * channels * height * width]).reshape(filters, -1)
+        scale = np.abs(images).max(axis=1, keepdims=True)
+        gray = np.round(127.5 + 127.5 * images / np.where(scale > 0, scale, 1.0)).astype(np.uint8)
+        return {"available": True, "layer": layer.name, "version": version, "filters": filters,
+                "channels": channels, "height": height, "width": width,
+                "pixels": base64.b64encode(gray.tobytes()).decode()}
+
+    def _locate_first_layer(self) -> FirstLayer | str:
+        if self._first_layer is None:
+            self._first_layer = self._first_layer_of(self.info().get("config") or {})
+        return self._first_layer
+
+    @staticmethod
+    def _first_layer_of(settings: dict) -> FirstLayer | str:
+        from ddq.config import TrainConfig, merge
+        from ddq.param_server.server import model_parameters
+        from ddq.parts import env_shapes
+        from ddq.replay import state_shape
+
+        config = merge(TrainConfig(), settings, "the run's info")
+        flat = model_parameters(config)
+        name, shape = flat.layout[0]
+        state = state_shape(env_shapes(config)[0], config.frame_stack)
+        if len(shape) == 4:
+            images = shape
+        elif len(shape) == 2 and len(state) == 3 and shape[1] == math.prod(state):
+            images = (shape[0], *state)
+        else:
+            return f"the first layer ({name}, shape {'x'.join(map(str, shape))}) does not look at images"
+        images = (min(images[0], MAX_FILTERS), *images[1:])
+        return FirstLayer(name, math.prod(images), images, layout_bytes(flat.layout_hash()),
+                          shard_bounds(flat.size, config.server.shards))
+
+    def _read_prefix(self, layer: FirstLayer) -> tuple[np.ndarray | None, int]:
+        """The first `layer.count` published weights, read with GETRANGE from the shards holding them."""
+        parts, versions = [], []
+        for shard, (start, end) in enumerate(layer.bounds):
+            if start >= layer.count:
+                break
+            key = self.keys.shard(shard).weights
+            try:
+                header = read_header(self.client.getrange(key, 0, HEADER.size - 1), whole=False)
+                check(header, Expect(WEIGHTS, layer.layout, start, end - start))
+            except WireError:
+                return None, 0
+            wanted = min(end, layer.count) - start
+            body = self.client.getrange(key, HEADER.size, HEADER.size + 4 * wanted - 1)
+            if len(body) != 4 * wanted:
+                return None, 0
+            parts.append(np.frombuffer(body, dtype=BODY_DTYPE))
+            versions.append(header.version)
+        return np.concatenate(parts), min(versions)

@@ -1,0 +1,336 @@
+// The ddq dashboard: polls the read-only JSON API and redraws charts, tables and canvases in place.
+"use strict";
+
+const POLL_MS = 2000;           // charts and tables
+const SLOW_POLL_MS = 10000;     // first-layer images and the replayed episode
+const POINTS = 500;             // points asked of each series; the API downsamples to this
+const REPLAY_FPS = 5;            // each animated frame costs a software-composited browser a repaint
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f",
+                "#7c3aed", "#b45309", "#0f766e", "#6b7280"];
+
+// Visible to tests and to anyone poking at the page from the console.
+const ddq = window.ddq = { charts: {}, xAxis: "env_steps", polls: 0, lastError: null, replayVersion: null };
+
+// ------------------------------------------------------------------ helpers
+async function getJSON(path) {
+  const response = await fetch(path, { cache: "no-store" });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || response.statusText);
+  return body;
+}
+
+function fmt(value, digits = 3) {
+  if (value === null || value === undefined || Number.isNaN(value)) return "–";
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs < 1e-3 || abs >= 1e6)) return value.toExponential(digits - 1);
+  if (Number.isInteger(value)) return value.toLocaleString("en-US");
+  return value.toPrecision(digits);
+}
+
+function fmtDuration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  const s = Math.max(0, Math.round(seconds));
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+  return h ? `${h}h${String(m).padStart(2, "0")}m` : m ? `${m}m${String(r).padStart(2, "0")}s` : `${r}s`;
+}
+
+function el(tag, text, className) {
+  const node = document.createElement(tag);
+  if (text !== undefined) node.textContent = text;
+  if (className) node.className = className;
+  return node;
+}
+
+function fillTable(tbody, rows) {  // rows: arrays of cells, a cell is text or {text, className, title}
+  tbody.replaceChildren(...rows.map((cells) => {
+    const tr = el("tr");
+    for (const cell of cells) {
+      const td = el("td", typeof cell === "object" ? cell.text : cell, typeof cell === "object" ? cell.className : "");
+      if (typeof cell === "object" && cell.title) td.title = cell.title;
+      tr.append(td);
+    }
+    return tr;
+  }));
+}
+
+// Aligns series measured at different x values into uPlot's one-x-array form (gaps are null).
+function align(tables) {
+  const rows = [];
+  tables.forEach((table, t) => table.x.forEach((x, i) => { if (x !== null) rows.push([x, t, i]); }));
+  rows.sort((a, b) => a[0] - b[0]);
+  const offsets = [];
+  let width = 0;
+  for (const table of tables) { offsets.push(width); width += table.ys.length; }
+  const data = [rows.map((row) => row[0])];
+  for (let k = 0; k < width; k++) data.push(new Array(rows.length).fill(null));
+  rows.forEach(([, t, i], j) => tables[t].ys.forEach((ys, k) => { data[1 + offsets[t] + k][j] = ys[i]; }));
+  return data;
+}
+
+const positive = (values) => values.map((v) => (v !== null && v > 0 ? v : null));  // log scales
+
+// ------------------------------------------------------------------ charts
+function xAxisLabel() { return ddq.xAxis === "env_steps" ? "env steps" : "wall time"; }
+
+function makeChart(name, series, { scales = {}, axes = [], bands, xTime = true, height = 220 } = {}) {
+  const target = document.getElementById(`chart-${name}`);
+  const xValues = xTime ? (u, ticks) => ticks.map((t) => (ddq.xAxis === "wall_time_s" ? fmtDuration(t) : fmt(t)))
+                        : undefined;
+  const opts = {
+    width: Math.max(target.clientWidth, 200), height,
+    scales: { x: { time: false }, ...scales },
+    series: [{ label: xTime ? "x" : "staleness", value: (u, v) => (v === null ? "–" : xTime && ddq.xAxis === "wall_time_s" ? fmtDuration(v) : fmt(v)) },
+             ...series.map((s, i) => ({ stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
+                                        points: { show: false }, value: (u, v) => fmt(v), ...s }))],
+    axes: [{ values: xValues, size: 36 }, { size: 56, values: (u, ticks) => ticks.map((t) => fmt(t, 2)) }, ...axes],
+    legend: { live: true },
+  };
+  if (bands) opts.bands = bands;
+  const empty = [[], ...series.map(() => [])];
+  const chart = new uPlot(opts, empty, target);
+  new ResizeObserver(() => chart.setSize({ width: Math.max(target.clientWidth, 200), height })).observe(target);
+  ddq.charts[name] = chart;
+  return chart;
+}
+
+function rightAxis(scale, label) {
+  return { scale, side: 1, size: 52, grid: { show: false }, label, values: (u, ticks) => ticks.map((t) => fmt(t, 2)) };
+}
+
+function buildCharts() {
+  makeChart("returns", [
+    { label: "episode return (bucket mean)" },
+    { label: "max", stroke: "rgba(37,99,235,0.25)", width: 1 },
+    { label: "min", stroke: "rgba(37,99,235,0.25)", width: 1 },
+    { label: "greedy evaluation", stroke: COLORS[1], width: 2, points: { show: true, size: 6 } },
+  ], { bands: [{ series: [2, 3], fill: "rgba(37,99,235,0.10)" }], height: 260 });
+  makeChart("loss", [{ label: "loss" }], { scales: { y: { distr: 3, log: 10 } } });
+  makeChart("q", [{ label: "mean max-Q" }, { label: "epsilon", scale: "eps", stroke: COLORS[2] }],
+            { scales: { eps: { range: [0, 1] } }, axes: [rightAxis("eps", "epsilon")] });
+  makeChart("throughput", [
+    { label: "updates/s" }, { label: "pushes/s", stroke: COLORS[3] },
+    { label: "env steps/s", scale: "steps", stroke: COLORS[2] },
+  ], { axes: [rightAxis("steps", "env steps/s")] });
+  makeChart("staleness", [{ label: "share of gradients", paths: uPlot.paths.bars({ size: [0.7, 60] }),
+                            fill: "rgba(37,99,235,0.45)", spanGaps: false }],
+            { xTime: false, scales: { x: { time: false, range: (u, min, max) => [min - 0.5, max + 0.5] } } });
+}
+
+function ratioChart(layers) {  // one series per layer, known only once data arrives
+  const existing = ddq.charts.ratios;
+  if (existing && existing.series.length === layers.length + 2) return existing;
+  if (existing) existing.destroy();
+  document.getElementById("chart-ratios").replaceChildren();
+  return makeChart("ratios", [...layers.map((name) => ({ label: name })),
+                              { label: "1e-3", stroke: "#9ca3af", dash: [4, 4], width: 1 }],
+                   { scales: { y: { distr: 3, log: 10 } }, height: 240 });
+}
+
+// ------------------------------------------------------------------ panels
+function showRun(run) {
+  ddq.run = run;
+  document.getElementById("run-name").textContent = `${run.run} · ${run.env} · ${run.mode}`;
+  const badge = document.getElementById("run-state");
+  badge.textContent = run.state || "unknown";
+  badge.className = `badge ${run.state || ""}`;
+  const now = run.finished || Date.now() / 1000;
+  const counters = [["env steps", fmt(run.env_steps)], ["of", fmt(run.total_steps)], ["updates", fmt(run.updates)],
+                    ["episodes", fmt(run.episodes)], ["evaluations", fmt(run.evaluations)],
+                    ["workers", fmt(run.workers)], ["shards", fmt(run.shards)],
+                    ["elapsed", fmtDuration(run.started ? now - run.started : null)]];
+  document.getElementById("counters").replaceChildren(...counters.map(([name, value]) => {
+    const div = el("div");
+    div.append(el("dt", name), el("dd", value));
+    return div;
+  }));
+}
+
+function showReturns(returns) {
+  const x = ddq.xAxis, e = returns.episodes, v = returns.evaluations;
+  ddq.charts.returns.setData(align([
+    { x: e[x], ys: [e.episode_return, e.episode_return_max, e.episode_return_min] },
+    { x: v[x], ys: [v.mean_return] },
+  ]));
+}
+
+function showProgress(progress) {
+  const xs = progress[ddq.xAxis];
+  ddq.charts.loss.setData([xs, positive(progress.loss)]);
+  ddq.charts.q.setData([xs, progress.mean_max_q, progress.epsilon]);
+  ddq.charts.throughput.setData([xs, progress.updates_per_s, progress.pushes_per_s, progress.env_steps_per_s]);
+  const layers = Object.keys(progress.layer_ratios);
+  if (layers.length) {
+    ratioChart(layers).setData([xs, ...layers.map((name) => positive(progress.layer_ratios[name])),
+                                xs.map(() => 1e-3)]);
+  }
+}
+
+function showServer(server) {
+  const staleness = Object.entries(server.staleness).map(([k, n]) => [Number(k), n]).sort((a, b) => a[0] - b[0]);
+  const total = staleness.reduce((sum, [, n]) => sum + n, 0) || 1;
+  ddq.charts.staleness.setData([staleness.map(([k]) => k), staleness.map(([, n]) => n / total)]);
+  const reasons = Object.entries(server.rejected);
+  fillTable(document.querySelector("#rejections tbody"), [
+    [{ text: "rejected messages", className: "" }, fmt(server.rejected_total)],
+    ...reasons.map(([reason, n]) => [`  ${reason}`, fmt(n)]),
+    ["dropped as stale", fmt(server.dropped_stale)],
+  ]);
+  fillTable(document.querySelector("#layers tbody"), server.layers.map((layer) => {
+    const ratio = layer.update_ratio;
+    const far = ratio !== null && (ratio < 1e-4 || ratio > 1e-2);
+    return [layer.name, fmt(layer.weight_norm), fmt(layer.grad_norm),
+            { text: fmt(ratio), className: far ? "warn" : "",
+              title: far ? "more than 10x away from 1e-3: the learning rate may be off for this layer" : "" }];
+  }));
+}
+
+function showWorkers(workers) {
+  document.getElementById("workers-note").textContent =
+    `${workers.filter((w) => w.state === "running").length} running of ${workers.length}`;
+  fillTable(document.querySelector("#workers tbody"), workers.map((w) => [
+    `#${w.worker}`, { text: w.state, className: `state-${w.state}` }, fmt(w.env_steps), fmt(w.env_steps_per_s),
+    fmt(w.pushes_per_s), fmt(w.backlog_waits), `${fmtDuration(w.heartbeat_age_s)} ago`, fmt(w.restarts), String(w.pid),
+  ]));
+}
+
+function decodeBytes(base64) {
+  const text = atob(base64);
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  return bytes;
+}
+
+function showFirstLayer(layer) {
+  const note = document.getElementById("filters-note");
+  const canvas = document.getElementById("filters");
+  if (!layer.available) { note.textContent = layer.reason; canvas.width = canvas.height = 1; return; }
+  const { filters, channels, height, width } = layer;
+  note.textContent = `${layer.layer}: ${filters} × ${channels} images of ${height}×${width}, version ${layer.version}`;
+  const pixels = decodeBytes(layer.pixels);
+  const tileW = channels * width + channels - 1, columns = Math.max(1, Math.floor(560 / ((tileW + 2) * 3)));
+  const scale = Math.max(1, Math.min(8, Math.floor(48 / Math.max(height, width))));
+  const rows = Math.ceil(filters / columns);
+  canvas.width = columns * (tileW + 2) * scale;
+  canvas.height = rows * (height + 2) * scale;
+  const ctx = canvas.getContext("2d");
+  ctx.fillStyle = "#fff";
+  ctx.fillRect(0, 0, canvas.width, canvas.height);
+  const image = ctx.createImageData(width, height);
+  const scratch = document.createElement("canvas");
+  scratch.width = width; scratch.height = height;
+  for (let f = 0; f < filters; f++) {
+    for (let c = 0; c < channels; c++) {
+      const base = (f * channels + c) * height * width;
+      for (let p = 0; p < height * width; p++) {
+        const g = pixels[base + p];
+        image.data.set([g, g, g, 255], 4 * p);
+      }
+      scratch.getContext("2d").putImageData(image, 0, 0);
+      const x = ((f % columns) * (tileW + 2) + c * (width + 1)) * scale, y = Math.floor(f / columns) * (height + 2) * scale;
+      ctx.imageSmoothingEnabled = false;
+      ctx.drawImage(scratch, x, y, width * scale, height * scale);
+    }
+  }
+}
+
+const replay = { frames: null, side: 0, count: 0, index: 0, timer: null, palette: {}, onScreen: false };
+
+function showReplay(episode) {
+  const note = document.getElementById("replay-note");
+  if (!episode) { note.textContent = "no evaluated Snake episode yet (Celery evaluates snapshots)"; return; }
+  if (episode.version === ddq.replayVersion) return;
+  ddq.replayVersion = episode.version;
+  Object.assign(replay, { frames: decodeBytes(episode.frames), side: episode.side, count: episode.count, index: 0,
+                          palette: episode.palette || {}, colors: {} });
+  note.textContent = `snapshot version ${episode.version}, greedy return ${fmt(episode.mean_return)} (mean), ` +
+                     `${episode.count} frames`;
+  drawReplayFrame(true);
+  if (!replay.timer) {
+    replay.timer = setInterval(drawReplayFrame, 1000 / REPLAY_FPS);
+    new IntersectionObserver(([entry]) => { replay.onScreen = entry.isIntersecting; })
+      .observe(document.getElementById("replay"));
+  }
+}
+
+// The board is drawn one canvas pixel per cell and scaled up by CSS: each frame costs the browser
+// a 12x12 raster instead of a 320x320 one, which matters while training shares the CPU.
+function drawReplayFrame(always = false) {
+  const { frames, side, count } = replay;
+  if (!frames || !count) return;
+  if (!always && (!replay.onScreen || document.visibilityState === "hidden")) return;  // nobody is watching
+  const canvas = document.getElementById("replay");
+  if (canvas.width !== side) {
+    canvas.width = canvas.height = side;
+    replay.image = canvas.getContext("2d").createImageData(side, side);
+    replay.colors = {};
+  }
+  const pixels = replay.image.data, base = replay.index * side * side;
+  for (let p = 0; p < side * side; p++) {
+    const level = frames[base + p];
+    pixels.set(replay.colors[level] || (replay.colors[level] = rgba(replay.palette[level], level)), 4 * p);
+  }
+  canvas.getContext("2d").putImageData(replay.image, 0, 0);
+  replay.index = (replay.index + 1) % count;
+}
+
+function rgba(hex, level) {  // "#rrggbb" from the palette, else the gray level itself
+  if (!hex) return [level, level, level, 255];
+  const n = parseInt(hex.slice(1), 16);
+  return [(n >> 16) & 255, (n >> 8) & 255, n & 255, 255];
+}
+
+// ------------------------------------------------------------------ polling
+function setConnection(ok, text) {
+  const node = document.getElementById("connection");
+  node.textContent = text;
+  node.className = ok ? "connection" : "connection lost";
+}
+
+let lastSeries = null;
+
+async function poll() {
+  if (document.visibilityState === "hidden") return;
+  try {
+    const [run, returns, progress, server, workers] = await Promise.all([
+      getJSON("api/run"), getJSON(`api/returns?points=${POINTS}`), getJSON(`api/progress?points=${POINTS}`),
+      getJSON("api/server"), getJSON("api/workers")]);
+    lastSeries = { returns, progress };
+    showRun(run);
+    showReturns(returns);
+    showProgress(progress);
+    showServer(server);
+    showWorkers(workers);
+    ddq.polls += 1;
+    setConnection(true, `updated ${new Date().toLocaleTimeString()}`);
+  } catch (error) {
+    ddq.lastError = String(error);
+    setConnection(false, `cannot reach the dashboard's API (${error.message}); retrying`);
+  }
+}
+
+async function pollSlow() {
+  if (document.visibilityState === "hidden") return;
+  try {
+    const [layer, episode] = await Promise.all([getJSON("api/first-layer"), getJSON("api/replay")]);
+    showFirstLayer(layer);
+    showReplay(episode);
+  } catch (error) {
+    ddq.lastError = String(error);
+  }
+}
+
+function start() {
+  buildCharts();
+  const choice = document.getElementById("x-axis");
+  choice.addEventListener("change", () => {
+    ddq.xAxis = choice.value;
+    if (lastSeries) { showReturns(lastSeries.returns); showProgress(lastSeries.progress); }
+  });
+  poll();
+  pollSlow();
+  setInterval(poll, POLL_MS);
+  setInterval(pollSlow, SLOW_POLL_MS);
+  document.addEventListener("visibilitychange", () => { if (document.visibilityState === "visible") poll(); });
+}
+
+start();

@@ -1,0 +1,107 @@
+"""The dashboard in a real headless Chromium (Debian's, driven by Playwright): a live run, a finished one,
+and a long one with 16 workers. Screenshots land in test-output/<test>/."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from ddq.dashboard.browser import open_page
+from ddq.dashboard.reader import runs_in
+from ddq.param_server.protocol import RunKeys
+from ddq.transport.redis_server import EmbeddedRedis
+
+from synthetic_run import beat_workers, write_synthetic_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHARTS = ("returns", "loss", "q", "throughput", "staleness", "ratios")
+# True once every chart holds data points, the workers table has `rows` rows, and both canvases are drawn.
+PAGE_FILLED = """rows => {
+  const d = window.ddq, has = name => d.charts[name] && d.charts[name].data.slice(1).some(s => s.some(v => v !== null));
+  return %s.every(has) && document.querySelectorAll("#workers tbody tr").length === rows
+    && d.replayVersion !== null && document.getElementById("filters").width > 1;
+}""" % list(CHARTS)
+
+
+def _wait_for_file(path: Path, process: subprocess.Popen, log: Path, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while not path.is_file():
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {path.name} after {timeout} s"
+        time.sleep(0.1)
+    return path.read_text()
+
+
+def _serve_dashboard(redis_url: str, run: str | None, folder: Path) -> tuple[subprocess.Popen, str]:
+    log = folder / "dashboard.log"
+    command = [sys.executable, "-m", "ddq", "dashboard", "--redis-url", redis_url, "--url-file", str(folder / "url")]
+    process = subprocess.Popen(command + (["--run", run] if run else []), stdout=subprocess.DEVNULL,
+                               stderr=log.open("w"))
+    return process, _wait_for_file(folder / "url", process, log)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    process.wait(30)
+
+
+def test_dashboard_follows_a_live_run_then_serves_it_finished(tmp_path, output_dir):
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        run_dir, log = tmp_path / "run", tmp_path / "train.log"
+        training = subprocess.Popen(
+            [sys.executable, "-m", "ddq", "train", "--workers", "2", "--env", "ddq/Snake-v0", "--total-steps",
+             "2000000", "--time-budget-s", "400", "--no-progress", "--redis-url", server.url, "--run-dir", str(run_dir)],
+            stdout=subprocess.DEVNULL, stderr=log.open("w"), env=dict(os.environ, DDQ_EVAL_EVERY_S="3"))
+        try:
+            url = _wait_for_file(run_dir / "dashboard.url", training, log)
+            assert url.startswith("http://127.0.0.1:") and f"dashboard at {url}" in log.read_text()
+            with open_page(url) as page:
+                page.wait_for_function(PAGE_FILLED, arg=2, timeout=240_000)
+                page.screenshot(path=str(output_dir / "live.png"), full_page=True)
+                assert page.problems == []
+                assert page.locator("#run-state").inner_text() == "running"
+            [run] = runs_in(client)
+            client.set(RunKeys(run).control, "stop")
+            assert training.wait(180) == 0, log.read_text()[-3000:]
+        finally:
+            if training.poll() is None:
+                _stop(training)
+        assert not (run_dir / "dashboard.url").exists() or training.returncode == 0
+
+        dashboard, url = _serve_dashboard(server.url, run, tmp_path)
+        try:
+            with open_page(url) as page:
+                page.wait_for_function(PAGE_FILLED, arg=2, timeout=60_000)
+                assert page.locator("#run-state").inner_text() == "finished"
+                page.screenshot(path=str(output_dir / "finished.png"), full_page=True)
+                assert page.problems == []
+        finally:
+            _stop(dashboard)
+
+
+def test_page_stays_usable_with_16_workers_and_a_million_updates(tmp_path, output_dir):
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        run = write_synthetic_run(client)
+        dashboard, url = _serve_dashboard(server.url, run.run, tmp_path)
+        try:
+            beat_workers(client, run.run)
+            with open_page(url) as page:
+                page.wait_for_function(PAGE_FILLED, arg=16, timeout=120_000)
+                points = page.evaluate("Object.fromEntries(Object.entries(window.ddq.charts)"
+                                       ".map(([name, chart]) => [name, chart.data[0].length]))")
+                assert points["returns"] <= 500 + 300 and all(points[name] <= 500 for name in CHARTS[1:])
+                assert page.locator("#workers td.state-silent").count() == 1  # worker 5 stopped beating
+                assert page.locator("#layers td.warn").all_inner_texts() == ["0.500"]  # 6.bias: far from 1e-3
+                page.screenshot(path=str(output_dir / "million-updates.png"), full_page=True)
+                assert page.problems == []
+        finally:
+            _stop(dashboard)

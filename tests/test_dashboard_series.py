@@ -1,0 +1,93 @@
+"""Downsampling of long series and the telemetry merges behind the dashboard (pure logic)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ddq.dashboard.series import Columns, bucket_starts, downsample
+from ddq.telemetry import json_object, merge_layers, merge_server, progress_point
+
+
+def test_columns_grow_and_fill_gaps_with_nan():
+    columns = Columns(capacity=2)
+    columns.append([{"a": 1, "b": "text"}, {"a": 2.5}])
+    columns.append([{"a": 3, "c": 7}, {"c": True}])  # booleans are not numbers here
+    assert columns.size == 4
+    assert columns.get("a")[:3].tolist() == [1, 2.5, 3] and math.isnan(columns.get("a")[3])
+    assert "b" not in columns.names()  # text is not a number
+    assert np.isnan(columns.get("c")[[0, 1, 3]]).all() and columns.get("c")[2] == 7
+    assert np.isnan(columns.get("never")).all() and len(columns.get("never")) == 4
+
+
+@pytest.mark.parametrize("rows,points", [(0, 10), (5, 10), (10, 10), (11, 10), (1_000_003, 500), (999, 998)])
+def test_buckets_cover_every_row_once(rows, points):
+    starts = bucket_starts(rows, points)
+    assert len(starts) == min(rows, points)
+    if rows:
+        assert starts[0] == 0 and (np.diff(starts) > 0).all() and starts[-1] < rows
+        sizes = np.diff(np.append(starts, rows))
+        assert sizes.max() - sizes.min() <= 1  # nearly equal buckets
+
+
+def test_downsample_keeps_means_and_ranges_and_ignores_nan():
+    values = np.arange(10, dtype=float)
+    values[3] = np.nan
+    gaps = np.full(10, np.nan)
+    out = downsample({"x": np.arange(10.0), "y": values, "gap": gaps}, points=2, spread=("y",))
+    assert out["x"] == [2.0, 7.0]
+    assert out["y"] == [pytest.approx((0 + 1 + 2 + 4) / 4), 7.0]
+    assert out["y_min"] == [0.0, 5.0] and out["y_max"] == [4.0, 9.0]
+    assert out["gap"] == [None, None]  # JSON-ready: no NaN
+
+
+def test_short_series_come_back_whole():
+    out = downsample({"y": np.array([1.0, np.inf, 3.0])}, points=10, spread=("y",))
+    assert out == {"y": [1.0, None, 3.0], "y_min": [1.0, None, 3.0], "y_max": [1.0, None, 3.0]}
+    assert downsample({"y": np.array([])}, 10, spread=("y",)) == {"y": [], "y_min": [], "y_max": []}
+
+
+def test_json_object_accepts_only_objects():
+    assert json_object(b'{"a": 1}') == {"a": 1}
+    for raw in (None, b"[1]", b"not json", b"\xff\xfe", b"3"):
+        assert json_object(raw) is None
+
+
+def test_server_merge_takes_the_slowest_shard_and_adds_rejections():
+    reports = [
+        {"version": 10, "applied": 10, "updates_per_s": 5.0, "dropped_stale": 1, "rejected": {"size": 2},
+         "staleness": {"0": 3, "2": 1}, "layers": [{"name": "w", "weight_norm": 3.0, "grad_norm": 0.0,
+                                                     "update_norm": 0.3}], "learning_rate": 0.1, "mean_loss": 1.0},
+        {"version": 9, "applied": 9, "updates_per_s": 4.0, "dropped_stale": 0, "rejected": {"size": 1, "layout": 4},
+         "staleness": {"0": 2, "10": 1}, "layers": [{"name": "w", "weight_norm": 4.0, "grad_norm": 0.0,
+                                                      "update_norm": 0.4}, {"name": "b", "weight_norm": 0.0}],
+         "learning_rate": 0.1, "mean_loss": None},
+    ]
+    merged = merge_server(reports)
+    assert (merged["version"], merged["applied"], merged["updates_per_s"]) == (9, 9, 4.0)
+    assert merged["rejected"] == {"size": 3, "layout": 4} and merged["rejected_total"] == 7
+    assert list(merged["staleness"].items()) == [("0", 5), ("2", 1), ("10", 1)]  # numeric order
+    w, b = merged["layers"]
+    assert w["weight_norm"] == pytest.approx(5.0) and w["update_ratio"] == pytest.approx(0.1)
+    assert b["update_ratio"] is None  # a zero weight norm has no ratio
+    assert merged["mean_loss"] == 1.0
+    assert merge_server([])["version"] == 0
+
+
+def test_layers_ignore_rows_that_are_not_layers():
+    assert merge_layers([[{"name": 3}, "junk", {"name": "w", "weight_norm": "big"}]]) == [
+        {"name": "w", "weight_norm": 0.0, "grad_norm": 0.0, "update_norm": 0.0, "update_ratio": None}]
+
+
+def test_progress_point_sums_running_workers_only():
+    server = merge_server([{"version": 7, "updates_per_s": 2.0, "layers": [{"name": "w", "weight_norm": 1.0,
+                                                                            "update_norm": 1e-3}]}])
+    workers = [{"state": "running", "env_steps_per_s": 10.0, "pushes_per_s": 1.0, "loss": 0.5, "mean_max_q": 2.0},
+               {"state": "running", "env_steps_per_s": 30.0, "pushes_per_s": 3.0, "loss": None, "mean_max_q": 4.0},
+               {"state": "finished", "env_steps_per_s": 99.0, "pushes_per_s": 99.0, "loss": 9.0}]
+    point = progress_point(server, workers, env_steps=1234, started=100.0, epsilon=0.3, now=160.0)
+    assert point["env_steps_per_s"] == 40.0 and point["pushes_per_s"] == 4.0
+    assert point["loss"] == 0.5 and point["mean_max_q"] == 3.0 and point["wall_time_s"] == 60.0
+    assert point["updates"] == 7 and point["layer_ratios"] == {"w": pytest.approx(1e-3)}
