@@ -61,6 +61,9 @@ def test_long_series_are_downsampled_to_bucket_means_and_ranges(api, big_run):
     evaluations = response.get_json()["evaluations"]
     assert evaluations["count"] == 300 and len(evaluations["mean_return"]) == 300  # short: sent whole
 
+    live = api.get("/api/live?points=300").get_json()  # what the page polls: the same answers in one
+    assert live["returns"] == response.get_json() and live["run"]["episodes"] == run.malformed + episodes["count"]
+
     progress = api.get("/api/progress?points=200").get_json()
     assert progress["count"] == 20_000 and len(progress["loss"]) == 200
     assert set(progress["layer_ratios"]) == {"2.weight", "2.bias", "4.weight", "4.bias", "6.weight", "6.bias"}
@@ -115,7 +118,7 @@ def test_bad_requests_get_clear_errors_and_nothing_is_written(api, big_run):
         response = method("/api/run")
         assert response.status_code == 405 and "error" in response.get_json()
     for path in ("/", "/api", "/api/run", "/api/returns", "/api/progress", "/api/server", "/api/workers",
-                 "/api/first-layer", "/api/replay", "/static/vendor/uPlot.iife.min.js"):
+                 "/api/first-layer", "/api/replay", "/api/live", "/static/vendor/uPlot.iife.min.js"):
         assert api.get(path).status_code == 200, path
     used = {name for name, calls in command_calls(client).items() if calls > before.get(name, 0)}
     assert used <= READ_COMMANDS, f"the dashboard sent {used - READ_COMMANDS}"

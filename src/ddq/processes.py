@@ -40,10 +40,10 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 def _background() -> None:  # runs in the child between fork and exec
     _die_with_parent()
-    os.nice(BACKGROUND_NICENESS)
-
-
-BACKGROUND_NICENESS = 10  # the kernel then gives a busy worker ~9x the CPU share of a background job
+    try:  # SCHED_IDLE: runs only on CPU time nothing else wants, and yields the moment a worker wakes
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
 
 
 def spawn(command: Sequence[str], log_path: Path | None = None, env: dict[str, str] | None = None,

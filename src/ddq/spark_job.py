@@ -117,6 +117,7 @@ class DownpourTrainer:
             self.reporter = RunReporter(self.redis, self.keys, {
                 "run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
                 "config": dataclasses.asdict(c)}, c.server.shards)
+            print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
             shards = start_shards(c, url, self.run, self.run_dir)
             stack.callback(lambda: stop_shards(self.redis, self.run, shards))
             wait_until_serving(self.redis, self.run, c.server.shards, shards)

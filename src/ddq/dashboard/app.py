@@ -34,6 +34,7 @@ API = {
     "/api/workers": "one row per worker: state, env steps/s, pushes/s, last heartbeat, restarts",
     "/api/first-layer": "the first layer's weights as grayscale images (base64 bytes)",
     "/api/replay": "the latest greedily evaluated Snake episode's frames (base64 bytes), or null",
+    "/api/live?points=N": "run, returns, progress, server and workers in one answer (what the page polls)",
 }
 
 
@@ -72,6 +73,9 @@ def create_app(client: redis.Redis, run: str) -> Flask:
         "/api/workers": reader.workers,
         "/api/first-layer": reader.first_layer,
         "/api/replay": reader.replay,
+        "/api/live": lambda: {"run": reader.overview(), "returns": reader.returns(_points()),
+                              "progress": reader.progress(_points()), "server": reader.server(),
+                              "workers": reader.workers()},
     }
     for path, read in routes.items():
         app.add_url_rule(path, path, lambda read=read: _json(read()), methods=["GET"])

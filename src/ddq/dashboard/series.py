@@ -72,9 +72,13 @@ def bucket_means(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
+SIGNIFICANT_DIGITS = 7  # a chart needs far fewer; seven keep env-step counts of millions exact
+
+
 def json_list(values: np.ndarray) -> list[float | None]:
-    """Plain floats for JSON, None where a value is NaN or infinite (JSON has neither)."""
-    return [float(v) if math.isfinite(v) else None for v in values.tolist()]
+    """Plain floats for JSON, to SIGNIFICANT_DIGITS (half the bytes of full doubles for the page to
+    fetch and parse), None where a value is NaN or infinite (JSON has neither)."""
+    return [float(f"{v:.{SIGNIFICANT_DIGITS}g}") if math.isfinite(v) else None for v in values.tolist()]
 
 
 def downsample(columns: dict[str, np.ndarray], points: int, spread: Iterable[str] = ()) -> dict[str, list]:

@@ -4,7 +4,7 @@
 const POLL_MS = 2000;           // charts and tables
 const SLOW_POLL_MS = 10000;     // first-layer images and the replayed episode
 const POINTS = 500;             // points asked of each series; the API downsamples to this
-const REPLAY_FPS = 5;            // each animated frame costs a software-composited browser a repaint
+const REPLAY_FPS = 5;
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f",
                 "#7c3aed", "#b45309", "#0f766e", "#6b7280"];
 
@@ -233,7 +233,10 @@ function showFirstLayer(layer) {
   }
 }
 
-const replay = { frames: null, side: 0, count: 0, index: 0, timer: null, palette: {}, onScreen: false };
+// Each new episode plays through once, then holds its last frame (a click plays it again): every
+// animated frame costs a browser without GPU compositing a repaint, taken from training's CPU.
+const replay = { frames: null, side: 0, count: 0, index: 0, timer: null, palette: {}, colors: {},
+                 onScreen: false, playing: false };
 
 function showReplay(episode) {
   const note = document.getElementById("replay-note");
@@ -241,28 +244,27 @@ function showReplay(episode) {
   if (episode.version === ddq.replayVersion) return;
   ddq.replayVersion = episode.version;
   Object.assign(replay, { frames: decodeBytes(episode.frames), side: episode.side, count: episode.count, index: 0,
-                          palette: episode.palette || {}, colors: {} });
+                          palette: episode.palette || {}, colors: {}, playing: true });
   note.textContent = `snapshot version ${episode.version}, greedy return ${fmt(episode.mean_return)} (mean), ` +
-                     `${episode.count} frames`;
+                     `${episode.count} frames; click to replay`;
   drawReplayFrame(true);
   if (!replay.timer) {
+    const canvas = document.getElementById("replay");
     replay.timer = setInterval(drawReplayFrame, 1000 / REPLAY_FPS);
-    new IntersectionObserver(([entry]) => { replay.onScreen = entry.isIntersecting; })
-      .observe(document.getElementById("replay"));
+    new IntersectionObserver(([entry]) => { replay.onScreen = entry.isIntersecting; }).observe(canvas);
+    canvas.addEventListener("click", () => { replay.index = 0; replay.playing = true; });
   }
 }
 
-// The board is drawn one canvas pixel per cell and scaled up by CSS: each frame costs the browser
-// a 12x12 raster instead of a 320x320 one, which matters while training shares the CPU.
+// The board is drawn one canvas pixel per cell and scaled up by CSS (a 12x12 raster, not 320x320).
 function drawReplayFrame(always = false) {
   const { frames, side, count } = replay;
   if (!frames || !count) return;
-  if (!always && (!replay.onScreen || document.visibilityState === "hidden")) return;  // nobody is watching
+  if (!always && (!replay.playing || !replay.onScreen || document.visibilityState === "hidden")) return;
   const canvas = document.getElementById("replay");
   if (canvas.width !== side) {
     canvas.width = canvas.height = side;
     replay.image = canvas.getContext("2d").createImageData(side, side);
-    replay.colors = {};
   }
   const pixels = replay.image.data, base = replay.index * side * side;
   for (let p = 0; p < side * side; p++) {
@@ -270,7 +272,8 @@ function drawReplayFrame(always = false) {
     pixels.set(replay.colors[level] || (replay.colors[level] = rgba(replay.palette[level], level)), 4 * p);
   }
   canvas.getContext("2d").putImageData(replay.image, 0, 0);
-  replay.index = (replay.index + 1) % count;
+  if (replay.index < count - 1) replay.index += 1;
+  else replay.playing = false;
 }
 
 function rgba(hex, level) {  // "#rrggbb" from the palette, else the gray level itself
@@ -291,9 +294,7 @@ let lastSeries = null;
 async function poll() {
   if (document.visibilityState === "hidden") return;
   try {
-    const [run, returns, progress, server, workers] = await Promise.all([
-      getJSON("api/run"), getJSON(`api/returns?points=${POINTS}`), getJSON(`api/progress?points=${POINTS}`),
-      getJSON("api/server"), getJSON("api/workers")]);
+    const { run, returns, progress, server, workers } = await getJSON(`api/live?points=${POINTS}`);  // one request
     lastSeries = { returns, progress };
     showRun(run);
     showReturns(returns);
