@@ -91,9 +91,9 @@ def write_synthetic_run(client: redis.Redis, run: str = "big-000001", updates: i
             + ([{"name": "6.bias", "weight_norm": 1.0, "grad_norm": 1.0, "update_norm": 0.5}] if shard else [])}))
     frames = np.zeros((3, 14, 14), np.uint8)
     frames[:, 0, :] = 64
-    client.set(keys.replay, json.dumps({"version": updates, "time": now, "env_steps": 4 * updates, "mean_return": 2.0,
-                                        "side": 14, "count": 3, "palette": {"0": "#000000", "64": "#888888"},
-                                        "frames": base64.b64encode(frames.tobytes()).decode()}))
+    client.hset(keys.replay, mapping={"version": updates, "episode": json.dumps({
+        "version": updates, "time": now, "env_steps": 4 * updates, "mean_return": 2.0, "side": 14, "count": 3,
+        "palette": {"0": "#000000", "64": "#888888"}, "frames": base64.b64encode(frames.tobytes()).decode()})})
     return SyntheticRun(run, returns, steps, weights, started, updates, workers, malformed=2)
 
 

@@ -53,7 +53,8 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
             record = json.loads(admin.lindex(key, -1))
             assert record["version"] == 3 and len(record["returns"]) == 2 and record["time"] > 0
             assert record["source"] == "celery" and record["env_steps"] == 0
-            episode = json.loads(admin.get(RunKeys("bg").replay))
+            episode = json.loads(admin.hget(RunKeys("bg").replay, "episode"))
+            assert int(admin.hget(RunKeys("bg").replay, "version")) == 3
             frames = np.frombuffer(base64.b64decode(episode["frames"]), np.uint8)
             assert episode["side"] == 8 and frames.size == episode["count"] * 64 and episode["count"] >= 2
             assert episode["version"] == 3 and set(np.unique(frames).astype(str)) <= set(episode["palette"])

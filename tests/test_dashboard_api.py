@@ -20,7 +20,7 @@ from ddq.transport.redis_server import EmbeddedRedis
 
 from synthetic_run import beat_workers, write_synthetic_run
 
-READ_COMMANDS = {"get", "mget", "getrange", "lrange", "llen", "hvals", "scan", "info", "ping", "hello", "client",
+READ_COMMANDS = {"get", "mget", "getrange", "lrange", "llen", "hget", "hvals", "scan", "info", "ping", "hello", "client",
                  "command", "select"}
 
 

@@ -10,7 +10,7 @@ DDQ_EVAL_EVERY_S (default 30) spaces the periodic evaluations; DDQ_RUN_DIR
 (default: the config's run_dir) holds beat's schedule and the archive. Each result
 goes to the Redis list `ddq:<run>:evaluations` as JSON (the snapshot's
 version, the time, the run's env steps then, the returns); for Snake the
-frames of one greedy episode go to `ddq:<run>:replay`, for the dashboard.
+frames of one greedy episode go to the hash `ddq:<run>:replay`, for the dashboard.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def _settings() -> tuple[str, str, TrainConfig, Path]:
 
 
 REDIS_URL, RUN, CONFIG, RUN_DIR = _settings()
+torch.set_num_threads(CONFIG.threads)  # evaluation is a background job: no spinning thread pool
 app = Celery("ddq", broker=celery_url(REDIS_URL), backend=celery_url(REDIS_URL))
 app.conf.update(
     task_serializer="json", result_serializer="json", accept_content=["json"],  # nothing else is decoded
@@ -103,8 +104,9 @@ def evaluate_snapshot(episodes: int | None = None) -> dict | None:
                                mean_rewarded_steps=result.mean_rewarded_steps)
     if CONFIG.env.startswith("ddq/Snake"):
         replay = _snake_episode(network, version)
-        client.set(keys.replay, json.dumps({**replay, "version": version, "time": record["time"],
-                                            "env_steps": env_steps, "mean_return": result.mean_return}))
+        episode = {**replay, "version": version, "time": record["time"], "env_steps": env_steps,
+                   "mean_return": result.mean_return}
+        client.hset(keys.replay, mapping={"version": version, "episode": json.dumps(episode)})
     return record
 
 

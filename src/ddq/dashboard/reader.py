@@ -85,6 +85,7 @@ class RunReader:
         info = self.info()
         config = info.get("config") or {}
         steps, pushes = self.client.mget([self.keys.env_steps, self.keys.pushes])
+        replay_version = self.client.hget(self.keys.replay, "version")
         server = self.server(info)
         return {"run": self.run, "state": info.get("state"), "started": info.get("started"),
                 "finished": info.get("finished"), "run_dir": info.get("run_dir"),
@@ -93,7 +94,8 @@ class RunReader:
                 "total_steps": config.get("total_steps"), "target_return": config.get("target_return"),
                 "env_steps": int(steps or 0), "pushes": int(pushes or 0), "updates": server["version"],
                 "episodes": self.client.llen(self.keys.episodes),
-                "evaluations": self.client.llen(self.keys.evaluations), "summary": info.get("summary")}
+                "evaluations": self.client.llen(self.keys.evaluations), "summary": info.get("summary"),
+                "replay_version": int(replay_version) if replay_version and replay_version.isdigit() else None}
 
     def _started(self) -> float:
         started = self.info().get("started")
@@ -137,7 +139,7 @@ class RunReader:
 
     def replay(self) -> dict | None:
         """The latest evaluated Snake episode: its frames (base64 uint8, side x side each) and palette."""
-        replay = json_object(self.client.get(self.keys.replay))
+        replay = json_object(self.client.hget(self.keys.replay, "episode"))
         if replay is None or not isinstance(replay.get("frames"), str) or not isinstance(replay.get("side"), int):
             return None
         return replay

@@ -67,7 +67,8 @@ class RunKeys:
 
     @property
     def replay(self) -> str:
-        """String: JSON of the latest evaluated Snake episode's frames, for the dashboard to replay."""
+        """Hash: `version` of the latest evaluated Snake episode and `episode`, the JSON of its frames
+        (a page reads the small version to know whether to fetch the large episode)."""
         return f"{self.prefix}:replay"
 
     @property
