@@ -74,7 +74,7 @@ def test_dashboard_follows_a_live_run_then_serves_it_finished(tmp_path, output_d
         finally:
             if training.poll() is None:
                 _stop(training)
-        assert not (run_dir / "dashboard.url").exists() or training.returncode == 0
+        assert not (run_dir / "dashboard.url").exists()  # the driver stopped its dashboard
 
         dashboard, url = _serve_dashboard(server.url, run, tmp_path)
         try:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -314,3 +315,29 @@ def test_nothing_under_src_unpickles():
     loads = [line for text in sources.values() for line in text.splitlines()
              if "torch.load(" in line and "`" not in line]  # calls, not their mentions in docstrings
     assert loads and all("weights_only=True" in line for line in loads)
+
+
+def test_a_push_waiting_on_a_full_backlog_gives_up_when_the_run_stops(redis_server):
+    """Shards stop draining when the run stops; a worker waiting for its backlog must not wait forever."""
+    from ddq.transport.wire import WEIGHTS
+
+    flat = model_parameters(build_config({"env": "CartPole-v1", "hidden": [8]}))
+    run, admin = f"stuck-{uuid.uuid4().hex[:6]}", redis_server.client()
+    keys = RunKeys(run)
+    admin.set(keys.shard(0).weights, encode(Header(WEIGHTS, layout_bytes(flat.layout_hash()), 0, flat.size),
+                                            flat.data.numpy()))
+    client = ParameterClient(redis_server.url, run, flat, max_backlog=1)  # no shard serves this run
+    try:
+        client.pull()
+        grad = np.zeros(flat.size, np.float32)
+        client.push(grad)  # the queue holds 1: within the backlog
+        waiting = threading.Thread(target=client.push, args=(grad,), daemon=True)
+        waiting.start()  # 2 > 1: waits for a shard that never drains
+        time.sleep(0.5)
+        assert waiting.is_alive() and client.waits > 0
+        admin.set(keys.control, "stop")
+        waiting.join(timeout=5)
+        assert not waiting.is_alive(), "the push still waits after the run stopped"
+        assert admin.llen(keys.shard(0).grads) == 2
+    finally:
+        client.close()

@@ -38,3 +38,4 @@ def serve_dashboard(redis_url: str, run: str, run_dir: Path, port: int | None = 
         yield url
     finally:
         stop(process)
+        url_file.unlink(missing_ok=True)  # the address is gone with the server

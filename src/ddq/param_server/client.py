@@ -24,7 +24,7 @@ class ParameterClient:
         self.flat, self.target, self.worker, self.max_backlog = flat, target, worker, max_backlog
         self.bounds = shard_bounds(flat.size, shards)
         self.keys = [RunKeys(run).shard(k) for k in range(shards)]
-        self.pushes_key = RunKeys(run).pushes
+        self.pushes_key, self.control_key = RunKeys(run).pushes, RunKeys(run).control
         self.layout = layout_bytes(flat.layout_hash())
         self.versions = [-1] * shards
         self.target_versions = [-1] * shards
@@ -106,7 +106,8 @@ class ParameterClient:
         """Sends each shard its slice of `grad`, computed from the weights last pulled.
 
         When a shard's queue is longer than `max_backlog`, waits for it to drain:
-        a worker faster than the server would otherwise only add staleness.
+        a worker faster than the server would otherwise only add staleness. It stops
+        waiting once the run is told to stop, as the shards then stop draining.
         """
         if min(self.versions) < 0:
             raise RuntimeError("pull the weights before pushing a gradient computed from them")
@@ -121,4 +122,7 @@ class ParameterClient:
         while max(lengths) > self.max_backlog:
             self.waits += 1
             time.sleep(0.0005)
-            lengths = self.conn.pipeline([("LLEN", keys.grads) for keys in self.keys])
+            *lengths, control = self.conn.pipeline([("LLEN", keys.grads) for keys in self.keys]
+                                                   + [("GET", self.control_key)])
+            if control == b"stop":
+                break
