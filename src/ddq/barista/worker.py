@@ -110,7 +110,8 @@ class Barista:
         new_steps = self.actor.env_steps - before
         pipe = self.redis.pipeline(transaction=False)  # one round trip per vector step
         pipe.incrby(self.keys.env_steps, new_steps)
-        stamp = {"worker": self.worker, "time": time.time(), "env_steps": self.global_steps + new_steps}
+        if episodes:  # most vector steps finish none: nothing to stamp
+            stamp = {"worker": self.worker, "time": time.time(), "env_steps": self.global_steps + new_steps}
         for episode in episodes:
             pipe.rpush(self.keys.episodes, json.dumps({**stamp, **asdict(episode)}))
         pipe.get(self.keys.control)
