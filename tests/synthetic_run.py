@@ -10,7 +10,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,3 +110,23 @@ def beat_workers(client: redis.Redis, run: str, workers: int = 16, silent_worker
             "episodes": 50, "backlog_waits": 0, "wall_time_s": 0.0, "state": "running", "heartbeat": beat,
             "pid": 1000 + worker, "env_steps_per_s": 12.5, "pushes_per_s": 3.1, "loss": 0.01, "mean_max_q": 0.5,
             "epsilon": 0.05}))
+
+
+@contextmanager
+def keep_workers_beating(client: redis.Redis, run: str, period_s: float = 1.0) -> Iterator[None]:
+    """Calls `beat_workers` now and every `period_s` until the block ends: live workers stay fresh however slow
+    the test is, and the silent one stays a minute old."""
+    done = threading.Event()
+    beat_workers(client, run)
+
+    def beat() -> None:
+        while not done.wait(period_s):
+            beat_workers(client, run)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

@@ -17,7 +17,7 @@ from ddq.dashboard.reader import runs_in
 from ddq.param_server.protocol import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 
-from synthetic_run import beat_workers, write_synthetic_run
+from synthetic_run import keep_workers_beating, write_synthetic_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -30,12 +30,17 @@ PAGE_FILLED = """rows => {
 }""" % list(CHARTS)
 
 
-def _wait_for_file(path: Path, process: subprocess.Popen, log: Path, timeout: float = 120) -> str:
+def _wait_until(condition, what: str, process: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    """Polls `condition` until it holds; fails at once if `process` exits, or after `timeout` s."""
     deadline = time.monotonic() + timeout
-    while not path.is_file():
+    while not condition():
         assert process.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, f"no {path.name} after {timeout} s"
+        assert time.monotonic() < deadline, f"{what} not seen after {timeout} s"
         time.sleep(0.1)
+
+
+def _wait_for_file(path: Path, process: subprocess.Popen, log: Path, timeout: float = 120) -> str:
+    _wait_until(path.is_file, path.name, process, log, timeout)
     return path.read_text()
 
 
@@ -62,7 +67,9 @@ def test_dashboard_follows_a_live_run_then_serves_it_finished(tmp_path, output_d
             stdout=subprocess.DEVNULL, stderr=log.open("w"), env=dict(os.environ, DDQ_EVAL_EVERY_S="3"))
         try:
             url = _wait_for_file(run_dir / "dashboard.url", training, log)
-            assert url.startswith("http://127.0.0.1:") and f"dashboard at {url}" in log.read_text()
+            assert url.startswith("http://127.0.0.1:")
+            # the driver prints the address once its next poll sees the file: wait for the line, not a time
+            _wait_until(lambda: f"dashboard at {url}" in log.read_text(), "the dashboard's address", training, log)
             with open_page(url) as page:
                 page.wait_for_function(PAGE_FILLED, arg=2, timeout=240_000)
                 page.screenshot(path=str(output_dir / "live.png"), full_page=True)
@@ -93,8 +100,8 @@ def test_page_stays_usable_with_16_workers_and_a_million_updates(tmp_path, outpu
         run = write_synthetic_run(client)
         dashboard, url = _serve_dashboard(server.url, run.run, tmp_path)
         try:
-            beat_workers(client, run.run)
-            with open_page(url) as page:
+            # heartbeats refreshed until the checks are done, so a slow browser start cannot age them past silent
+            with keep_workers_beating(client, run.run), open_page(url) as page:
                 page.wait_for_function(PAGE_FILLED, arg=16, timeout=120_000)
                 points = page.evaluate("Object.fromEntries(Object.entries(window.ddq.charts)"
                                        ".map(([name, chart]) => [name, chart.data[0].length]))")

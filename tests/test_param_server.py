@@ -333,8 +333,8 @@ def test_a_push_waiting_on_a_full_backlog_gives_up_when_the_run_stops(redis_serv
         client.push(grad)  # the queue holds 1: within the backlog
         waiting = threading.Thread(target=client.push, args=(grad,), daemon=True)
         waiting.start()  # 2 > 1: waits for a shard that never drains
-        time.sleep(0.5)
-        assert waiting.is_alive() and client.waits > 0
+        wait_for(lambda: client.waits > 0, 60, "the push to begin waiting")  # a condition, not a time
+        assert waiting.is_alive()
         admin.set(keys.control, "stop")
         waiting.join(timeout=5)
         assert not waiting.is_alive(), "the push still waits after the run stopped"
