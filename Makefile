@@ -1,5 +1,6 @@
 # make run: the main job (downpour Snake training: 2 workers on local Spark, embedded Redis);
-# make test: the whole suite; its browser tests need Debian's chromium, installed here when missing.
+# make test: the linter and type checker, then the whole suite; its browser tests need Debian's chromium,
+# installed here when missing.
 # Both create .venv on first use. torch==2.13.0 is installed before the package
 # because that CPU build is what these machines carry; the package accepts torch>=2.2.
 PYTHON ?= python3
@@ -7,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ddq-installed
 
-.PHONY: run test chromium bench-cartpole clean
+.PHONY: run test lint chromium bench-cartpole clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,8 +21,13 @@ run: $(STAMP)
 	rm -rf runs/snake  # each `make run` is a fresh run
 	$(BIN)/ddq train --mode downpour --workers 2 --env ddq/Snake-v0 --run-dir runs/snake
 
-test: $(STAMP) chromium
+test: lint chromium
 	$(BIN)/python -m pytest
+
+# ruff (lint, import order) and mypy (types: the package ships py.typed), configured in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
 
 # The browser tests drive the system's Chromium with Playwright (no downloaded browser).
 chromium:

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 
-
 def run_ddq(*args: str, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real `ddq` command in a child process."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")

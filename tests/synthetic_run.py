@@ -8,7 +8,6 @@ answers against them.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import threading
 import time
@@ -19,9 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
-from ddq.config import build_config
-from ddq.param_server.protocol import RunKeys, shard_bounds
-from ddq.param_server.server import model_parameters
+from ddq.config import build_config, settings_document
+from ddq.core.agent import env_shapes, model_parameters
+from ddq.core.replay import state_shape
+from ddq.services.telemetry import network_info
+from ddq.transport.keys import RunKeys, shard_bounds
 from ddq.transport.wire import WEIGHTS, Header, encode, layout_bytes
 
 CHUNK = 10_000
@@ -48,8 +49,11 @@ def write_synthetic_run(client: redis.Redis, run: str = "big-000001", updates: i
     rng = np.random.default_rng(7)
     now = time.time()
     started = now - progress_points
+    flat = model_parameters(config)
+    state = state_shape(env_shapes(config)[0], config.frame_stack)
     client.set(keys.info, json.dumps({"run": run, "started": started, "state": "running", "run_dir": "/nowhere",
-                                      "config": dataclasses.asdict(config)}))
+                                      "settings": settings_document(config),
+                                      "network": network_info(flat.layout, flat.layout_hash(), state)}))
     steps = np.sort(rng.integers(0, 4 * updates, episodes))
     returns = np.round(rng.normal(steps / 1e6, 1.0), 1)
     pipe = client.pipeline(transaction=False)
@@ -78,7 +82,6 @@ def write_synthetic_run(client: redis.Redis, run: str = "big-000001", updates: i
     pipe.execute()
     beat_workers(client, run, workers, silent_worker)
 
-    flat = model_parameters(config)
     weights = flat.data.numpy().copy()
     layout = layout_bytes(flat.layout_hash())
     for shard, (start, end) in enumerate(shard_bounds(flat.size, 2)):

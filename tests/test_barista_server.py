@@ -10,12 +10,11 @@ import urllib.request
 import pytest
 import redis
 
+from conftest import run_ddq
 from ddq.config import build_config
 from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
-from ddq.param_server.protocol import RunKeys
+from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
-
-from conftest import run_ddq
 
 FLAGS = ["--env", "CartPole-v1", "--hidden", "32", "32", "--learning-starts", "500"]
 

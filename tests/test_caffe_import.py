@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from ddq.core.optimizers import FlatOptimizer, OptimizerConfig
 from ddq.models import FlatParameters, build_q_network, shipped_models
 from ddq.models.caffe import import_net, import_solver, load_net, load_solver
 from ddq.models.prototxt import PrototxtError, parse
-from ddq.param_server.optimizers import FlatOptimizer, OptimizerConfig
 
 DATA = Path(__file__).parent / "data"
 

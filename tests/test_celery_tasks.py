@@ -14,15 +14,14 @@ import numpy as np
 import pytest
 import redis
 
-from ddq.config import build_config
-from ddq.param_server.client import ParameterClient
-from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving, write_config
-from ddq.param_server.protocol import RunKeys
-from ddq.param_server.server import model_parameters
-from ddq.tasks import celery_url
-from ddq.transport.redis_server import EmbeddedRedis
-
 from conftest import run_ddq
+from ddq.config import build_config, write_settings
+from ddq.core.agent import model_parameters
+from ddq.param_server.client import ParameterClient
+from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
+from ddq.services.tasks import celery_url
+from ddq.transport.keys import RunKeys
+from ddq.transport.redis_server import EmbeddedRedis
 
 
 @pytest.mark.slow
@@ -39,8 +38,8 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
         for _ in range(3):
             client.push(np.full(client.flat.size, 1e-3, np.float32))
         env = dict(os.environ, DDQ_REDIS_URL=server.url, DDQ_RUN="bg", DDQ_EVAL_EVERY_S="1",
-                   DDQ_CONFIG=str(write_config(config, tmp_path / "config.json")))
-        worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "ddq.tasks", "worker", "--beat",
+                   DDQ_SETTINGS=str(write_settings(config, tmp_path / "config.json")))
+        worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "ddq.services.tasks", "worker", "--beat",
                                    "--pool", "solo", "--loglevel", "WARNING"], env=env, cwd=tmp_path,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:

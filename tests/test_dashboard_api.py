@@ -17,7 +17,6 @@ import redis
 from ddq.dashboard.app import create_app
 from ddq.dashboard.series import bucket_starts
 from ddq.transport.redis_server import EmbeddedRedis
-
 from synthetic_run import beat_workers, write_synthetic_run
 
 READ_COMMANDS = {"get", "mget", "getrange", "lrange", "llen", "hget", "hvals", "scan", "info", "ping", "hello", "client",

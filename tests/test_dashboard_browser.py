@@ -14,9 +14,8 @@ import redis
 
 from ddq.dashboard.browser import open_page
 from ddq.dashboard.reader import runs_in
-from ddq.param_server.protocol import RunKeys
+from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
-
 from synthetic_run import keep_workers_beating, write_synthetic_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

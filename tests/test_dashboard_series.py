@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ddq.dashboard.series import Columns, bucket_starts, downsample
-from ddq.telemetry import json_object, merge_layers, merge_server, progress_point
+from ddq.services.telemetry import json_object, merge_layers, merge_server, progress_point
 
 
 def test_columns_grow_and_fill_gaps_with_nan():

@@ -12,10 +12,9 @@ import time
 import pytest
 import redis
 
-from ddq.param_server.protocol import RunKeys
-from ddq.transport.redis_server import EmbeddedRedis
-
 from conftest import run_ddq, summary_of
+from ddq.transport.keys import RunKeys
+from ddq.transport.redis_server import EmbeddedRedis
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
 

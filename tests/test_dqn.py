@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ddq.dqn import LinearSchedule, double_dqn_targets, epsilon_greedy, td_loss
+from ddq.core.dqn import LinearSchedule, double_dqn_targets, epsilon_greedy, td_loss
 
 
 def test_double_dqn_target_uses_online_argmax_and_target_value():

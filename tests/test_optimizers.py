@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ddq.param_server.optimizers import FlatOptimizer, OptimizerConfig
+from ddq.core.optimizers import FlatOptimizer, OptimizerConfig
 
 CASES = [
     ("sgd", dict(lr=0.1), torch.optim.SGD, dict(lr=0.1)),

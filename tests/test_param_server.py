@@ -18,16 +18,15 @@ import pytest
 import redis
 import torch
 
+from conftest import run_ddq
 from ddq.config import build_config
+from ddq.core.agent import model_parameters
+from ddq.core.optimizers import FlatOptimizer
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
-from ddq.param_server.optimizers import FlatOptimizer
-from ddq.param_server.protocol import RunKeys
-from ddq.param_server.server import model_parameters
+from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.wire import GRADIENT, HEADER, Header, encode, layout_bytes
-
-from conftest import run_ddq
 
 
 @pytest.fixture(scope="module")

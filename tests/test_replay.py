@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ddq.replay import FrameStacker, ReplayMemory, state_shape
+from ddq.core.replay import FrameStacker, ReplayMemory, state_shape
 
 
 def frames_of(values):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from ddq.param_server.protocol import shard_bounds
 from ddq.param_server.staleness import StalenessPolicy
+from ddq.transport.keys import shard_bounds
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.resp import Oversized, RespConnection, RespError
 from ddq.transport.wire import WireError

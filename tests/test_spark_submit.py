@@ -11,10 +11,9 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from conftest import run_ddq, summary_of
 from ddq.processes import spawn, stop
 from ddq.transport.redis_server import free_port
-
-from conftest import run_ddq, summary_of
 
 SPARK_HOME = Path(pyspark.__file__).parent
 

@@ -5,9 +5,8 @@ import json
 import pytest
 import torch
 
-from ddq.runlog import read_metrics
-
 from conftest import run_ddq, summary_of
+from ddq.modes.bookkeeping import read_metrics
 
 SHORT = ["--mode", "serial", "--env", "CartPole-v1", "--no-progress", "--learning-starts", "500", "--eval-every", "1000",
          "--eval-episodes", "2", "--checkpoint-every", "1500", "--log-every", "500"]

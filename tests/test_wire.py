@@ -3,8 +3,19 @@
 import numpy as np
 import pytest
 
-from ddq.transport.wire import (GRADIENT, HEADER, WEIGHTS, Expect, Header, MessageBuffer, WireError, decode,
-                                encode, layout_bytes, read_header)
+from ddq.transport.wire import (
+    GRADIENT,
+    HEADER,
+    WEIGHTS,
+    Expect,
+    Header,
+    MessageBuffer,
+    WireError,
+    decode,
+    encode,
+    layout_bytes,
+    read_header,
+)
 
 LAYOUT = layout_bytes("0123456789abcdef")
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ddq.config import add_config_flags, build_config
+from ddq.config import add_config_flags, build_config, read_settings
 
 
 def _default_run_dir(env_id: str) -> str:
@@ -18,9 +18,9 @@ def _default_run_dir(env_id: str) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ddq import checkpoint as ckpt
-    from ddq.plot import plot_run
-    from ddq.serial import SerialTrainer
+    from ddq.core import checkpoint as ckpt
+    from ddq.modes.serial import SerialTrainer
+    from ddq.services.plot import plot_run
 
     cli_values = {k: v for k, v in vars(args).items()
                   if k not in ("func", "config", "resume", "command", "started_at", "solver")}
@@ -40,7 +40,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config.run_dir = run_dir
     print(f"ddq: training {config.env} ({config.mode}) into {run_dir}", file=sys.stderr)
     if config.mode == "downpour":
-        from ddq.spark_job import DownpourTrainer
+        from ddq.modes.downpour import DownpourTrainer
 
         if saved is not None:
             raise ValueError("--resume continues serial runs; a downpour run's shards resume from their "
@@ -58,10 +58,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ddq import checkpoint as ckpt
-    from ddq.evaluate import evaluate
-    from ddq.parts import env_shapes, resolve_device
-    from ddq.replay import state_shape
+    from ddq.core import checkpoint as ckpt
+    from ddq.core.agent import env_shapes, resolve_device
+    from ddq.core.evaluate import evaluate
+    from ddq.core.replay import state_shape
 
     saved = ckpt.load_checkpoint(args.checkpoint)
     config = ckpt.config_from_checkpoint(saved)
@@ -82,7 +82,11 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     from ddq.param_server.server import ShardServer
 
     logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
-    config = _config_from(args, ("run", "shard"))
+    if args.settings:  # what the driver resolved: used as it is, no preset applied again
+        config = read_settings(args.settings)
+        config.redis_url = getattr(args, "redis_url", None) or config.redis_url
+    else:
+        config = _config_from(args, ("run", "shard", "settings"))
     if not config.redis_url:
         raise ValueError("param-server needs --redis-url (ddq train starts Redis and the servers itself)")
     if not 0 <= args.shard < config.server.shards:
@@ -118,11 +122,13 @@ def _config_from(args: argparse.Namespace, own: tuple[str, ...]):
 def cmd_barista_serve(args: argparse.Namespace) -> int:
     from ddq.barista.server import BaristaServer
     from ddq.barista.worker import Barista
+    from ddq.param_server.client import remote_source
 
     config = _config_from(args, ("run", "worker", "port", "url_file", "action"))
     if not config.redis_url:
         raise ValueError("barista serve needs --redis-url: the parameter server's Redis")
-    barista = Barista(config, config.redis_url, args.run, args.worker)
+    barista = Barista(config, config.redis_url, args.run, args.worker,
+                      remote_source(config, config.redis_url, args.run, args.worker))
     server = BaristaServer(barista, args.port)
     print(f"ddq barista: worker {args.worker} of run {args.run} serving on {server.url}", file=sys.stderr, flush=True)
     if args.url_file:
@@ -184,7 +190,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from ddq.plot import plot_run
+    from ddq.services.plot import plot_run
 
     print(plot_run(args.run_dir, args.output))
     return 0
@@ -284,7 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
                                          "and publishes the weights. `ddq train` starts these itself; run one "
                                          "by hand against any --redis-url. It exits when the run's control key "
                                          "says stop (SET ddq:RUN:control stop).")
-    server.add_argument("--config", help="settings file (TOML, or the JSON ddq writes into a run folder)")
+    server.add_argument("--config", help="settings file (TOML); the env's preset applies first, flags after")
+    server.add_argument("--settings", metavar="FILE", help="a run folder's config.json, as ddq train wrote it: "
+                                                           "used as it is (only --redis-url applies over it)")
     server.add_argument("--run", default="default", help="run id: the Redis keys live under ddq:RUN:")
     server.add_argument("--shard", type=int, default=0, help="which shard of --shards this process serves")
     add_config_flags(server)
@@ -311,7 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir", help="run folder holding metrics.jsonl")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     plot.set_defaults(func=cmd_plot)
-    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient cost by model size), ps (parameter "
+    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient "
+                                              "cost by model size), ps (parameter "
                                          "server), scaling (downpour workers), dashboard (what babysitting costs)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("train", aliases=["serial"],

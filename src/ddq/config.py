@@ -22,9 +22,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from ddq.core.optimizers import OptimizerConfig
 from ddq.gamesim import SNAKE_ID
 from ddq.gamesim.envs import EnvOptions, is_atari
-from ddq.param_server.optimizers import OptimizerConfig
 
 MODES = ("serial", "downpour")
 
@@ -161,7 +161,7 @@ def merge(config: TrainConfig, values: dict[str, Any], source: str) -> TrainConf
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Settings from a TOML file, or from JSON (what ddq itself writes for the processes it starts)."""
+    """Settings from a TOML file (or a JSON file of the same keys)."""
     with open(path, "rb") as handle:
         return json.load(handle) if str(path).endswith(".json") else tomllib.load(handle)
 
@@ -181,6 +181,56 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
 
         config = merge(config, load_solver(solver_file).as_settings(), solver_file)
     return merge(config, cli_values, "the command line")
+
+
+# ------------------------------------------------------------------ settings across processes
+SETTINGS_FORMAT = "ddq-settings"
+SETTINGS_VERSION = 1
+
+
+def settings_document(config: TrainConfig) -> dict[str, Any]:
+    """The resolved settings of a run as plain data, with a format and version, for another process.
+
+    This is the only form in which settings leave the driver: the Spark tasks'
+    closure, the shards' and Celery's settings file, the run's info in Redis
+    (the dashboard) and checkpoints all carry this document."""
+    return {"format": SETTINGS_FORMAT, "version": SETTINGS_VERSION, "config": dataclasses.asdict(config)}
+
+
+def config_from_document(document: Any, source: str) -> TrainConfig:
+    """The TrainConfig a `settings_document` holds. No preset is applied again: the driver already
+    resolved every setting, so a child process runs exactly the driver's configuration."""
+    if not isinstance(document, dict) or document.get("format") != SETTINGS_FORMAT:
+        raise ValueError(f"{source} does not hold ddq settings")
+    if document.get("version") != SETTINGS_VERSION:
+        raise ValueError(f"{source} holds settings version {document.get('version')}; this ddq reads "
+                         f"version {SETTINGS_VERSION}")
+    return merge(TrainConfig(), document["config"], source)
+
+
+def encode_settings(config: TrainConfig) -> str:
+    """`settings_document` as JSON text."""
+    return json.dumps(settings_document(config))
+
+
+def decode_settings(text: str | bytes, source: str) -> TrainConfig:
+    """The TrainConfig of `encode_settings`'s text; one clear error for anything else."""
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"{source} is not JSON: {error}") from error
+    return config_from_document(document, source)
+
+
+def write_settings(config: TrainConfig, path: Path) -> Path:
+    """The run's settings as a file (`settings.json` in a run folder) that processes ddq starts read."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings_document(config), indent=1))
+    return path
+
+
+def read_settings(path: str | Path) -> TrainConfig:
+    return decode_settings(Path(path).read_text(), str(path))
 
 
 # ------------------------------------------------------------------ CLI flags

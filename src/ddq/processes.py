@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -53,14 +54,11 @@ def spawn(command: Sequence[str], log_path: Path | None = None, env: dict[str, s
     `background` lowers its CPU priority: jobs that babysit training (evaluation, the dashboard)
     then run on the time the workers leave idle rather than on theirs."""
     full_env = dict(os.environ, **MALLOC_ENV, **(env or {}))
-    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    try:
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(open(log_path, "ab")) if log_path else subprocess.DEVNULL
         return subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=full_env, cwd=cwd, preexec_fn=_background if background else _die_with_parent,
                                 start_new_session=True)
-    finally:
-        if log_path:
-            log.close()
 
 
 def stop(process: subprocess.Popen, timeout: float = 10.0) -> int | None:

@@ -1,11 +1,13 @@
 """A Barista: one worker of downpour training, with its own games, replay memory and Q-network.
 
 Its loop, as in DistBelief's Downpour SGD: play a vector step epsilon-greedily
-(epsilon follows the run's global env-step count, kept in Redis), store the
-transitions, and at the replay ratio compute minibatch gradients against the
-weights last pulled and push them with that version; pull again whenever the
-server's version moved. The parameter server owns the weights and the
-optimizer; a Barista owns only what it can rebuild.
+(epsilon follows the run's global env-step count, kept in Redis: see
+`ddq.core.dqn.linearly_decaying_epsilon`), store the transitions, and at the
+replay ratio compute minibatch gradients against the weights last synced and
+push them to its parameter source (`ddq.core.weights`), syncing again
+whenever the weights moved. The source is handed in: the Redis parameter
+server's client in downpour, the learner's own optimizer elsewhere; the
+Barista cannot tell. It owns only what it can rebuild.
 """
 
 from __future__ import annotations
@@ -13,18 +15,20 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import redis
 
-from ddq.actor import Actor
 from ddq.config import TrainConfig
-from ddq.gamesim.envs import make_vector_env
-from ddq.param_server.client import ParameterClient
-from ddq.param_server.protocol import RunKeys
-from ddq.parts import (env_shapes, epsilon_schedule, make_learner, make_replay, resolve_device, seed_everything,
-                       update_schedule)
+from ddq.core.agent import build_agent
+from ddq.core.learner import Learner
+from ddq.core.weights import ParameterSource, train_from_replay
+from ddq.lifecycle import is_stop
+from ddq.transport.keys import RunKeys
+
+# Builds a worker's parameter source around its learner (whose flat weights and target it keeps current).
+SourceFactory = Callable[[Learner], ParameterSource]
 
 WORKER_SEED_STRIDE = 10_007
 HEARTBEAT_S = 1.0
@@ -75,32 +79,24 @@ class StatsWindow:
 
 
 class Barista:
-    def __init__(self, config: TrainConfig, redis_url: str, run: str, worker: int, attempt: int = 0):
+    """One worker: its envs, replay memory and learner, reporting to the run's Redis keys, training
+    through whatever parameter source `connect` builds."""
+
+    def __init__(self, config: TrainConfig, redis_url: str, run: str, worker: int, connect: SourceFactory,
+                 attempt: int = 0):
         self.config, self.worker = config, worker
         seed = config.seed + WORKER_SEED_STRIDE * (worker + 1) + 101 * attempt
-        seed_everything(seed, config.threads)
-        self.device = resolve_device(config.device)
-        frame_shape, dtype, num_actions = env_shapes(config)
-        self.learner = make_learner(config, frame_shape, num_actions, self.device)
-        self.client = ParameterClient(redis_url, run, self.learner.flat, config.server.shards, worker,
-                                      target=self.learner.target_flat, max_backlog=config.server.max_backlog)
-        self.replay = make_replay(config, frame_shape, dtype, seed)
-        self.rng = np.random.default_rng(seed)
-        self.actor = Actor(make_vector_env(config.env, config.num_envs, config.env_options), self.replay,
-                           config.frame_stack, self.rng, self.device)
+        agent = build_agent(config, seed)
+        self.device, self.learner, self.replay, self.actor = agent.device, agent.learner, agent.replay, agent.actor
+        self.rng, self.epsilon, self.schedule = agent.rng, agent.epsilon, agent.schedule  # epsilon: by global steps
+        self.source = connect(self.learner)
         self.actor.reset(seed=seed)
-        self.epsilon = epsilon_schedule(config)
-        self.schedule = update_schedule(config)
         self.redis = redis.Redis.from_url(redis_url)
         self.keys = RunKeys(run)
         self.stats = WorkerStats(worker, attempt, pid=os.getpid())
         self.window = StatsWindow()
         self.global_steps = 0
         self.stopped = False  # the run's control key said stop
-
-    def sync(self) -> None:
-        """Fetch whatever moved on the server: weights, and the target every C updates."""
-        self.client.sync()
 
     def play(self) -> int:
         """One vector step; the episodes it finished go to the run's episode list. New env steps."""
@@ -116,21 +112,19 @@ class Barista:
             pipe.rpush(self.keys.episodes, json.dumps({**stamp, **asdict(episode)}))
         pipe.get(self.keys.control)
         replies = pipe.execute()
-        self.global_steps, self.stopped = replies[0], replies[-1] == b"stop"
+        self.global_steps, self.stopped = replies[0], is_stop(replies[-1])
         self.stats.episodes += len(episodes)
         return new_steps
 
     def learn(self, new_steps: int) -> None:
-        for _ in range(self.schedule.due(new_steps, self.actor.env_steps)):
-            stats = self.learner.compute_gradient(self.replay.sample(self.config.batch_size))
-            self.client.push(self.learner.flat.grad.cpu().numpy(), samples=self.config.batch_size, loss=stats.loss)
+        due = self.schedule.due(new_steps, self.actor.env_steps)
+        for stats in train_from_replay(self.learner, self.replay, self.source, due, self.config.batch_size):
             self.stats.pushes += 1
             self.window.add_gradient(stats.loss, stats.mean_max_q)
-            self.sync()
 
     def heartbeat(self, state: str) -> None:
         self.stats.state, self.stats.heartbeat = state, time.time()
-        self.stats.env_steps, self.stats.backlog_waits = self.actor.env_steps, self.client.waits
+        self.stats.env_steps, self.stats.backlog_waits = self.actor.env_steps, self.source.waits
         self.window = self.window.close(self.stats)
         self.redis.hset(self.keys.workers, str(self.worker), json.dumps(asdict(self.stats)))
 
@@ -141,7 +135,7 @@ class Barista:
         """Plays and learns for `env_steps` more steps of its own (None: until the run's global budget
         is spent), stopping early if the run is stopped; heartbeats as it goes."""
         started, goal = time.time(), None if env_steps is None else self.actor.env_steps + env_steps
-        self.sync()
+        self.source.sync()
         self.heartbeat("running")
         next_beat = time.monotonic() + HEARTBEAT_S
         while not self.finished() and (goal is None or self.actor.env_steps < goal):
@@ -154,7 +148,7 @@ class Barista:
         return self.stats
 
     def close(self) -> None:
-        self.client.close()
+        self.source.close()
         self.actor.envs.close()
 
     def run(self) -> WorkerStats:

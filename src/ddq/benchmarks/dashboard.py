@@ -85,7 +85,8 @@ def table(rows: list[WatchRow], total_steps: int, workers: int, eval_every_s: fl
     def median(watched: bool, key: str) -> float:
         return statistics.median(getattr(r, key) for r in rows if r.watched == watched)
 
-    lines = ["| setting | env steps/s | gradient pushes/s | evaluations shown | page refreshes |", "|---|---|---|---|---|"]
+    lines = ["| setting | env steps/s | gradient pushes/s | evaluations shown | page refreshes |",
+             "|---|---|---|---|---|"]
     for r in rows:
         setting = "Celery + dashboard + open page" if r.watched else "`--no-celery --no-dashboard`"
         lines.append(f"| {setting} | {r.env_steps_per_s:,.0f} | {r.pushes_per_s:,.1f} | "

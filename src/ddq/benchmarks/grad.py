@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ddq.learner import Learner
+from ddq.core.learner import Learner
+from ddq.core.optimizers import OptimizerConfig
+from ddq.core.replay import Batch
 from ddq.models.networks import deepq
-from ddq.param_server.optimizers import OptimizerConfig
-from ddq.replay import Batch
 from ddq.transport.wire import GRADIENT, WEIGHTS, Expect, Header, MessageBuffer, decode, layout_bytes
 
 BATCH, FRAMES, ACTIONS, GAMMA = 32, 4, 4, 0.99
@@ -103,7 +103,8 @@ def _ddq_step(size: int, batch: Batch, precision: str) -> tuple[Callable[[], Non
 
 def _interleaved(first: Callable[[], None], second: Callable[[], None], repeats: int) -> tuple[float, float]:
     """Median ms of two steps measured alternately, so drifting machine load hits both alike."""
-    a, b = [], []
+    a: list[float] = []
+    b: list[float] = []
     for fn in (first, second):
         fn()
     for _ in range(repeats):

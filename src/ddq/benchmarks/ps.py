@@ -24,10 +24,10 @@ import numpy as np
 import redis
 
 from ddq.config import TrainConfig, build_config
+from ddq.core.agent import model_parameters
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
-from ddq.param_server.protocol import RunKeys
-from ddq.param_server.server import model_parameters
+from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.resp import RespConnection
 from ddq.transport.wire import HEADER, read_header
@@ -172,7 +172,8 @@ def run_bench(sizes: list[int], shard_counts: list[int], repeats: int = 30, seco
         with contextlib.ExitStack() as stack:
             url = redis_url or stack.enter_context(EmbeddedRedis()).url
             info = redis.Redis.from_url(url).info("server")
-            rows = [measure(size, url, Path(tmp), repeats, seconds, shards) for size in sizes for shards in shard_counts]
+            rows = [measure(size, url, Path(tmp), repeats, seconds, shards)
+                    for size in sizes for shards in shard_counts]
     return rows, f"redis-server {info['redis_version']}"
 
 
@@ -183,7 +184,8 @@ def table(rows: list[PsRow], server: str) -> str:
     for r in rows:
         original = ORIGINAL_LATENCY_MS.get(r.size)
         lines.append(f"| {r.size}x{r.size} | {r.shards} | {r.params:,} | {4 * r.params / 1e6:.2f} | {r.pull_ms:.2f} | "
-                     f"{r.push_applied_ms:.2f} | {r.push_fresh_ms:.2f} | {original if original else '—'} | {r.updates_per_s[1]:,.0f} | "
+                     f"{r.push_applied_ms:.2f} | {r.push_fresh_ms:.2f} | {original if original else '—'} | "
+                     f"{r.updates_per_s[1]:,.0f} | "
                      f"{r.updates_per_s[2]:,.0f} | {r.numpy_rmsprop_ms:.2f} |")
     return (f"Parameter server (RMSprop) on {server}, over a unix socket unless --redis-url said otherwise; "
             "latencies are medians\n\n" + "\n".join(lines))

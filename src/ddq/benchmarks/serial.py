@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import build_config
-from ddq.serial import SerialTrainer
+from ddq.modes.serial import SerialTrainer
 
 
 def run_seeds(env_id: str, seeds: list[int], overrides: dict[str, Any]) -> list[dict[str, Any]]:
@@ -20,7 +20,7 @@ def run_seeds(env_id: str, seeds: list[int], overrides: dict[str, Any]) -> list[
             config = build_config({**overrides, "env": env_id, "seed": seed, "progress": False})
             run_dir = Path(tmp) / f"seed{seed}"
             if config.mode == "downpour":
-                from ddq.spark_job import DownpourTrainer
+                from ddq.modes.downpour import DownpourTrainer
 
                 summaries.append(DownpourTrainer(config, run_dir, started_at=time.time()).train())
             else:

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterator
+from typing import Any
 
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                   "--no-first-run", "--disable-sync", "--disable-quic"]
@@ -33,9 +34,18 @@ def open_page(url: str, width: int = 1400, height: int = 1000) -> Iterator:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
-            page.problems = []
-            page.on("console", lambda message: message.type == "error" and page.problems.append(message.text))
-            page.on("pageerror", lambda error: page.problems.append(f"uncaught: {error}"))
+            problems: list[str] = []
+            page.problems = problems  # type: ignore[attr-defined]  # the tests read it off the page
+
+            def console(message: Any) -> None:
+                if message.type == "error":
+                    problems.append(message.text)
+
+            def uncaught(error: Any) -> None:
+                problems.append(f"uncaught: {error}")
+
+            page.on("console", console)
+            page.on("pageerror", uncaught)
             page.goto(url)
             yield page
         finally:

@@ -11,14 +11,16 @@ import base64
 import math
 import threading
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import redis
 
+from ddq.config import TrainConfig, config_from_document
 from ddq.dashboard.series import Columns, downsample
-from ddq.param_server.protocol import RunKeys, shard_bounds
-from ddq.telemetry import ListCursor, json_object, merge_server, shard_reports, worker_rows
-from ddq.transport.wire import BODY_DTYPE, HEADER, WEIGHTS, Expect, WireError, check, layout_bytes, read_header
+from ddq.services.telemetry import ListCursor, json_object, merge_server, shard_reports, worker_rows
+from ddq.transport.keys import RunKeys, shard_bounds
+from ddq.transport.wire import BODY_DTYPE, HEADER, WireError, layout_bytes, read_weights_header
 
 MAX_FILTERS = 64  # first-layer images shown; a wide first layer shows its first units
 
@@ -72,6 +74,7 @@ class RunReader:
         self.progress_points = MirroredList(client, self.keys.progress, _flatten_progress)
         self.evaluation_list = MirroredList(client, self.keys.evaluations)
         self._first_layer: FirstLayer | str | None = None
+        self._config: TrainConfig | None = None
 
     # ------------------------------------------------------------------ the run
     def info(self) -> dict:
@@ -81,17 +84,23 @@ class RunReader:
             raise RunNotFound(f"no run {self.run!r} in this Redis (runs there: {known})")
         return info
 
+    def config(self, info: dict | None = None) -> TrainConfig:
+        """The run's settings, decoded once from its info (the driver's settings document)."""
+        if self._config is None:
+            self._config = config_from_document((info or self.info()).get("settings"), f"run {self.run}'s info")
+        return self._config
+
     def overview(self) -> dict:
         info = self.info()
-        config = info.get("config") or {}
+        config = self.config(info)
         steps, pushes = self.client.mget([self.keys.env_steps, self.keys.pushes])
         replay_version = self.client.hget(self.keys.replay, "version")
         server = self.server(info)
         return {"run": self.run, "state": info.get("state"), "started": info.get("started"),
                 "finished": info.get("finished"), "run_dir": info.get("run_dir"),
-                "env": config.get("env"), "mode": config.get("mode"), "model": config.get("model"),
-                "workers": config.get("workers"), "shards": (config.get("server") or {}).get("shards"),
-                "total_steps": config.get("total_steps"), "target_return": config.get("target_return"),
+                "env": config.env, "mode": config.mode, "model": config.model,
+                "workers": config.workers, "shards": config.server.shards,
+                "total_steps": config.total_steps, "target_return": config.target_return,
                 "env_steps": int(steps or 0), "pushes": int(pushes or 0), "updates": server["version"],
                 "episodes": self.client.llen(self.keys.episodes),
                 "evaluations": self.client.llen(self.keys.evaluations), "summary": info.get("summary"),
@@ -128,8 +137,7 @@ class RunReader:
 
     # ------------------------------------------------------------------ latest state
     def server(self, info: dict | None = None) -> dict:
-        shards = ((info or self.info()).get("config") or {}).get("server", {}).get("shards", 1)
-        reports = shard_reports(self.client, self.keys, int(shards))
+        reports = shard_reports(self.client, self.keys, self.config(info).server.shards)
         return {**merge_server(reports), "per_shard": [
             {key: report.get(key) for key in ("shard", "version", "applied", "updates_per_s", "rejected_total",
                                               "dropped_stale", "time")} for report in reports]}
@@ -164,20 +172,20 @@ class RunReader:
 
     def _locate_first_layer(self) -> FirstLayer | str:
         if self._first_layer is None:
-            self._first_layer = self._first_layer_of(self.info().get("config") or {})
+            info = self.info()
+            self._first_layer = self._first_layer_of(info.get("network"), self.config(info).server.shards)
         return self._first_layer
 
     @staticmethod
-    def _first_layer_of(settings: dict) -> FirstLayer | str:
-        from ddq.config import TrainConfig, merge
-        from ddq.param_server.server import model_parameters
-        from ddq.parts import env_shapes
-        from ddq.replay import state_shape
-
-        config = merge(TrainConfig(), settings, "the run's info")
-        flat = model_parameters(config)
-        name, shape = flat.layout[0]
-        state = state_shape(env_shapes(config)[0], config.frame_stack)
+    def _first_layer_of(network: object, shards: int) -> FirstLayer | str:
+        """From the network the driver described in the run's info (`telemetry.network_info`): nothing
+        is built here."""
+        if not isinstance(network, dict) or not network.get("layout"):
+            return "the run's info does not describe its network"
+        layout = [(str(name), tuple(int(n) for n in shape)) for name, shape in network["layout"]]
+        size = sum(math.prod(shape) for _, shape in layout)
+        name, shape = layout[0]
+        state = tuple(int(n) for n in network.get("state_shape") or ())
         if len(shape) == 4:
             images = shape
         elif len(shape) == 2 and len(state) == 3 and shape[1] == math.prod(state):
@@ -185,8 +193,8 @@ class RunReader:
         else:
             return f"the first layer ({name}, shape {'x'.join(map(str, shape))}) does not look at images"
         images = (min(images[0], MAX_FILTERS), *images[1:])
-        return FirstLayer(name, math.prod(images), images, layout_bytes(flat.layout_hash()),
-                          shard_bounds(flat.size, config.server.shards))
+        return FirstLayer(name, math.prod(images), images, layout_bytes(str(network["layout_hash"])),
+                          shard_bounds(size, shards))
 
     def _read_prefix(self, layer: FirstLayer) -> tuple[np.ndarray | None, int]:
         """The first `layer.count` published weights, read with GETRANGE from the shards holding them."""
@@ -196,12 +204,12 @@ class RunReader:
                 break
             key = self.keys.shard(shard).weights
             try:
-                header = read_header(self.client.getrange(key, 0, HEADER.size - 1), whole=False)
-                check(header, Expect(WEIGHTS, layer.layout, start, end - start))
+                head = cast(bytes, self.client.getrange(key, 0, HEADER.size - 1))  # no decode_responses
+                header = read_weights_header(head, layer.layout, (start, end))
             except WireError:
                 return None, 0
             wanted = min(end, layer.count) - start
-            body = self.client.getrange(key, HEADER.size, HEADER.size + 4 * wanted - 1)
+            body = cast(bytes, self.client.getrange(key, HEADER.size, HEADER.size + 4 * wanted - 1))
             if len(body) != 4 * wanted:
                 return None, 0
             parts.append(np.frombuffer(body, dtype=BODY_DTYPE))

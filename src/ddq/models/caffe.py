@@ -17,9 +17,9 @@ from pathlib import Path
 
 from torch import nn
 
-from ddq.models.caffe_layers import build_sequential
+from ddq.core.optimizers import OptimizerConfig
+from ddq.models.caffe_layers import Layer, build_sequential
 from ddq.models.prototxt import Message, PrototxtError, parse
-from ddq.param_server.optimizers import OptimizerConfig
 
 NETWORK_KINDS = ("Convolution", "InnerProduct", "ReLU", "Pooling", "Dropout", "Flatten")
 DATA_KINDS = ("MemoryData", "Input", "Data", "DummyData", "HDF5Data")
@@ -31,17 +31,6 @@ _KINDS = {kind.upper(): kind for kind in NETWORK_KINDS + DATA_KINDS + PLUMBING_K
 
 def _canonical(kind: str) -> str | None:
     return _KINDS.get(str(kind).replace("_", "").upper())
-
-
-@dataclass
-class Layer:
-    name: str
-    kind: str  # canonical kind, or the file's spelling when ddq cannot map it
-    bottoms: list[str]
-    tops: list[str]
-    line: int
-    spec: Message
-    known: bool = True
 
 
 @dataclass
@@ -65,7 +54,7 @@ class ImportedNet:
 
     def build(self) -> nn.Sequential:
         """The Q-network as a torch module, taking uint8 frames or floats."""
-        return build_sequential(self)
+        return build_sequential(self.q_layers, self.input_shape, self.source)
 
 
 def _layers(net: Message, source: str) -> list[Layer]:

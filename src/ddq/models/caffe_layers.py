@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ddq.models.networks import ScaleBytes
+from ddq.models.layers import ScaleBytes
 from ddq.models.prototxt import Message, PrototxtError
 
-if TYPE_CHECKING:
-    from ddq.models.caffe import ImportedNet, Layer
+
+@dataclass
+class Layer:
+    """One layer of a Caffe net file, as the importer read it."""
+
+    name: str
+    kind: str  # canonical kind, or the file's spelling when ddq cannot map it
+    bottoms: list[str]
+    tops: list[str]
+    line: int
+    spec: Message
+    known: bool = True
 
 
 def _pair(p: Message, name: str, default: int) -> tuple[int, int]:
@@ -73,10 +83,11 @@ def _multipliers(layer: Layer) -> list[tuple[float, float]]:
 
 def _learnable(module: nn.Module, layer: Layer, param_name: str, source: str) -> nn.Module:
     p = layer.spec.get(param_name, Message())
-    blobs = [module.weight] + ([module.bias] if module.bias is not None else [])
-    _fill(module.weight, p.get("weight_filler"), layer, source)
-    if module.bias is not None:
-        _fill(module.bias, p.get("bias_filler"), layer, source)
+    weight, bias = module.get_parameter("weight"), getattr(module, "bias", None)
+    blobs = [weight] + ([bias] if bias is not None else [])
+    _fill(weight, p.get("weight_filler"), layer, source)
+    if bias is not None:
+        _fill(bias, p.get("bias_filler"), layer, source)
     for blob, (lr_mult, decay_mult) in zip(blobs, _multipliers(layer)):
         blob.lr_mult, blob.decay_mult = lr_mult, decay_mult  # FlatParameters gathers these
     return module
@@ -120,22 +131,22 @@ def _inner_product(layer: Layer, shape: tuple[int, ...], source: str) -> tuple[l
     return ([nn.Flatten()] if len(shape) > 1 else []) + [linear], (out,)
 
 
-def build_sequential(net: ImportedNet) -> nn.Sequential:
+def build_sequential(q_layers: list[Layer], input_shape: tuple[int, ...], source: str) -> nn.Sequential:
     """The imported chain as nn.Sequential, starting from bytes-to-floats like ddq's own builders."""
     modules: list[nn.Module] = [ScaleBytes()]
-    shape = net.input_shape
-    for layer in net.q_layers:
+    shape = input_shape
+    for layer in q_layers:
         if layer.kind == "Convolution":
             if len(shape) != 3:
                 raise PrototxtError(f"layer {layer.name!r}: convolution needs (channels, height, width) input, "
-                                    f"got {shape}", layer.line, net.source)
-            module, shape = _convolution(layer, shape, net.source)
+                                    f"got {shape}", layer.line, source)
+            module, shape = _convolution(layer, shape, source)
             modules.append(module)
         elif layer.kind == "Pooling":
-            module, shape = _pooling(layer, shape, net.source)
+            module, shape = _pooling(layer, shape, source)
             modules.append(module)
         elif layer.kind == "InnerProduct":
-            added, shape = _inner_product(layer, shape, net.source)
+            added, shape = _inner_product(layer, shape, source)
             modules += added
         elif layer.kind == "ReLU":
             slope = float(layer.spec.get("relu_param", Message()).get("negative_slope", 0.0))
@@ -146,5 +157,5 @@ def build_sequential(net: ImportedNet) -> nn.Sequential:
             modules.append(nn.Flatten())
             shape = (math.prod(shape),)
         if min(shape) < 1:
-            raise PrototxtError(f"layer {layer.name!r} leaves an empty output {shape}", layer.line, net.source)
+            raise PrototxtError(f"layer {layer.name!r} leaves an empty output {shape}", layer.line, source)
     return nn.Sequential(*modules)

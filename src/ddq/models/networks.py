@@ -5,23 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-import torch
 from torch import nn
 
-
-class ScaleBytes(nn.Module):
-    """Turns uint8 pixels into floats in [0, 1] inside the network, so frames travel as bytes.
-
-    Image batches also leave it channels-last: oneDNN's CPU convolutions run
-    that layout about 1.5x faster (the weights' layout does not matter).
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        layout = torch.channels_last if x.dim() == 4 else torch.preserve_format
-        if x.dtype == torch.uint8:
-            return x.to(torch.float32, memory_format=layout).mul_(1.0 / 255.0)  # a fresh tensor: safe in place
-        return x.to(torch.float32, memory_format=layout)
+from ddq.models.layers import ScaleBytes
 
 
 def mlp(input_dim: int, num_actions: int, hidden: Sequence[int] = (256, 256)) -> nn.Sequential:
@@ -47,7 +35,7 @@ def deepq(channels: int, height: int, width: int, num_actions: int) -> nn.Sequen
 
     At 4x16x16 input and 4 actions it has the original's 228,132 parameters.
     """
-    pool = dict(kernel_size=2, stride=2, ceil_mode=True)
+    pool: dict[str, Any] = dict(kernel_size=2, stride=2, ceil_mode=True)
     flat = 64 * _pooled(height, 3) * _pooled(width, 3)
     return nn.Sequential(
         ScaleBytes(),
@@ -131,4 +119,7 @@ def build_q_network(name: str, state_shape: tuple[int, ...], num_actions: int,
         return mlp(math.prod(state_shape), num_actions, hidden)
     if not image:
         raise ValueError(f"model {name!r} needs image states (frames, height, width), got {state_shape}")
-    return (deepq if name == "deepq" else nature_dqn)(*state_shape, num_actions)
+    channels, height, width = state_shape
+    if name == "deepq":
+        return deepq(channels, height, width, num_actions)
+    return nature_dqn(channels, height, width, num_actions)

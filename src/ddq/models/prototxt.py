@@ -63,7 +63,7 @@ class Message:
     def has(self, name: str) -> bool:
         return any(f.name == name for f in self.fields)
 
-    def messages(self, name: str) -> list["Message"]:
+    def messages(self, name: str) -> list[Message]:
         return [v for v in self.all(name) if isinstance(v, Message)]
 
 
@@ -88,7 +88,7 @@ class _Parser:
             match = _TOKEN.match(text, pos)
             if not match:
                 raise PrototxtError(f"unexpected character {text[pos]!r}", line, source)
-            kind = match.lastgroup
+            kind = str(match.lastgroup)
             if kind == "newline":
                 line += 1
             elif kind != "skip":

@@ -1,15 +1,33 @@
-"""A worker's side of the parameter server: pull weights when they moved, push gradients to every shard."""
+"""A worker's side of the parameter server: pull weights when they moved, push gradients to every shard.
+
+`ParameterClient` is the Redis implementation of the core's `ParameterSource`
+(`ddq.core.weights`): a Barista holds one without knowing it is remote.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
+import torch
 
+from ddq.config import TrainConfig
+from ddq.core.learner import Learner
+from ddq.lifecycle import is_stop
 from ddq.models import FlatParameters
-from ddq.param_server.protocol import RunKeys, shard_bounds, weights_expectation
+from ddq.transport.keys import RunKeys, shard_bounds
 from ddq.transport.resp import RespConnection
-from ddq.transport.wire import GRADIENT, HEADER, Header, WireError, check, layout_bytes, pack_header, read_header
+from ddq.transport.wire import (
+    GRADIENT,
+    HEADER,
+    Header,
+    WireError,
+    layout_bytes,
+    pack_header,
+    read_header,
+    read_weights_header,
+)
 
 
 class ParameterClient:
@@ -69,20 +87,18 @@ class ParameterClient:
 
     def _receive_weights(self, shard: int, into: FlatParameters) -> int:
         """Reads one weights reply straight into `into` once its header checked out; its version."""
-        expect = weights_expectation(self.layout, self.bounds[shard])
         received: list[Header] = []
 
         def place(head: memoryview, size: int) -> memoryview:
-            header = read_header(head, whole=False)
-            check(header, expect)
+            header = read_weights_header(head, self.layout, self.bounds[shard])
             if size != HEADER.size + 4 * header.count:
                 raise WireError("size", f"{size} bytes do not hold {header.count} values")
             received.append(header)
             start, end = self.bounds[shard]
             if into.data.device.type == "cpu":
-                return memoryview(into.data[start:end].numpy())
+                return into.data[start:end].numpy().data
             self._staging = np.empty(end - start, np.float32)
-            return memoryview(self._staging)
+            return self._staging.data
 
         if not self.conn.read_bulk_into(HEADER.size, place):
             raise RuntimeError(f"the weights of shard {shard} vanished from Redis")
@@ -102,7 +118,7 @@ class ParameterClient:
         """pull() and pull_target() in the same round trips."""
         return self._refresh([self._weights(), self._target()])
 
-    def push(self, grad: np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
+    def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
         """Sends each shard its slice of `grad`, computed from the weights last pulled.
 
         When a shard's queue is longer than `max_backlog`, waits for it to drain:
@@ -111,18 +127,29 @@ class ParameterClient:
         """
         if min(self.versions) < 0:
             raise RuntimeError("pull the weights before pushing a gradient computed from them")
+        if isinstance(grad, torch.Tensor):
+            grad = grad.detach().cpu().numpy()
         if grad.dtype != np.float32 or grad.shape != (self.flat.size,):
             raise WireError("size", f"a gradient must be {self.flat.size} float32 values")
         commands = []
         for shard, ((start, end), keys) in enumerate(zip(self.bounds, self.keys)):
             header = Header(GRADIENT, self.layout, self.versions[shard], end - start, offset=start, shard=shard,
                             worker=self.worker, samples=samples, loss=loss)
-            commands.append(("LPUSH", keys.grads, (pack_header(header), memoryview(grad[start:end]).cast("B"))))
+            commands.append(("LPUSH", keys.grads, (pack_header(header), grad[start:end].data.cast("B"))))
         lengths = self.conn.pipeline(commands + [("INCR", self.pushes_key)])[:-1]
         while max(lengths) > self.max_backlog:
             self.waits += 1
             time.sleep(0.0005)
             *lengths, control = self.conn.pipeline([("LLEN", keys.grads) for keys in self.keys]
                                                    + [("GET", self.control_key)])
-            if control == b"stop":
+            if is_stop(control):
                 break
+
+
+def remote_source(config: TrainConfig, redis_url: str, run: str, worker: int) -> Callable[[Learner], ParameterClient]:
+    """What a Barista is handed in downpour: builds the client that keeps its learner's weights and target
+    in step with the run's shards."""
+    def connect(learner: Learner) -> ParameterClient:
+        return ParameterClient(redis_url, run, learner.flat, config.server.shards, worker,
+                               target=learner.target_flat, max_backlog=config.server.max_backlog)
+    return connect

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -11,22 +10,16 @@ from pathlib import Path
 
 import redis
 
-from ddq.config import TrainConfig
-from ddq.param_server.protocol import RunKeys
+from ddq.config import TrainConfig, write_settings
+from ddq.lifecycle import RunControl, StopReason
 from ddq.processes import spawn, stop
-
-
-def write_config(config: TrainConfig, path: Path) -> Path:
-    """The run's settings as JSON, the form `--config` reads back for the processes ddq starts."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dataclasses.asdict(config), indent=1))
-    return path
+from ddq.transport.keys import RunKeys
 
 
 def start_shards(config: TrainConfig, redis_url: str, run: str, folder: Path) -> list[subprocess.Popen]:
     """One `ddq param-server` process per shard, logging to folder/param-server-<k>.log."""
-    config_path = write_config(config, folder / "config.json")
-    return [spawn([sys.executable, "-m", "ddq", "param-server", "--config", str(config_path),
+    settings = write_settings(config, folder / "config.json")
+    return [spawn([sys.executable, "-m", "ddq", "param-server", "--settings", str(settings),
                    "--redis-url", redis_url, "--run", run, "--shard", str(k)], folder / f"param-server-{k}.log")
             for k in range(config.server.shards)]
 
@@ -51,9 +44,11 @@ def wait_until_serving(client: redis.Redis, run: str, shards: int, processes: li
     raise RuntimeError(f"parameter servers did not publish weights within {timeout:.0f} s")
 
 
-def stop_shards(client: redis.Redis, run: str, processes: list[subprocess.Popen], timeout: float = 30.0) -> list[int | None]:
-    """Asks the run's shards to finish (they snapshot and exit by themselves), then makes sure."""
-    client.set(RunKeys(run).control, "stop")
+def stop_shards(client: redis.Redis, run: str, processes: list[subprocess.Popen], timeout: float = 30.0,
+                reason: StopReason | None = None) -> list[int | None]:
+    """Asks the run's shards to finish (they snapshot and exit by themselves), then makes sure. The run
+    keeps the stop reason it already has; `reason` (default: the budget) only when it has none."""
+    RunControl(client, run).stop(StopReason.BUDGET if reason is None else reason)
     deadline = time.monotonic() + timeout
     for process in processes:
         try:

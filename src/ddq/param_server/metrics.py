@@ -81,7 +81,8 @@ class ServerMetrics:
             self._window = (now, self.applied)
         mean_loss = self._loss_sum / self._loss_count if self._loss_count else None
         self._loss_sum, self._loss_count = 0.0, 0
-        return {"shard": shard, "pid": os.getpid(), "version": version, "applied": self.applied, "updates_per_s": self.updates_per_s,
+        return {"shard": shard, "pid": os.getpid(), "version": version, "applied": self.applied,
+                "updates_per_s": self.updates_per_s,
                 "dropped_stale": self.dropped_stale, "rejected": dict(self.rejected),
                 "rejected_total": sum(self.rejected.values()),
                 "staleness": {str(k): v for k, v in sorted(self.staleness.items())},

@@ -21,30 +21,21 @@ import redis
 import torch
 
 from ddq.config import TrainConfig
-from ddq.models import FlatParameters, build_q_network
+from ddq.core.agent import model_parameters
+from ddq.core.dqn import target_refresh_due
+from ddq.core.optimizers import FlatOptimizer
+from ddq.lifecycle import RunControl
 from ddq.param_server import snapshots
 from ddq.param_server.metrics import ServerMetrics, layer_segments
-from ddq.param_server.optimizers import FlatOptimizer
-from ddq.param_server.protocol import RunKeys, gradient_expectation, shard_bounds
 from ddq.param_server.staleness import StalenessPolicy
 from ddq.processes import tune_malloc
-from ddq.replay import state_shape
+from ddq.transport.keys import RunKeys, shard_bounds
 from ddq.transport.resp import Oversized, RespConnection
-from ddq.transport.wire import WEIGHTS, Header, WireError, decode, layout_bytes, pack_header
+from ddq.transport.wire import WEIGHTS, Header, WireError, decode, gradient_expectation, layout_bytes, pack_header
 
 log = logging.getLogger("ddq.param_server")
 DRAIN_BATCH = 16  # gradients taken per round trip once the first one arrived
 HOUSEKEEPING_S = 0.25
-
-
-def model_parameters(config: TrainConfig) -> FlatParameters:
-    """The run's Q-network as flat parameters, initialised exactly as every process of the run does."""
-    from ddq.parts import env_shapes, seed_everything
-
-    seed_everything(config.seed, config.threads)
-    frame_shape, _, num_actions = env_shapes(config)
-    return FlatParameters(build_q_network(config.model, state_shape(frame_shape, config.frame_stack),
-                                          num_actions, config.hidden))
 
 
 class ShardServer:
@@ -62,12 +53,12 @@ class ShardServer:
                                        slice_of(flat.multipliers("decay_mult")))
         self.version = self.target_version = 0
         self.keys = RunKeys(run).shard(shard)
-        self.control_key = RunKeys(run).control
         self.policy = StalenessPolicy(config.server.max_staleness, config.server.staleness_scaling)
         self.expect = gradient_expectation(self.layout, self.bounds, max_bytes=64 + 4 * (end - start) * 2)
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))
         self.before = torch.empty_like(self.params)  # weights before a sampled update, for the ratios
         self.redis = redis.Redis.from_url(redis_url)
+        self.control = RunControl(self.redis, run)
         self.fast = RespConnection(redis_url, buffer_bytes=4 * (end - start) + 4096, max_bulk=self.expect.max_bytes)
         run_dir = Path(config.run_dir) if config.run_dir else None
         self.snapshot_path = run_dir / f"param-server-shard{shard}.pt" if run_dir else None
@@ -94,7 +85,7 @@ class ShardServer:
     def _weights_message(self, version: int, values: torch.Tensor) -> tuple[bytes, memoryview]:
         start, end = self.bounds
         header = Header(WEIGHTS, self.layout, version, end - start, offset=start, shard=self.shard)
-        return pack_header(header), memoryview(values.numpy()).cast("B")
+        return pack_header(header), values.numpy().data.cast("B")
 
     def _publish_commands(self, target_too: bool) -> list[tuple]:
         """Announce the applied version, then store the weights (Redis runs them in this order)."""
@@ -132,7 +123,7 @@ class ShardServer:
             self.metrics.record_layers(self.before, self.params, grad)
         self.version += 1
         self.metrics.accept(staleness, header.loss)
-        if self.version % self.config.target_update == 0:
+        if target_refresh_due(self.version, self.config.target_update):
             self.target.copy_(self.params)
             self.target_version = self.version
         if self.version % self.config.server.snapshot_every == 0:
@@ -167,7 +158,7 @@ class ShardServer:
         """Publishes metrics; False once the run was told to stop."""
         report = self.metrics.report(self.shard, self.version, self.optimizer.learning_rate())
         self.redis.set(self.keys.metrics, json.dumps(report))
-        return self.redis.get(self.control_key) != b"stop"
+        return not self.control.stopping()
 
     def serve(self) -> int:
         """Runs until the run's control key says stop; returns the process exit code."""

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import redis
 import torch
+from redis.typing import EncodableT, FieldT
 
-from ddq.param_server.protocol import weights_expectation
-from ddq.transport.wire import WEIGHTS, Header, WireError, decode, encode
+from ddq.transport.wire import WEIGHTS, Header, WireError, decode, encode, weights_expectation
 
 
 @dataclass
@@ -39,14 +39,17 @@ def _message(layout: bytes, bounds: tuple[int, int], version: int, values: torch
 def save(client: redis.Redis, key: str, path: Path | None, state: ShardState, layout: bytes,
          bounds: tuple[int, int]) -> None:
     optimizer = state.optimizer
-    fields = {"version": state.version, "target_version": state.target_version,
+    fields: dict[FieldT, EncodableT] = {"version": state.version, "target_version": state.target_version,
               "optimizer": json.dumps({"config": optimizer["config"], "steps": optimizer["steps"],
                                        "state": sorted(optimizer["state"])}),
               "weights": _message(layout, bounds, state.version, state.weights),
               "target": _message(layout, bounds, state.target_version, state.target)}
     for name, tensor in optimizer["state"].items():
         fields[f"state:{name}"] = _message(layout, bounds, state.version, tensor)
-    client.pipeline(transaction=True).delete(key).hset(key, mapping=fields).execute()  # never half a snapshot
+    pipe = client.pipeline(transaction=True)  # never half a snapshot
+    pipe.delete(key)
+    pipe.hset(key, mapping=fields)
+    pipe.execute()
     if path is not None:
         tmp = path.with_suffix(".tmp")
         torch.save({"format": "ddq-shard-1", "layout": layout.hex(), "bounds": list(bounds),
@@ -54,8 +57,9 @@ def save(client: redis.Redis, key: str, path: Path | None, state: ShardState, la
         os.replace(tmp, path)
 
 
-def _from_redis(client: redis.Redis, key: str, layout: bytes, bounds: tuple[int, int]) -> ShardState | None:
-    fields = client.hgetall(key)
+def from_redis(client: redis.Redis, key: str, layout: bytes, bounds: tuple[int, int]) -> ShardState | None:
+    """The snapshot stored under `key` for the slice `bounds`, or None when there is none."""
+    fields: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]  # bytes: no decode_responses
     if not fields:
         return None
     expect = weights_expectation(layout, bounds)
@@ -81,7 +85,7 @@ def load_newest(client: redis.Redis, key: str, path: Path | None, layout: bytes,
                 bounds: tuple[int, int]) -> ShardState | None:
     """The newer of the Redis snapshot and the file, or None when neither exists."""
     try:
-        in_redis = _from_redis(client, key, layout, bounds)
+        in_redis = from_redis(client, key, layout, bounds)
     except (WireError, KeyError, ValueError) as error:
         raise ValueError(f"the snapshot in Redis ({key}) does not fit this model: {error}") from error
     on_disk = _from_file(path, layout, bounds)

@@ -88,7 +88,7 @@ class EmbeddedRedis:
         shutil.rmtree(self.folder, ignore_errors=True)
         atexit.unregister(self.stop)
 
-    def __enter__(self) -> "EmbeddedRedis":
+    def __enter__(self) -> EmbeddedRedis:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -14,11 +14,13 @@ import socket
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-Reply = Union[int, memoryview, str, None, list]
-Argument = Union[str, bytes, memoryview, tuple]
+# A reply: int, str, memoryview (bulk), Oversized, None or a list of replies; the command sent decides
+# which, so callers read it as what they asked for.
+Reply = Any
+Argument = str | bytes | memoryview | tuple
 _CRLF = b"\r\n"
 SOCKET_BUFFER = 8 << 20  # a megabyte message in one write, not a dozen wake-ups of the reader
 
@@ -74,7 +76,7 @@ class RespConnection:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "RespConnection":
+    def __enter__(self) -> RespConnection:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -136,3 +136,23 @@ def decode(message: bytes | memoryview, expect: Expect) -> tuple[Header, np.ndar
     if expect.check_finite and not np.isfinite(np.dot(values, values)):  # one BLAS pass catches any NaN or Inf
         raise WireError("non_finite", "values contain NaN or Inf (or magnitudes beyond 1e19)")
     return header, values
+
+
+def weights_expectation(layout: bytes, bounds: tuple[int, int]) -> Expect:
+    """What a weights message of the shard slice `bounds` = [start, end) must be."""
+    start, end = bounds
+    return Expect(WEIGHTS, layout, start, end - start, check_finite=False)
+
+
+def gradient_expectation(layout: bytes, bounds: tuple[int, int], max_bytes: int) -> Expect:
+    """What a gradient message for the shard slice `bounds` = [start, end) must be."""
+    start, end = bounds
+    return Expect(GRADIENT, layout, start, end - start, max_bytes=max_bytes)
+
+
+def read_weights_header(head: bytes | memoryview, layout: bytes, bounds: tuple[int, int]) -> Header:
+    """The header of a stored weights message (read alone, as GETRANGE gives it), checked against
+    the slice `bounds` of the model whose layout hash is `layout`; WireError otherwise."""
+    header = read_header(head, whole=False)
+    check(header, weights_expectation(layout, bounds))
+    return header

@@ -10,6 +10,7 @@ start: frames before it are replaced by the episode's first frame, exactly as
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -137,12 +138,25 @@ class ReplayMemory:
             self.written = int(saved["written"])
 
 
+def frame_layout(space: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of one frame of a Gymnasium observation space; DQN needs both known (a Box)."""
+    if space.shape is None or space.dtype is None:
+        raise ValueError(f"DQN needs observations of a known shape and dtype; got {space}")
+    return tuple(space.shape), np.dtype(space.dtype)
+
+
 class FrameStacker:
     """The acting side's current stacked states, one per stream, built like the replay's."""
 
     def __init__(self, num_streams: int, frame_shape: tuple[int, ...], dtype: np.dtype, frame_stack: int):
         self.frame_shape = tuple(frame_shape)
         self.frames = np.zeros((num_streams, frame_stack, *frame_shape), dtype=dtype)
+
+    @classmethod
+    def for_space(cls, num_streams: int, space: Any, frame_stack: int) -> FrameStacker:
+        """A stacker for frames of a Gymnasium observation space (a Box: shape and dtype known)."""
+        shape, dtype = frame_layout(space)
+        return cls(num_streams, shape, dtype, frame_stack)
 
     def reset(self, frames: np.ndarray) -> np.ndarray:
         self.frames[:] = frames[:, None]

@@ -34,17 +34,36 @@ def td_loss(q_values: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor
     return F.smooth_l1_loss(chosen, targets.detach())
 
 
+def linearly_decaying_epsilon(step: int, start: float, end: float, duration: int) -> float:
+    """Epsilon falls linearly from `start` to `end` over the first `duration` env steps, then stays at `end`.
+
+    Which step count drives it is the mode's choice, and the same choice everywhere
+    in that mode: serial training passes its own env steps; a downpour Barista passes
+    the run's global env-step count (all workers' steps, summed in Redis), so every
+    worker explores as much as the run as a whole has earned, however many workers
+    there are; the driver's progress points report the same global value.
+    """
+    fraction = min(max(step, 0) / max(duration, 1), 1.0)
+    return start + fraction * (end - start)
+
+
 @dataclass
 class LinearSchedule:
-    """Epsilon falling linearly from `start` to `end` over `duration` steps, then flat."""
+    """`linearly_decaying_epsilon` with its settings bound: call it with the step count that drives it."""
 
     start: float = 1.0
     end: float = 0.05
     duration: int = 10_000
 
     def __call__(self, step: int) -> float:
-        fraction = min(max(step, 0) / max(self.duration, 1), 1.0)
-        return self.start + fraction * (self.end - self.start)
+        return linearly_decaying_epsilon(step, self.start, self.end, self.duration)
+
+
+def target_refresh_due(updates: int, period: int) -> bool:
+    """Whether the target network is copied from the online one after update number `updates`: every
+    `period` (C) updates, the original's "special update" copying Q into P. The serial learner and
+    every parameter-server shard ask this one rule."""
+    return updates % period == 0
 
 
 def epsilon_greedy(q_net: nn.Module, states: torch.Tensor, epsilon: float,

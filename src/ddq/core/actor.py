@@ -9,8 +9,8 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import nn
 
-from ddq.dqn import epsilon_greedy
-from ddq.replay import FrameStacker, ReplayMemory
+from ddq.core.dqn import epsilon_greedy
+from ddq.core.replay import FrameStacker, ReplayMemory
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Actor:
                  rng: np.random.Generator, device: torch.device):
         space = envs.single_observation_space
         self.envs, self.replay, self.rng, self.device = envs, replay, rng, device
-        self.stacker = FrameStacker(envs.num_envs, space.shape, space.dtype, frame_stack)
+        self.stacker = FrameStacker.for_space(envs.num_envs, space, frame_stack)
         self.resetting = np.zeros(envs.num_envs, dtype=bool)
         self.returns = np.zeros(envs.num_envs, dtype=np.float64)
         self.lengths = np.zeros(envs.num_envs, dtype=np.int64)

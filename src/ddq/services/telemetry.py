@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from ddq.param_server.protocol import RunKeys
+from ddq.transport.keys import RunKeys
 
 SILENT_AFTER_S = 5.0  # a worker whose heartbeat is older than this is shown as silent
 
@@ -121,6 +121,13 @@ def progress_point(server: dict, workers: list[dict], env_steps: int, started: f
             "loss": _mean(active, "loss"), "mean_max_q": _mean(active, "mean_max_q"), "epsilon": epsilon,
             "rejected_total": server["rejected_total"], "dropped_stale": server["dropped_stale"],
             "layer_ratios": {row["name"]: row["update_ratio"] for row in server["layers"]}}
+
+
+def network_info(layout: list[tuple[str, tuple[int, ...]]], layout_hash: str, state_shape: tuple[int, ...]) -> dict:
+    """What a reader needs to know of the run's Q-network without building one: its parameters' names and
+    shapes in flat order, their layout hash (as in every weights message), and the state shape."""
+    return {"layout": [[name, list(shape)] for name, shape in layout], "layout_hash": layout_hash,
+            "state_shape": list(state_shape)}
 
 
 class ListCursor:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ddq.runlog import read_metrics
+from ddq.modes.bookkeeping import read_metrics
 
 
 def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:

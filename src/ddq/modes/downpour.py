@@ -3,85 +3,42 @@
 The driver starts (or connects to) Redis and the parameter-server shards,
 runs a Spark job whose N tasks each run a Barista until the run's global env
 step budget is spent, and meanwhile logs the workers' episodes, evaluates
-the server's weights greedily, and stops the run once the target return is
-reached. A task that dies is retried by Spark (`spark.task.maxFailures`);
-the new Barista rebuilds its replay memory and continues from the server's
-current weights.
+the server's weights greedily, and stops the run (`ddq.lifecycle`) once the
+target return is reached or the time budget is spent. A task that dies is
+retried by Spark (`spark.task.maxFailures`); the new Barista rebuilds its
+replay memory and continues from the server's current weights.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import redis
 from tqdm import tqdm
 
-from ddq import checkpoint as ckpt
-from ddq.config import TrainConfig, merge
+from ddq.config import TrainConfig, encode_settings, settings_document, write_settings
+from ddq.core import checkpoint as ckpt
+from ddq.core.agent import env_shapes, epsilon_schedule, make_learner, resolve_device, seed_everything
+from ddq.core.replay import state_shape
 from ddq.dashboard.launch import serve_dashboard
-from ddq.evaluate import evaluate_and_record
+from ddq.lifecycle import RunControl, StopReason, stop_reason
+from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, run_summary
+from ddq.modes.spark import barista_task, launched_by_spark_submit, local_master, spark_session
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
-from ddq.param_server.protocol import RunKeys
-from ddq.parts import env_shapes, epsilon_schedule, make_learner, resolve_device, seed_everything
-from ddq.processes import spawn, stop
-from ddq.runlog import RunLog, run_summary
-from ddq.telemetry import ListCursor, RunReporter, record_evaluation
+from ddq.processes import stop
+from ddq.services.celery_launch import start_celery_worker
+from ddq.services.telemetry import ListCursor, RunReporter, network_info, record_evaluation
+from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
-
-TASK_RETRIES = 4
-
-
-def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str) -> Iterator[dict]:
-    """What a Spark task runs: one Barista, to the end of the run. Its statistics are the task's result."""
-    from pyspark import TaskContext
-
-    from ddq.barista.worker import Barista
-
-    context = TaskContext.get()
-    attempt = context.attemptNumber() if context else 0
-    config = merge(TrainConfig(), json.loads(settings), "the driver's settings")
-    yield dataclasses.asdict(Barista(config, redis_url, run, index, attempt).run())
-
-
-def launched_by_spark_submit() -> bool:
-    return "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit's PythonRunner hands its JVM over this way
-
-
-def spark_session(master: str | None, app: str):
-    """A SparkSession whose driver binds 127.0.0.1; a local master's Python workers run this interpreter.
-    `master` None keeps the one spark-submit was given."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
-    session = (builder.appName(app)
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.task.maxFailures", str(TASK_RETRIES))
-               .config("spark.python.worker.reuse", "true").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
-def start_celery_worker(redis_url: str, run: str, run_dir: Path) -> subprocess.Popen:
-    """`celery -A ddq.tasks worker --beat` for this run: periodic greedy evaluation in its own process."""
-    folder = run_dir.resolve()
-    env = {"DDQ_REDIS_URL": redis_url, "DDQ_RUN": run, "DDQ_CONFIG": str(folder / "config.json"),
-           "DDQ_RUN_DIR": str(folder)}
-    return spawn([sys.executable, "-m", "celery", "-A", "ddq.tasks", "worker", "--beat", "--pool", "solo",
-                  "--loglevel", "WARNING"], folder / "celery.log", env=env, cwd=folder, background=True)
 
 
 class DownpourTrainer:
@@ -95,12 +52,12 @@ class DownpourTrainer:
         seed_everything(config.seed, config.threads)
         self.device = resolve_device(config.device)
         frame_shape, _, num_actions = env_shapes(config)
+        self.state_shape = state_shape(frame_shape, config.frame_stack)
         self.learner = make_learner(config, frame_shape, num_actions, self.device)  # a mirror of the server's
         self.log = RunLog(self.run_dir)
-        self.counters: dict[str, Any] = {"env_steps": 0, "episodes": 0, "evaluations": 0, "wall_time_s": 0.0,
-                                         "steps_to_target": None, "time_to_target_s": None}
+        self.counters = RunCounters()
         self.last_eval: tuple[int, float, float] | None = None
-        self.epsilon = epsilon_schedule(config)
+        self.epsilon = epsilon_schedule(config)  # reported as the workers see it: by the global env steps
 
     # ------------------------------------------------------------------ the run
     def train(self) -> dict[str, Any]:
@@ -113,16 +70,20 @@ class DownpourTrainer:
                       file=sys.stderr)
             url = c.redis_url or stack.enter_context(EmbeddedRedis(log_dir=self.run_dir)).url
             self.redis = redis.Redis.from_url(url)
+            self.control = RunControl(self.redis, self.run)
             self.episodes = ListCursor(self.redis, self.keys.episodes)
+            flat = self.learner.flat
             self.reporter = RunReporter(self.redis, self.keys, {
                 "run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
-                "config": dataclasses.asdict(c)}, c.server.shards)
+                "settings": settings_document(c),
+                "network": network_info(flat.layout, flat.layout_hash(), self.state_shape)}, c.server.shards)
             print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
+            settings_file = write_settings(c, self.run_dir / "config.json")
             shards = start_shards(c, url, self.run, self.run_dir)
             stack.callback(lambda: stop_shards(self.redis, self.run, shards))
             wait_until_serving(self.redis, self.run, c.server.shards, shards)
             if c.celery:
-                celery_worker = start_celery_worker(url, self.run, self.run_dir)
+                celery_worker = start_celery_worker(url, self.run, self.run_dir, settings_file)
                 stack.callback(self._stop_celery, celery_worker)
             if c.dashboard:
                 stack.enter_context(serve_dashboard(url, self.run, self.run_dir, c.dashboard_port))
@@ -132,7 +93,7 @@ class DownpourTrainer:
             workers = self._run_spark_job(url)
             self._wait_for_drained_queues()
             self._evaluate()
-            self.redis.set(self.keys.control, "stop")
+            self.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
             summary = self._finish(workers)
             self.reporter.finish(summary)
         return summary
@@ -145,10 +106,9 @@ class DownpourTrainer:
 
     def _run_spark_job(self, url: str) -> list[dict]:
         c = self.config
-        local = f"local[{c.workers},{TASK_RETRIES}]"  # local mode retries failed tasks only when told
-        master = c.spark_master or (None if launched_by_spark_submit() else local)
+        master = c.spark_master or (None if launched_by_spark_submit() else local_master(c.workers))
         spark = spark_session(master, f"ddq-{self.run}")
-        settings, run = json.dumps(dataclasses.asdict(c)), self.run
+        settings, run = encode_settings(c), self.run
         results: dict[str, Any] = {}
 
         def job() -> None:
@@ -163,8 +123,9 @@ class DownpourTrainer:
         thread.start()
         try:
             self._watch(thread)
-        finally:
-            self.redis.set(self.keys.control, "stop")
+        finally:  # a job that ended cleanly spent the budget (unless something stopped it before)
+            clean = not thread.is_alive() and "error" not in results
+            self.control.stop(StopReason.BUDGET if clean else StopReason.FAILURE)
             thread.join()
             spark.stop()
         if "error" in results:
@@ -172,26 +133,28 @@ class DownpourTrainer:
         return results["workers"]
 
     def _watch(self, job: threading.Thread) -> None:
-        """While the job runs: log episodes, evaluate every eval_every steps, stop at the target."""
+        """While the job runs: log episodes, evaluate every eval_every steps, stop at the target or the
+        time budget (the workers themselves stop at the step budget)."""
         c = self.config
         next_eval = c.eval_every
         session_start = time.time()
+        reached = False
         with tqdm(total=c.total_steps, unit="step", disable=not c.progress, mininterval=1.0,
                   dynamic_ncols=True) as bar:
             while job.is_alive():
                 job.join(0.5)
                 steps = int(self.redis.get(self.keys.env_steps) or 0)
                 bar.update(steps - bar.n)
-                self.counters["env_steps"] = steps
-                self.counters["wall_time_s"] = time.time() - session_start
+                self.counters.env_steps = steps
+                self.counters.wall_time_s = time.time() - session_start
                 self._drain_episodes()
                 self.reporter.record_progress(steps, self.epsilon(steps))
                 if steps >= next_eval:
                     next_eval = (steps // c.eval_every + 1) * c.eval_every
-                    if self._evaluate():
-                        self.redis.set(self.keys.control, "stop")
-                if c.time_budget_s is not None and time.time() - self.started_at >= c.time_budget_s:
-                    self.redis.set(self.keys.control, "stop")
+                    reached = self._evaluate() or reached
+                reason = stop_reason(steps, c.total_steps, reached, c.time_budget_s, self.started_at)
+                if reason is not None and reason is not StopReason.BUDGET:  # workers stop at the budget themselves
+                    self.control.stop(reason)
 
     def _wait_for_drained_queues(self, timeout: float = 60.0) -> None:
         """Until every shard has handled (applied, dropped or rejected) every gradient pushed, so the
@@ -208,8 +171,8 @@ class DownpourTrainer:
 
     def _drain_episodes(self) -> None:
         for episode in self.episodes.read_new():
-            self.counters["episodes"] += 1
-            self.log.write("episode", env_steps=episode.get("env_steps", self.counters["env_steps"]),
+            self.counters.episodes += 1
+            self.log.write("episode", env_steps=episode.get("env_steps", self.counters.env_steps),
                            worker=episode.get("worker"), episode_return=episode.get("episode_return"),
                            length=episode.get("length"), truncated=episode.get("truncated"))
 
@@ -217,7 +180,7 @@ class DownpourTrainer:
         """Greedy evaluation of the server's current weights; True once the target return is reached."""
         self.client.sync()
         self.last_eval, reached = evaluate_and_record(
-            self.learner.online, self.config, self.log, self.counters, self.counters["env_steps"],
+            self.learner.online, self.config, self.log, self.counters, self.counters.env_steps,
             self.client.version, self.started_at, self.device)
         record_evaluation(self.redis, self.keys, "driver", self.client.version, self.last_eval[0],
                           self.last_eval[1], [])
@@ -225,12 +188,12 @@ class DownpourTrainer:
 
     def _finish(self, workers: list[dict]) -> dict[str, Any]:
         self._drain_episodes()
-        self.reporter.record_progress(self.counters["env_steps"], self.epsilon(self.counters["env_steps"]),
-                                      force=True)
+        self.reporter.record_progress(self.counters.env_steps, self.epsilon(self.counters.env_steps), force=True)
         self.learner.updates = self.client.version
         path = ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
-                                    dict(self.counters), {})
-        summary = run_summary(self.config, self.counters, self.last_eval, self.client.version, path)
+                                    self.counters.as_dict(), {})
+        summary = run_summary(self.config, self.counters, self.last_eval, self.client.version, path,
+                              self.control.reason())
         summary["workers"] = workers
         self.log.write_summary(summary)
         self.log.close()

@@ -1,8 +1,9 @@
 """The learner: a Q-network and its target, turning minibatches into flat gradients and updates.
 
-Serial training calls `update` (gradient, then optimizer step). Distributed
-workers call only `compute_gradient` and ship `flat.grad`; the parameter
-server owns the optimizer. Either way the arithmetic is this module's.
+Every mode calls `compute_gradient` and hands `flat.grad` to its parameter
+source (`ddq.core.weights`): in serial mode that source is this learner's own
+optimizer (`apply_gradient`); in downpour, the parameter server's shards,
+which apply the same `FlatOptimizer`. Either way the arithmetic is the core's.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ddq.dqn import double_dqn_targets, dqn_targets, td_loss
+from ddq.core.dqn import double_dqn_targets, dqn_targets, target_refresh_due, td_loss
+from ddq.core.optimizers import FlatOptimizer, OptimizerConfig
+from ddq.core.replay import Batch
 from ddq.models import FlatParameters
-from ddq.param_server.optimizers import FlatOptimizer, OptimizerConfig
-from ddq.replay import Batch
-
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -86,13 +86,8 @@ class Learner:
         """One optimizer step with `self.flat.grad`; refreshes the target every `target_update` steps."""
         self.optimizer.step(self.flat.data, self.flat.grad)
         self.updates += 1
-        if self.updates % self.target_update == 0:
+        if target_refresh_due(self.updates, self.target_update):
             self.refresh_target()
-
-    def update(self, batch: Batch) -> GradientStats:
-        stats = self.compute_gradient(batch)
-        self.apply_gradient()
-        return stats
 
     def refresh_target(self) -> None:
         self.target_flat.data.copy_(self.flat.data)

@@ -29,7 +29,8 @@ class OptimizerConfig:
     beta1: float = field(default=0.9, metadata={"help": "Adam first-moment decay"})
     beta2: float = field(default=0.999, metadata={"help": "Adam second-moment decay"})
     eps: float | None = field(default=None, metadata={"help": "denominator epsilon (none: torch's default)"})
-    lr_policy: str = field(default="fixed", metadata={"help": "fixed, or step: lr * lr_gamma ** (updates // lr_stepsize)"})
+    lr_policy: str = field(default="fixed",
+                           metadata={"help": "fixed, or step: lr * lr_gamma ** (updates // lr_stepsize)"})
     lr_gamma: float = field(default=0.1, metadata={"help": "step policy's factor"})
     lr_stepsize: int = field(default=100_000, metadata={"help": "step policy's interval in updates"})
 

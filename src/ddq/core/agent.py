@@ -1,18 +1,20 @@
-"""Builds, from a TrainConfig, the parts every training mode wires together."""
+"""The DQN agent's builder: from a TrainConfig, the parts every training mode wires together."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ddq.config import TrainConfig
-from ddq.dqn import LinearSchedule, UpdateSchedule
+from ddq.core.actor import Actor
+from ddq.core.dqn import LinearSchedule, UpdateSchedule
+from ddq.core.learner import Learner
+from ddq.core.replay import ReplayMemory, frame_layout, state_shape
 from ddq.gamesim.envs import make_vector_env
-from ddq.learner import Learner
-from ddq.models import build_q_network
-from ddq.replay import ReplayMemory, state_shape
+from ddq.models import FlatParameters, build_q_network
 
 
 def resolve_device(name: str) -> torch.device:
@@ -39,7 +41,7 @@ def env_shapes(config: TrainConfig) -> tuple[tuple[int, ...], np.dtype, int]:
         space, actions = probe.single_observation_space, probe.single_action_space
         if not hasattr(actions, "n"):
             raise ValueError(f"DQN needs a discrete action space; {config.env} has {actions}")
-        return tuple(space.shape), space.dtype, int(actions.n)
+        return (*frame_layout(space), int(actions.n))
     finally:
         probe.close()
 
@@ -62,3 +64,40 @@ def epsilon_schedule(config: TrainConfig) -> LinearSchedule:
 
 def update_schedule(config: TrainConfig) -> UpdateSchedule:
     return UpdateSchedule(config.replay_ratio, config.train_frequency, config.learning_starts)
+
+
+def model_parameters(config: TrainConfig) -> FlatParameters:
+    """The run's Q-network as flat parameters, initialised exactly as every process of the run does."""
+    seed_everything(config.seed, config.threads)
+    frame_shape, _, num_actions = env_shapes(config)
+    return FlatParameters(build_q_network(config.model, state_shape(frame_shape, config.frame_stack),
+                                          num_actions, config.hidden))
+
+
+@dataclass
+class DQNAgent:
+    """The parts one DQN agent trains with, made together (Acme's builder): its learner (online and target
+    networks, optimizer), replay memory and actor over its own vector envs, the exploration and
+    update schedules. A mode adds only where the weights live (`ddq.core.weights`) and how it reports."""
+
+    device: torch.device
+    learner: Learner
+    replay: ReplayMemory
+    actor: Actor
+    rng: np.random.Generator  # the actor's: exploration; checkpoints save its state
+    epsilon: LinearSchedule
+    schedule: UpdateSchedule
+
+
+def build_agent(config: TrainConfig, seed: int) -> DQNAgent:
+    """Seeds everything with `seed`, then builds the agent's parts in a fixed order (so equal seeds give
+    equal agents in every mode)."""
+    seed_everything(seed, config.threads)
+    device = resolve_device(config.device)
+    frame_shape, dtype, num_actions = env_shapes(config)
+    learner = make_learner(config, frame_shape, num_actions, device)
+    replay = make_replay(config, frame_shape, dtype, seed)
+    rng = np.random.default_rng(seed)
+    actor = Actor(make_vector_env(config.env, config.num_envs, config.env_options), replay, config.frame_stack,
+                  rng, device)
+    return DQNAgent(device, learner, replay, actor, rng, epsilon_schedule(config), update_schedule(config))

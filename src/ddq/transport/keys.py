@@ -1,10 +1,12 @@
-"""What the parameter server and its clients agree on: Redis keys of a run, shard slices, message checks."""
+"""The run's key plan: every Redis key a run uses, and how the flat weights split into shard slices.
+
+Every process of a distributed run (driver, shards, workers, Celery, the
+dashboard) talks through these keys, so they live here, below all of them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from ddq.transport.wire import GRADIENT, WEIGHTS, Expect
 
 
 def shard_bounds(size: int, shards: int) -> list[tuple[int, int]]:
@@ -37,8 +39,13 @@ class RunKeys:
 
     @property
     def control(self) -> str:
-        """String: "stop" asks every process of the run to finish."""
+        """String: "stop" asks every process of the run to finish (ddq.lifecycle reads and writes it)."""
         return f"{self.prefix}:control"
+
+    @property
+    def stop_reason(self) -> str:
+        """String: why the run was stopped, beside the control key (ddq.lifecycle)."""
+        return f"{self.prefix}:stop_reason"
 
     @property
     def env_steps(self) -> str:
@@ -85,13 +92,3 @@ class RunKeys:
         base = f"{self.prefix}:ps:{index}"
         return ShardKeys(f"{base}:grads", f"{base}:weights", f"{base}:target", f"{base}:snapshot",
                          f"{base}:metrics", f"{base}:applied")
-
-
-def gradient_expectation(layout: bytes, bounds: tuple[int, int], max_bytes: int) -> Expect:
-    start, end = bounds
-    return Expect(GRADIENT, layout, start, end - start, max_bytes=max_bytes)
-
-
-def weights_expectation(layout: bytes, bounds: tuple[int, int]) -> Expect:
-    start, end = bounds
-    return Expect(WEIGHTS, layout, start, end - start, check_finite=False)

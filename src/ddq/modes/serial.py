@@ -15,14 +15,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ddq import checkpoint as ckpt
-from ddq.actor import Actor
 from ddq.config import TrainConfig
-from ddq.evaluate import evaluate_and_record
-from ddq.gamesim.envs import make_vector_env
-from ddq.parts import (env_shapes, epsilon_schedule, make_learner, make_replay, resolve_device,
-                       seed_everything, update_schedule)
-from ddq.runlog import RunLog, run_summary
+from ddq.core import checkpoint as ckpt
+from ddq.core.agent import build_agent
+from ddq.core.weights import LocalParameters, train_from_replay
+from ddq.lifecycle import StopReason, stop_reason
+from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, run_summary
+
 
 class SerialTrainer:
     """Wires an actor, a replay memory and a learner in one process."""
@@ -32,23 +31,18 @@ class SerialTrainer:
         self.config = config
         self.run_dir = Path(run_dir)
         self.started_at = started_at if started_at is not None else time.time()
-        seed_everything(config.seed, config.threads)
-        self.device = resolve_device(config.device)
-        frame_shape, dtype, num_actions = env_shapes(config)
-        self.learner = make_learner(config, frame_shape, num_actions, self.device)
-        self.replay = make_replay(config, frame_shape, dtype, config.seed)
-        self.rng = np.random.default_rng(config.seed)
-        envs = make_vector_env(config.env, config.num_envs, config.env_options)
-        self.actor = Actor(envs, self.replay, config.frame_stack, self.rng, self.device)
-        self.epsilon = epsilon_schedule(config)
+        agent = build_agent(config, config.seed)
+        self.device, self.learner, self.replay, self.actor = agent.device, agent.learner, agent.replay, agent.actor
+        self.rng, self.schedule = agent.rng, agent.schedule
+        self.weights = LocalParameters(self.learner)  # the learner's own optimizer applies each gradient
+        self.epsilon = agent.epsilon  # driven by this process's env steps
         self.log = RunLog(self.run_dir)
-        self.counters = {"env_steps": 0, "episodes": 0, "wall_time_s": 0.0, "evaluations": 0,
-                         "steps_to_target": None, "time_to_target_s": None}
+        self.counters = RunCounters()
+        self.stopped_because: StopReason | None = None
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.last_eval: tuple[int, float, float] | None = None  # (env steps, mean return, mean rewarded steps)
         if resume is not None:
             self._restore(resume)
-        self.schedule = update_schedule(config)
         self._window: dict[str, list[float]] = {"loss": [], "mean_max_q": [], "grad_norm": []}
 
     # ------------------------------------------------------------------ loop
@@ -56,18 +50,19 @@ class SerialTrainer:
         """Train until the step budget is spent or the target return is reached."""
         c = self.config
         session_start = time.time()
-        wall_before = self.counters["wall_time_s"]
-        self.actor.reset(seed=c.seed + self.counters["env_steps"])
-        self.actor.env_steps = self.counters["env_steps"]
+        wall_before = self.counters.wall_time_s
+        self.actor.reset(seed=c.seed + self.counters.env_steps)
+        self.actor.env_steps = self.counters.env_steps
         marks = {name: self._next_mark(getattr(c, name)) for name in ("log_every", "eval_every", "checkpoint_every")}
         reached = False
         with tqdm(total=c.total_steps, initial=self.actor.env_steps, unit="step", disable=not c.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
-            while self.actor.env_steps < c.total_steps and not reached and not self._out_of_time():
+            while (reason := stop_reason(self.actor.env_steps, c.total_steps, reached, c.time_budget_s,
+                                         self.started_at)) is None:
                 before = self.actor.env_steps
                 self._act()
                 self._train(self.actor.env_steps - before)
-                self.counters["wall_time_s"] = wall_before + time.time() - session_start
+                self.counters.wall_time_s = wall_before + time.time() - session_start
                 bar.update(self.actor.env_steps - before)
                 steps = self.actor.env_steps
                 if steps >= marks["log_every"]:
@@ -79,28 +74,25 @@ class SerialTrainer:
                 if steps >= marks["checkpoint_every"]:
                     marks["checkpoint_every"] = self._next_mark(c.checkpoint_every)
                     self.save()
+        self.stopped_because = reason
         return self._finish()
 
-    def _out_of_time(self) -> bool:
-        budget = self.config.time_budget_s
-        return budget is not None and time.time() - self.started_at >= budget
-
     def _next_mark(self, every: int) -> int:
-        return (self.counters["env_steps"] // every + 1) * every
+        return (self.counters.env_steps // every + 1) * every
 
     def _act(self) -> None:
         epsilon = self.epsilon(self.actor.env_steps)
         for episode in self.actor.step(self.learner.online, epsilon):
-            self.counters["episodes"] += 1
+            self.counters.episodes += 1
             self.recent_returns.append(episode.episode_return)
             self.log.write("episode", env_steps=self.actor.env_steps, episode_return=episode.episode_return,
                            length=episode.length, truncated=episode.truncated)
-        self.counters["env_steps"] = self.actor.env_steps
+        self.counters.env_steps = self.actor.env_steps
 
     def _train(self, new_steps: int) -> None:
         """Gradient updates at the configured replay ratio, in rounds every `train_frequency` steps."""
-        for _ in range(self.schedule.due(new_steps, self.actor.env_steps)):
-            stats = self.learner.update(self.replay.sample(self.config.batch_size))
+        due = self.schedule.due(new_steps, self.actor.env_steps)
+        for stats in train_from_replay(self.learner, self.replay, self.weights, due, self.config.batch_size):
             for key in self._window:
                 self._window[key].append(getattr(stats, key))
 
@@ -111,8 +103,8 @@ class SerialTrainer:
             values.clear()
         recent = float(np.mean(self.recent_returns)) if self.recent_returns else None
         self.log.write("train", env_steps=self.actor.env_steps, updates=self.learner.updates,
-                       wall_time_s=self.counters["wall_time_s"], epsilon=self.epsilon(self.actor.env_steps),
-                       episodes=self.counters["episodes"], recent_return=recent, **means)
+                       wall_time_s=self.counters.wall_time_s, epsilon=self.epsilon(self.actor.env_steps),
+                       episodes=self.counters.episodes, recent_return=recent, **means)
         postfix = {"return": f"{recent:.1f}" if recent is not None else "-",
                    "eps": f"{self.epsilon(self.actor.env_steps):.2f}"}
         if self.last_eval:
@@ -128,7 +120,7 @@ class SerialTrainer:
     # ----------------------------------------------------------- checkpoints
     def save(self) -> Path:
         path = ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
-                                    dict(self.counters), self._rng_states())
+                                    self.counters.as_dict(), self._rng_states())
         if self.config.save_replay:
             self.replay.save(str(self.run_dir / ckpt.REPLAY_NAME))
         return path
@@ -139,7 +131,7 @@ class SerialTrainer:
 
     def _restore(self, saved: dict[str, Any]) -> None:
         self.learner.load_state_dict(saved["learner"])
-        self.counters.update(saved["counters"])
+        self.counters = RunCounters.from_dict(saved["counters"])
         self.rng.bit_generator.state = saved["rng"]["actor"]
         self.replay.rng.bit_generator.state = saved["rng"]["replay"]
         torch.set_rng_state(saved["rng"]["torch"])
@@ -151,8 +143,10 @@ class SerialTrainer:
         if self.last_eval is None or self.last_eval[0] != self.actor.env_steps:
             self._evaluate_and_check()
         checkpoint_path = self.save()
-        self.counters["env_steps"] = self.actor.env_steps
-        summary = run_summary(self.config, self.counters, self.last_eval, self.learner.updates, checkpoint_path)
+        self.counters.env_steps = self.actor.env_steps
+        reason = self.stopped_because.value if self.stopped_because else None
+        summary = run_summary(self.config, self.counters, self.last_eval, self.learner.updates, checkpoint_path,
+                              reason)
         self.log.write_summary(summary)
         self.log.close()
         self.actor.envs.close()

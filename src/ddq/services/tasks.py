@@ -3,11 +3,14 @@
 Broker and result backend are the run's Redis; tasks and results travel as
 JSON only. It is configured from the environment, so it also works by hand:
 
-    DDQ_REDIS_URL=unix:///tmp/redis.sock DDQ_RUN=demo DDQ_CONFIG=runs/demo/config.json \\
-        celery -A ddq.tasks worker --beat --pool solo
+    DDQ_REDIS_URL=unix:///tmp/redis.sock DDQ_RUN=demo DDQ_SETTINGS=runs/demo/config.json \\
+        celery -A ddq.services.tasks worker --beat --pool solo
 
-DDQ_EVAL_EVERY_S (default 30) spaces the periodic evaluations; DDQ_RUN_DIR
-(default: the config's run_dir) holds beat's schedule and the archive. Each result
+DDQ_SETTINGS is the settings file every distributed run writes into its
+folder (`config.json`, read with `ddq.config.read_settings`: no preset is
+applied again). DDQ_EVAL_EVERY_S (default 30) spaces the periodic
+evaluations; DDQ_RUN_DIR (default: the settings' run_dir) holds beat's
+schedule and the archive. Each result
 goes to the Redis list `ddq:<run>:evaluations` as JSON (the snapshot's
 version, the time, the run's env steps then, the returns); for Snake the
 frames of one greedy episode go to the hash `ddq:<run>:replay`, for the dashboard.
@@ -18,7 +21,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -27,12 +29,13 @@ import redis
 import torch
 from celery import Celery
 
-from ddq.config import TrainConfig, load_toml, merge
+from ddq.config import TrainConfig, read_settings
 from ddq.gamesim.snake_engine import APPLE, BODY, EMPTY, HEAD, WALL
 from ddq.models import FlatParameters
-from ddq.param_server.protocol import RunKeys, shard_bounds, weights_expectation
-from ddq.telemetry import record_evaluation
-from ddq.transport.wire import decode, layout_bytes
+from ddq.param_server import snapshots
+from ddq.services.telemetry import record_evaluation
+from ddq.transport.keys import RunKeys, shard_bounds
+from ddq.transport.wire import layout_bytes
 
 EPISODE_FRAMES_LIMIT = 2000  # frames kept of the recorded Snake episode
 PALETTE = {str(EMPTY): "#10151c", str(WALL): "#56606e", str(BODY): "#3fae5a", str(HEAD): "#9be36e",
@@ -50,8 +53,8 @@ def celery_url(redis_url: str) -> str:
 
 def _settings() -> tuple[str, str, TrainConfig, Path]:
     url = os.environ.get("DDQ_REDIS_URL", "redis://127.0.0.1:6379/0")
-    config_file = os.environ.get("DDQ_CONFIG")
-    config = merge(TrainConfig(), load_toml(config_file), config_file) if config_file else TrainConfig()
+    settings_file = os.environ.get("DDQ_SETTINGS")
+    config = read_settings(settings_file) if settings_file else TrainConfig()
     run_dir = Path(os.environ.get("DDQ_RUN_DIR") or config.run_dir or ".")
     return url, os.environ.get("DDQ_RUN", "default"), config, run_dir
 
@@ -75,20 +78,19 @@ def newest_snapshot(client: redis.Redis, run: str, config: TrainConfig, flat: Fl
     layout = layout_bytes(flat.layout_hash())
     versions = []
     for shard, bounds in enumerate(shard_bounds(flat.size, config.server.shards)):
-        saved = client.hgetall(RunKeys(run).shard(shard).snapshot)
-        if not saved:
+        saved = snapshots.from_redis(client, RunKeys(run).shard(shard).snapshot, layout, bounds)
+        if saved is None:
             return None
-        expect = weights_expectation(layout, bounds)
-        flat.assign(decode(saved[b"weights"], expect)[1], bounds[0])
-        flat.assign(decode(saved[b"target"], expect)[1], bounds[0], into=target)
-        versions.append(int(saved[b"version"]))
+        flat.assign(saved.weights.numpy(), bounds[0])
+        flat.assign(saved.target.numpy(), bounds[0], into=target)
+        versions.append(saved.version)
     return min(versions)
 
 
 @app.task(name="ddq.tasks.evaluate_snapshot")
 def evaluate_snapshot(episodes: int | None = None) -> dict | None:
     """Greedy evaluation of the newest snapshot; the result is also appended to the run's list."""
-    from ddq.evaluate import evaluate
+    from ddq.core.evaluate import evaluate
 
     client = redis.Redis.from_url(REDIS_URL)
     newest = _newest_learner(client)
@@ -112,35 +114,18 @@ def evaluate_snapshot(episodes: int | None = None) -> dict | None:
 
 def _snake_episode(network: torch.nn.Module, seed: int) -> dict:
     """One greedy Snake episode's board images (uint8 gray levels, base64), for the dashboard to replay."""
-    from ddq.gamesim.snake_engine import SnakeEngine
-    from ddq.replay import FrameStacker
+    from ddq.core.evaluate import greedy_episode_frames
 
-    options = CONFIG.env_options
-    engine = SnakeEngine(1, options.snake_size, options.snake_max_steps_without_apple)
-    games = np.ones(1, dtype=bool)
-    engine.seed(games, [seed])
-    engine.reset(games)
-    board = engine.render()
-    stacker = FrameStacker(1, board.shape[1:], board.dtype, CONFIG.frame_stack)
-    states, frames = stacker.reset(board), [board[0]]
-    with torch.no_grad():
-        while len(frames) < EPISODE_FRAMES_LIMIT:
-            action = network(torch.from_numpy(states)).argmax(dim=1).numpy()
-            _, terminated, truncated = engine.step(action, games)
-            board = engine.render()
-            frames.append(board[0])
-            if terminated[0] or truncated[0]:
-                break
-            states = stacker.push(board, starts=np.zeros(1, dtype=bool))
-    side = int(frames[0].shape[0])
-    return {"side": side, "count": len(frames), "frames": base64.b64encode(np.stack(frames).tobytes()).decode(),
-            "palette": PALETTE}
+    frames = greedy_episode_frames(network, CONFIG.env, CONFIG.frame_stack, CONFIG.env_options, seed=seed,
+                                   max_frames=EPISODE_FRAMES_LIMIT)
+    return {"side": int(frames[0].shape[0]), "count": len(frames),
+            "frames": base64.b64encode(np.stack(frames).tobytes()).decode(), "palette": PALETTE}
 
 
 @app.task(name="ddq.tasks.archive_snapshot")
 def archive_snapshot(folder: str | None = None) -> str | None:
     """Writes the newest snapshot as a checkpoint file that `ddq evaluate` reads; returns its path."""
-    from ddq import checkpoint as ckpt
+    from ddq.core import checkpoint as ckpt
 
     newest = _newest_learner(redis.Redis.from_url(REDIS_URL))
     if newest is None:
@@ -154,7 +139,7 @@ def archive_snapshot(folder: str | None = None) -> str | None:
 
 def _newest_learner(client: redis.Redis):
     """(version, a learner holding the newest snapshot's weights and target), or None before the first."""
-    from ddq.parts import env_shapes, make_learner
+    from ddq.core.agent import env_shapes, make_learner
 
     frame_shape, _, num_actions = env_shapes(CONFIG)
     learner = make_learner(CONFIG, frame_shape, num_actions, torch.device("cpu"))

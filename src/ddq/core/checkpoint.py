@@ -1,6 +1,6 @@
 """Checkpoints: everything a resume needs, in a file plain `torch.load` reads.
 
-Holds the config, the Q-network's state_dict (module names, for torch users),
+Holds the settings (`ddq.config.settings_document`), the Q-network's state_dict (module names, for torch users),
 the flat online and target weights, the optimizer state, the counters (env
 steps, updates, episodes, wall time; epsilon follows from env steps) and the
 RNG states. The replay memory goes beside it as `replay.npz`.
@@ -10,15 +10,14 @@ default `weights_only=True` opens it, and nothing in it is executable.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ddq.config import TrainConfig, merge
-from ddq.learner import Learner
+from ddq.config import TrainConfig, config_from_document, settings_document
+from ddq.core.learner import Learner
 from ddq.models import build_q_network, model_definition
 from ddq.models.networks import network_from_definition
 
@@ -32,7 +31,7 @@ def save_checkpoint(path: str | Path, config: TrainConfig, learner: Learner,
     path = Path(path)
     payload = {
         "format": "ddq-checkpoint-1",
-        "config": dataclasses.asdict(config),
+        "settings": settings_document(config),
         "q_network": {k: v.detach().cpu().clone() for k, v in learner.online.state_dict().items()},
         "learner": learner.state_dict(),
         "counters": counters,
@@ -59,12 +58,12 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return saved
 
 
-def config_from_checkpoint(saved: dict[str, Any]) -> TrainConfig:
-    return merge(TrainConfig(), saved["config"], "the checkpoint")
+def config_from_checkpoint(saved: dict[str, Any], source: str = "the checkpoint") -> TrainConfig:
+    return config_from_document(saved.get("settings"), source)
 
 
 def q_network_from_checkpoint(saved: dict[str, Any], state_shape: tuple[int, ...], num_actions: int,
-                              device: str = "cpu") -> torch.nn.Module:
+                              device: str | torch.device = "cpu") -> torch.nn.Module:
     config = config_from_checkpoint(saved)
     if "model_definition" in saved:
         net = network_from_definition(saved["model_definition"], config.model, state_shape, num_actions)

@@ -1,0 +1,111 @@
+"""What every mode keeps the same way: the run's counters, its folder (metrics.jsonl, summary.json), and
+the periodic greedy evaluation that decides whether the target return was reached."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ddq.config import TrainConfig
+from ddq.core.evaluate import evaluate
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN or Infinity
+    return value
+
+
+class RunLog:
+    """Appends metric points to `run_dir/metrics.jsonl`; flushed so a dashboard can tail it."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
+
+    def write(self, kind: str, **values: Any) -> None:
+        point = {"kind": kind, **{k: _plain(v) for k, v in values.items()}}
+        self._file.write(json.dumps(point) + "\n")
+        self._file.flush()
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        path = self.run_dir / "summary.json"
+        path.write_text(json.dumps({k: _plain(v) for k, v in summary.items()}, indent=2) + "\n")
+        return path
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+@dataclass
+class RunCounters:
+    """Where a run stands; saved in checkpoints, so a resumed run continues from here."""
+
+    env_steps: int = 0
+    episodes: int = 0
+    evaluations: int = 0
+    wall_time_s: float = 0.0
+    steps_to_target: int | None = None
+    time_to_target_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> RunCounters:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in known})
+
+
+def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int, float, float] | None, updates: int,
+                checkpoint: Path, reason: str | None) -> dict[str, Any]:
+    """The summary.json of a finished run, the same for every mode; `reason`: why it stopped."""
+    return {
+        "env": config.env, "mode": config.mode, "seed": config.seed, "stop_reason": reason,
+        "wall_time_s": counters.wall_time_s, "env_steps": counters.env_steps,
+        "updates": updates, "episodes": counters.episodes,
+        "final_eval_return": last_eval[1] if last_eval else None,
+        "final_eval_rewarded_steps": last_eval[2] if last_eval else None,
+        "target_return": config.target_return,
+        "reached_target": counters.steps_to_target is not None,
+        "time_to_target_s": counters.time_to_target_s,
+        "steps_to_target": counters.steps_to_target,
+        "checkpoint": str(checkpoint), "config": dataclasses.asdict(config),
+    }
+
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
+
+
+def evaluate_and_record(network: nn.Module, config: TrainConfig, log: RunLog, counters: RunCounters, env_steps: int,
+                        updates: int, started_at: float, device: torch.device) -> tuple[tuple[int, float, float], bool]:
+    """A run's periodic greedy evaluation, the same in every mode: evaluates on fresh seeds, logs the
+    point, notes the first time the target return was reached in `counters`.
+
+    Returns (env steps, mean return, mean rewarded steps) and whether the target is reached.
+    """
+    result = evaluate(network, config.env, config.eval_episodes, config.frame_stack, config.env_options,
+                      seed=config.seed + EVAL_SEED_OFFSET * (1 + counters.evaluations),
+                      epsilon=config.eval_epsilon, device=device)
+    counters.evaluations += 1
+    log.write("eval", env_steps=env_steps, updates=updates, wall_time_s=counters.wall_time_s,
+              mean_return=result.mean_return, returns=result.returns, mean_rewarded_steps=result.mean_rewarded_steps)
+    reached = config.target_return is not None and result.mean_return >= config.target_return
+    if reached and counters.steps_to_target is None:
+        counters.steps_to_target = env_steps
+        counters.time_to_target_s = time.time() - started_at
+    return (env_steps, result.mean_return, result.mean_rewarded_steps), reached

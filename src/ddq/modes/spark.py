@@ -1,0 +1,54 @@
+"""Spark for the distributed modes: the driver's session, and what each Spark task runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from ddq.config import decode_settings
+
+TASK_RETRIES = 4
+
+
+def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str) -> Iterator[dict]:
+    """What a Spark task runs: one Barista, to the end of the run. Its statistics are the task's result.
+    `settings` is the driver's `encode_settings` text, used as it is."""
+    from pyspark import TaskContext
+
+    from ddq.barista.worker import Barista
+    from ddq.param_server.client import remote_source
+
+    context = TaskContext.get()
+    attempt = context.attemptNumber() if context else 0
+    config = decode_settings(settings, "the driver's settings")
+    barista = Barista(config, redis_url, run, index, remote_source(config, redis_url, run, index), attempt)
+    yield dataclasses.asdict(barista.run())
+
+
+def launched_by_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit's PythonRunner hands its JVM over this way
+
+
+def spark_session(master: str | None, app: str) -> Any:
+    """A SparkSession whose driver binds 127.0.0.1; a local master's Python workers run this interpreter.
+    `master` None keeps the one spark-submit was given."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
+    session = (builder.appName(app)
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.task.maxFailures", str(TASK_RETRIES))
+               .config("spark.python.worker.reuse", "true").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def local_master(workers: int) -> str:
+    """local[N, retries]: local mode retries failed tasks only when told."""
+    return f"local[{workers},{TASK_RETRIES}]"

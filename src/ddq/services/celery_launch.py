@@ -1,0 +1,19 @@
+"""Starting a run's Celery worker (with beat) as a background child process of the driver."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from ddq.processes import spawn
+
+
+def start_celery_worker(redis_url: str, run: str, run_dir: Path, settings_file: Path) -> subprocess.Popen:
+    """`celery -A ddq.services.tasks worker --beat` for this run: periodic greedy evaluation in its own
+    process, configured by the run's settings file (`ddq.config.write_settings`)."""
+    folder = run_dir.resolve()
+    env = {"DDQ_REDIS_URL": redis_url, "DDQ_RUN": run, "DDQ_SETTINGS": str(settings_file.resolve()),
+           "DDQ_RUN_DIR": str(folder)}
+    return spawn([sys.executable, "-m", "celery", "-A", "ddq.services.tasks", "worker", "--beat", "--pool", "solo",
+                  "--loglevel", "WARNING"], folder / "celery.log", env=env, cwd=folder, background=True)

@@ -1,0 +1,78 @@
+"""The package's layers, read from every import statement in src/ (lazy ones inside functions included).
+
+The core (the DQN algorithm, its envs and networks, its settings) knows no wire, no
+service, no mode and no command line; the workers and the dashboard never reach into
+the parameter server; and no module imports itself back through others.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+CORE = ("ddq.core", "ddq.gamesim", "ddq.models", "ddq.config")
+ABOVE_THE_CORE = ("ddq.param_server", "ddq.barista", "ddq.modes", "ddq.services", "ddq.dashboard", "ddq.cli",
+                  "ddq.transport", "ddq.lifecycle", "ddq.benchmarks", "pyspark", "celery", "flask", "redis")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(SRC.rglob("*.py"))}
+
+
+def imports_of(name: str) -> set[str]:
+    """Every module `name` imports: `import a.b`, `from a.b import c` (a.b.c when c is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if f"{node.module}.{alias.name}" in MODULES)
+    return found
+
+
+def within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+@pytest.mark.parametrize("name", [name for name in MODULES if within(name, CORE)])
+def test_the_core_knows_no_wire_service_mode_or_cli(name):
+    assert sorted(i for i in imports_of(name) if within(i, ABOVE_THE_CORE)) == []
+
+
+@pytest.mark.parametrize("name", [name for name in MODULES if within(name, ("ddq.barista", "ddq.dashboard"))])
+def test_workers_and_dashboard_do_not_import_the_parameter_server(name):
+    assert sorted(i for i in imports_of(name) if within(i, ("ddq.param_server",))) == []
+
+
+def test_no_import_loop():
+    graph = {name: {i for i in imports_of(name) if i in MODULES and i != "ddq"} for name in MODULES}
+    loops, done = [], set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            loops.append(path[path.index(name):] + [name])
+            return
+        if name in done:
+            return
+        for target in sorted(graph[name]):
+            visit(target, path + [name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert loops == []
+
+
+def test_the_layout_has_its_rooms():
+    """The names a newcomer looks for first: the staleness rule, the wire format, the epsilon schedule,
+    how a run stops."""
+    assert {"ddq.param_server.staleness", "ddq.transport.wire", "ddq.core.dqn", "ddq.lifecycle"} <= set(MODULES)
