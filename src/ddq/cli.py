@@ -8,8 +8,13 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddq.config import add_config_flags, build_config, read_settings
+
+if TYPE_CHECKING:
+    from ddq.modes.downpour import DownpourTrainer
+    from ddq.modes.serial import SerialTrainer
 
 
 def _default_run_dir(env_id: str) -> str:
@@ -39,20 +44,20 @@ def cmd_train(args: argparse.Namespace) -> int:
                          "or choose another --run-dir")
     config.run_dir = run_dir
     print(f"ddq: training {config.env} ({config.mode}) into {run_dir}", file=sys.stderr)
+    trainer: DownpourTrainer | SerialTrainer
     if config.mode == "downpour":
         from ddq.modes.downpour import DownpourTrainer
 
-        if saved is not None:
-            raise ValueError("--resume continues serial runs; a downpour run's shards resume from their "
-                             "snapshots when restarted with the same --redis-url")
-        summary = DownpourTrainer(config, run_dir, args.started_at).train()
+        trainer = DownpourTrainer(config, run_dir, args.started_at, resume=saved)
+        summary = trainer.train()
     else:
-        summary = SerialTrainer(config, run_dir, args.started_at, resume=saved).run()
+        trainer = SerialTrainer(config, run_dir, args.started_at, resume=saved)
+        summary = trainer.run()
     curve = plot_run(run_dir)
     shown = {k: v for k, v in summary.items() if k not in ("config", "workers")}
     shown["learning_curve"] = str(curve)
     print(json.dumps(shown, indent=2))
-    return 0
+    return trainer.exit_code  # 0 only for a run that finished: 1 when it failed, 128+N when a signal stopped it
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

@@ -161,9 +161,13 @@ def merge(config: TrainConfig, values: dict[str, Any], source: str) -> TrainConf
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Settings from a TOML file (or a JSON file of the same keys)."""
+    """Settings from a TOML file, a JSON file of the same keys, or a run folder's config.json (a settings
+    document: its settings, to start from again)."""
     with open(path, "rb") as handle:
-        return json.load(handle) if str(path).endswith(".json") else tomllib.load(handle)
+        values = json.load(handle) if str(path).endswith(".json") else tomllib.load(handle)
+    if isinstance(values, dict) and values.get("format") == SETTINGS_FORMAT:
+        return dataclasses.asdict(config_from_document(values, str(path)))
+    return values
 
 
 def build_config(cli_values: dict[str, Any], config_file: str | None = None,

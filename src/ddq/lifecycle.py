@@ -11,7 +11,12 @@ parameter client read it and finish. Nothing else writes "stop".
 from __future__ import annotations
 
 import enum
+import signal
+import sys
+import threading
 import time
+from types import FrameType, TracebackType
+from typing import Any
 
 import redis
 
@@ -40,12 +45,17 @@ def time_is_up(time_budget_s: float | None, started_at: float, now: float | None
     return time_budget_s is not None and (time.time() if now is None else now) - started_at >= time_budget_s
 
 
-def stop_reason(env_steps: int, total_steps: int, target_reached: bool, time_budget_s: float | None,
-                started_at: float, now: float | None = None) -> StopReason | None:
-    """The reason the run must stop now, or None while it goes on. Every mode asks this one rule."""
+def stop_reason(env_steps: int | None, total_steps: int, target_reached: bool, time_budget_s: float | None,
+                started_at: float, now: float | None = None, user_stopped: bool = False) -> StopReason | None:
+    """The reason the run must stop now, or None while it goes on. Every mode asks this one rule.
+
+    `env_steps` None: the step budget is not the caller's to judge (downpour's workers stop at it
+    themselves, once their last gradients are pushed)."""
+    if user_stopped:
+        return StopReason.USER
     if target_reached:
         return StopReason.TARGET
-    if env_steps >= total_steps:
+    if env_steps is not None and env_steps >= total_steps:
         return StopReason.BUDGET
     if time_is_up(time_budget_s, started_at, now):
         return StopReason.TIME
@@ -59,7 +69,11 @@ class RunControl:
         self.client, self.keys = client, RunKeys(run)
 
     def stop(self, reason: StopReason) -> None:
-        """Asks every process of the run to finish; the first reason given is the one kept."""
+        """Asks every process of the run to finish; the first reason given is the one kept (a control key
+        a person set by hand, with no reason beside it, counts as stopped by the user)."""
+        if self.stopping():
+            self.client.set(self.keys.stop_reason, StopReason.USER.value, nx=True)
+            return
         self.client.set(self.keys.stop_reason, reason.value, nx=True)
         self.client.set(self.keys.control, STOP)
 
@@ -75,3 +89,36 @@ class RunControl:
         if not raw:
             return StopReason.USER.value
         return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+class StopSignals:
+    """While active (a `with` block in the main thread): the first SIGINT (Ctrl-C) or SIGTERM asks the run
+    to stop the way a reached target does, and is only recorded here (`received`) for the run's loop to
+    act on; a second one aborts at once (KeyboardInterrupt). Other threads: does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: str | None = None  # SIGINT or SIGTERM, once one came
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, number: int, _frame: FrameType | None) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(number).name}: aborting")
+        self.received = signal.Signals(number).name
+        print(f"ddq: {self.received} received: stopping the run cleanly (again to abort at once)",
+              file=sys.stderr, flush=True)
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS}
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def exit_code(self) -> int:
+        """The shell's convention for a process ended by the signal received (128 + its number)."""
+        return 128 + int(signal.Signals[self.received]) if self.received else 0

@@ -1,4 +1,5 @@
-"""Child processes that never outlive their parent, and the allocator settings large messages want."""
+"""Child processes that never outlive their parent, the supervisor that watches them, and the allocator
+settings large messages want."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -71,3 +73,70 @@ def stop(process: subprocess.Popen, timeout: float = 10.0) -> int | None:
             process.kill()
             process.wait()
     return process.returncode
+
+
+class ProcessFailed(RuntimeError):
+    """A process the run cannot go on without died, and was not (or no longer) restarted."""
+
+
+@dataclass
+class Watched:
+    name: str
+    process: subprocess.Popen
+    log: Path | None = None
+    restart: Callable[[], subprocess.Popen] | None = None  # None: it cannot be restarted
+    essential: bool = True  # False: the run goes on without it (Celery, the dashboard)
+    restarts: int = 0
+    gone: bool = False
+
+
+class Supervisor:
+    """The driver's watch over the processes it started.
+
+    `check()` (called every few hundred milliseconds) notices a death and says so in
+    one line; a process with a `restart` is started again, up to `max_restarts`
+    times; an essential one that is gone for good raises ProcessFailed; any other
+    is left gone with a warning. Once the run is stopping, a clean exit is expected."""
+
+    def __init__(self, max_restarts: int = 3):
+        self.max_restarts = max_restarts
+        self.watched: list[Watched] = []
+
+    def watch(self, name: str, process: subprocess.Popen, log: Path | None = None,
+              restart: Callable[[], subprocess.Popen] | None = None, essential: bool = True) -> Watched:
+        entry = Watched(name, process, log, restart, essential)
+        self.watched.append(entry)
+        return entry
+
+    def check(self, stopping: bool = False) -> None:
+        for entry in self.watched:
+            if entry.gone or entry.process.poll() is None:
+                continue
+            code, pid = entry.process.returncode, entry.process.pid
+            see = f"; see {entry.log}" if entry.log else ""
+            if stopping and code == 0:
+                entry.gone = True
+            elif entry.restart is not None and entry.restarts < self.max_restarts and not stopping:
+                entry.restarts += 1
+                _say(f"ddq: {entry.name} (pid {pid}) died ({_exit(code)}); restarting it "
+                     f"({entry.restarts} of {self.max_restarts}){see}")
+                entry.process = entry.restart()
+            elif entry.essential:
+                entry.gone = True
+                after = f" after {entry.restarts} restarts" if entry.restarts else ""
+                raise ProcessFailed(f"{entry.name} (pid {pid}) died ({_exit(code)}){after}{see}")
+            else:
+                entry.gone = True
+                _say(f"ddq: warning: {entry.name} (pid {pid}) exited ({_exit(code)}); the run goes on without it{see}")
+
+    def restarts(self) -> dict[str, int]:
+        """Restarts so far, by process name (only those restarted)."""
+        return {entry.name: entry.restarts for entry in self.watched if entry.restarts}
+
+
+def _exit(code: int) -> str:
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

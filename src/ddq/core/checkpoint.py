@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ddq.config import TrainConfig, config_from_document, settings_document
+from ddq.config import TrainConfig, config_from_document, merge, settings_document
 from ddq.core.learner import Learner
 from ddq.models import build_q_network, model_definition
 from ddq.models.networks import network_from_definition
@@ -59,6 +59,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def config_from_checkpoint(saved: dict[str, Any], source: str = "the checkpoint") -> TrainConfig:
+    if "settings" not in saved and isinstance(saved.get("config"), dict):  # written before settings documents
+        return merge(TrainConfig(), saved["config"], source)
     return config_from_document(saved.get("settings"), source)
 
 

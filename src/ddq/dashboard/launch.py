@@ -8,13 +8,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ddq.processes import spawn, stop
+from ddq.processes import Supervisor, spawn, stop
 
 START_TIMEOUT_S = 60.0
 
 
 @contextlib.contextmanager
-def serve_dashboard(redis_url: str, run: str, run_dir: Path, port: int | None = None) -> Iterator[str | None]:
+def serve_dashboard(redis_url: str, run: str, run_dir: Path, port: int | None = None,
+                    supervisor: Supervisor | None = None) -> Iterator[str | None]:
     """Starts the dashboard (a free port unless `port`), prints its URL, and stops it on exit.
 
     It runs in its own process at background priority, so serving the page neither holds the
@@ -32,6 +33,8 @@ def serve_dashboard(redis_url: str, run: str, run_dir: Path, port: int | None = 
     if url_file.is_file():
         url = url_file.read_text()
         print(f"ddq: dashboard at {url}", file=sys.stderr, flush=True)
+        if supervisor is not None:
+            supervisor.watch("the dashboard", process, run_dir / "dashboard.log", essential=False)
     else:
         print(f"ddq: warning: the dashboard did not start; see {run_dir / 'dashboard.log'}", file=sys.stderr)
     try:

@@ -104,6 +104,7 @@ class RunReader:
                 "env_steps": int(steps or 0), "pushes": int(pushes or 0), "updates": server["version"],
                 "episodes": self.client.llen(self.keys.episodes),
                 "evaluations": self.client.llen(self.keys.evaluations), "summary": info.get("summary"),
+                "restarts": info.get("restarts") or {},
                 "replay_version": int(replay_version) if replay_version and replay_version.isdigit() else None}
 
     def _started(self) -> float:

@@ -4,16 +4,18 @@ The driver starts (or connects to) Redis and the parameter-server shards,
 runs a Spark job whose N tasks each run a Barista until the run's global env
 step budget is spent, and meanwhile logs the workers' episodes, evaluates
 the server's weights greedily, and stops the run (`ddq.lifecycle`) once the
-target return is reached or the time budget is spent. A task that dies is
-retried by Spark (`spark.task.maxFailures`); the new Barista rebuilds its
-replay memory and continues from the server's current weights.
+target return is reached, the time budget is spent or a person asks
+(Ctrl-C, SIGTERM, or the control key). It supervises every process it
+started: a dead shard is restarted from its snapshot, a task that dies is
+retried by Spark (`spark.task.maxFailures`), and a run that cannot go on
+(Redis gone, a shard that keeps dying) ends with one error line, a summary
+and the newest checkpoint it has.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -29,22 +31,31 @@ from ddq.core import checkpoint as ckpt
 from ddq.core.agent import env_shapes, epsilon_schedule, make_learner, resolve_device, seed_everything
 from ddq.core.replay import state_shape
 from ddq.dashboard.launch import serve_dashboard
-from ddq.lifecycle import RunControl, StopReason, stop_reason
+from ddq.lifecycle import RunControl, StopReason, StopSignals, stop_reason
 from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, run_summary
 from ddq.modes.spark import barista_task, launched_by_spark_submit, local_master, spark_session
 from ddq.param_server.client import ParameterClient
-from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
-from ddq.processes import stop
+from ddq.param_server.launch import start_shard, stop_shards, wait_until_serving
+from ddq.processes import ProcessFailed, Supervisor, stop
 from ddq.services.celery_launch import start_celery_worker
 from ddq.services.telemetry import ListCursor, RunReporter, network_info, record_evaluation
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 
+JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
+
+
+class SparkJobFailed(RuntimeError):
+    pass
+
 
 class DownpourTrainer:
     """The driver of `ddq train --mode downpour`."""
 
-    def __init__(self, config: TrainConfig, run_dir: str | Path, started_at: float | None = None):
+    def __init__(self, config: TrainConfig, run_dir: str | Path, started_at: float | None = None,
+                 resume: dict[str, Any] | None = None):
+        """`resume`: the checkpoint of an earlier run into `run_dir`; its counters (env steps, so epsilon,
+        episodes, evaluations, wall time) continue, and the shards resume from their snapshot files."""
         self.config, self.run_dir = config, Path(run_dir)
         self.started_at = started_at if started_at is not None else time.time()
         self.run = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
@@ -55,9 +66,13 @@ class DownpourTrainer:
         self.state_shape = state_shape(frame_shape, config.frame_stack)
         self.learner = make_learner(config, frame_shape, num_actions, self.device)  # a mirror of the server's
         self.log = RunLog(self.run_dir)
-        self.counters = RunCounters()
+        self.counters = RunCounters.from_dict(resume["counters"]) if resume else RunCounters()
         self.last_eval: tuple[int, float, float] | None = None
         self.epsilon = epsilon_schedule(config)  # reported as the workers see it: by the global env steps
+        self.supervisor = Supervisor()
+        self.signals = StopSignals()
+        self.failure: str | None = None  # the one line that says what ended a run that could not go on
+        self.exit_code = 0
 
     # ------------------------------------------------------------------ the run
     def train(self) -> dict[str, Any]:
@@ -68,46 +83,67 @@ class DownpourTrainer:
                 print("ddq: note: the private Redis listens on a unix socket of this machine; executors on other "
                       "machines need --redis-url redis://HOST:PORT (or rediss://) of a server they can reach",
                       file=sys.stderr)
-            url = c.redis_url or stack.enter_context(EmbeddedRedis(log_dir=self.run_dir)).url
-            self.redis = redis.Redis.from_url(url)
-            self.control = RunControl(self.redis, self.run)
-            self.episodes = ListCursor(self.redis, self.keys.episodes)
-            flat = self.learner.flat
-            self.reporter = RunReporter(self.redis, self.keys, {
-                "run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
-                "settings": settings_document(c),
-                "network": network_info(flat.layout, flat.layout_hash(), self.state_shape)}, c.server.shards)
-            print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
-            settings_file = write_settings(c, self.run_dir / "config.json")
-            shards = start_shards(c, url, self.run, self.run_dir)
-            stack.callback(lambda: stop_shards(self.redis, self.run, shards))
-            wait_until_serving(self.redis, self.run, c.server.shards, shards)
-            if c.celery:
-                celery_worker = start_celery_worker(url, self.run, self.run_dir, settings_file)
-                stack.callback(self._stop_celery, celery_worker)
-            if c.dashboard:
-                stack.enter_context(serve_dashboard(url, self.run, self.run_dir, c.dashboard_port))
-            self.client = ParameterClient(url, self.run, self.learner.flat, c.server.shards,
-                                          target=self.learner.target_flat)
-            stack.callback(self.client.close)
-            workers = self._run_spark_job(url)
-            self._wait_for_drained_queues()
-            self._evaluate()
-            self.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
+            master = c.spark_master or (None if launched_by_spark_submit() else local_master(c.workers))
+            spark = spark_session(master, f"ddq-{self.run}")
+            stack.callback(spark.stop)
+            stack.enter_context(self.signals)  # after Spark's session: pyspark installs a SIGINT handler of its own
+            url = self._start_services(stack)
+            workers: list[dict] = []
+            try:
+                workers = self._run_spark_job(spark, url)
+                self._wait_for_drained_queues()
+                self._evaluate()
+                self.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
+            except (ProcessFailed, SparkJobFailed, redis.RedisError) as error:
+                self.failure = f"{type(error).__name__}: {error}" if isinstance(error, redis.RedisError) else str(error)
+                print(f"ddq: error: the run cannot go on: {self.failure}", file=sys.stderr, flush=True)
             summary = self._finish(workers)
-            self.reporter.finish(summary)
+            with contextlib.suppress(redis.RedisError):
+                self.reporter.finish(summary)
+        self.exit_code = 1 if self.failure else self.signals.exit_code()
         return summary
 
-    def _stop_celery(self, worker: subprocess.Popen) -> None:
-        if worker.poll() is not None:
-            print(f"ddq: warning: the Celery worker exited early (code {worker.returncode}); "
-                  f"see {self.run_dir / 'celery.log'}", file=sys.stderr)
-        stop(worker)
-
-    def _run_spark_job(self, url: str) -> list[dict]:
+    def _start_services(self, stack: contextlib.ExitStack) -> str:
+        """Redis (unless given), the shards, Celery and the dashboard, each supervised; returns Redis's URL."""
         c = self.config
-        master = c.spark_master or (None if launched_by_spark_submit() else local_master(c.workers))
-        spark = spark_session(master, f"ddq-{self.run}")
+        if c.redis_url:
+            url = c.redis_url
+        else:
+            embedded = stack.enter_context(EmbeddedRedis(log_dir=self.run_dir))
+            self.supervisor.watch("redis-server", embedded.process, embedded.log_path)
+            url = embedded.url
+        self.redis = redis.Redis.from_url(url)
+        self.control = RunControl(self.redis, self.run)
+        self.episodes = ListCursor(self.redis, self.keys.episodes)
+        flat = self.learner.flat
+        self.reporter = RunReporter(self.redis, self.keys, {
+            "run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
+            "settings": settings_document(c),
+            "network": network_info(flat.layout, flat.layout_hash(), self.state_shape)}, c.server.shards)
+        print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
+        self.redis.set(self.keys.env_steps, self.counters.env_steps)  # a resumed run's workers go on from here
+        settings = write_settings(c, self.run_dir / "config.json")
+        shards = []
+        for k in range(c.server.shards):
+            def restart(k: int = k) -> Any:
+                return start_shard(settings, url, self.run, self.run_dir, k)
+            shards.append(self.supervisor.watch(f"parameter-server shard {k}", restart(),
+                                                self.run_dir / f"param-server-{k}.log", restart=restart))
+        stack.callback(lambda: stop_shards(self.redis, self.run, [entry.process for entry in shards]))
+        wait_until_serving(self.redis, self.run, c.server.shards, [entry.process for entry in shards])
+        if c.celery:
+            celery_worker = start_celery_worker(url, self.run, self.run_dir, settings)
+            self.supervisor.watch("the Celery worker", celery_worker, self.run_dir / "celery.log", essential=False)
+            stack.callback(stop, celery_worker)
+        if c.dashboard:
+            stack.enter_context(serve_dashboard(url, self.run, self.run_dir, c.dashboard_port, self.supervisor))
+        self.client = ParameterClient(url, self.run, self.learner.flat, c.server.shards,
+                                      target=self.learner.target_flat)
+        stack.callback(self.client.close)
+        return url
+
+    def _run_spark_job(self, spark: Any, url: str) -> list[dict]:
+        c = self.config
         settings, run = encode_settings(c), self.run
         results: dict[str, Any] = {}
 
@@ -121,53 +157,69 @@ class DownpourTrainer:
 
         thread = threading.Thread(target=job, name="spark-job", daemon=True)
         thread.start()
+        clean = False
         try:
             self._watch(thread)
+            clean = "error" not in results
         finally:  # a job that ended cleanly spent the budget (unless something stopped it before)
-            clean = not thread.is_alive() and "error" not in results
-            self.control.stop(StopReason.BUDGET if clean else StopReason.FAILURE)
-            thread.join()
-            spark.stop()
+            with contextlib.suppress(redis.RedisError):
+                self.control.stop(StopReason.BUDGET if clean else StopReason.FAILURE)
+            if not clean:
+                spark.sparkContext.cancelAllJobs()
+            thread.join(None if clean else JOB_CANCEL_WAIT_S)
         if "error" in results:
-            raise RuntimeError(f"the Spark job failed: {results['error']}")
+            raise SparkJobFailed(f"the Spark job failed: {str(results['error']).splitlines()[0]}")
         return results["workers"]
 
     def _watch(self, job: threading.Thread) -> None:
-        """While the job runs: log episodes, evaluate every eval_every steps, stop at the target or the
-        time budget (the workers themselves stop at the step budget)."""
+        """While the job runs: supervise the processes, log episodes, evaluate every eval_every steps, and
+        stop at the target, the time budget or a signal (the workers stop at the step budget themselves)."""
         c = self.config
-        next_eval = c.eval_every
-        session_start = time.time()
+        next_eval = (self.counters.env_steps // c.eval_every + 1) * c.eval_every
+        session_start, wall_before = time.time(), self.counters.wall_time_s
         reached = False
-        with tqdm(total=c.total_steps, unit="step", disable=not c.progress, mininterval=1.0,
-                  dynamic_ncols=True) as bar:
+        with tqdm(total=c.total_steps, initial=self.counters.env_steps, unit="step", disable=not c.progress,
+                  mininterval=1.0, dynamic_ncols=True) as bar:
             while job.is_alive():
                 job.join(0.5)
+                try:
+                    stopping = self.control.stopping()
+                except redis.RedisError:
+                    stopping = False  # the supervisor names what died, if it is ours
+                self.supervisor.check(stopping)
+                self.reporter.record_restarts(self.supervisor.restarts())
                 steps = int(self.redis.get(self.keys.env_steps) or 0)
                 bar.update(steps - bar.n)
                 self.counters.env_steps = steps
-                self.counters.wall_time_s = time.time() - session_start
+                self.counters.wall_time_s = wall_before + time.time() - session_start
                 self._drain_episodes()
                 self.reporter.record_progress(steps, self.epsilon(steps))
-                if steps >= next_eval:
+                if steps >= next_eval and not stopping:
                     next_eval = (steps // c.eval_every + 1) * c.eval_every
                     reached = self._evaluate() or reached
-                reason = stop_reason(steps, c.total_steps, reached, c.time_budget_s, self.started_at)
-                if reason is not None and reason is not StopReason.BUDGET:  # workers stop at the budget themselves
+                reason = stop_reason(None, c.total_steps, reached, c.time_budget_s, self.started_at,
+                                     user_stopped=self.signals.received is not None)
+                if reason is not None and not stopping:
                     self.control.stop(reason)
 
     def _wait_for_drained_queues(self, timeout: float = 60.0) -> None:
-        """Until every shard has handled (applied, dropped or rejected) every gradient pushed, so the
-        final evaluation and summary see the last updates."""
-        pushed = int(self.redis.get(self.keys.pushes) or 0)
+        """Until every shard's gradient queue is empty and each shard reported after that (it applies what
+        it took before it reports), so the final evaluation and summary see the last updates. Counts would
+        not do: a restarted shard counts from zero."""
         deadline = time.monotonic() + timeout
-        for shard in range(self.config.server.shards):
-            while time.monotonic() < deadline:
-                report = json.loads(self.redis.get(self.keys.shard(shard).metrics) or "{}")
-                handled = sum(report.get(key, 0) for key in ("applied", "dropped_stale", "rejected_total"))
-                if handled >= pushed:
-                    break
-                time.sleep(0.05)
+        empty_since = None
+        while time.monotonic() < deadline:
+            shards = range(self.config.server.shards)
+            lengths = [self.redis.llen(self.keys.shard(k).grads) for k in shards]
+            if any(lengths):
+                empty_since = None
+            elif empty_since is None:
+                empty_since = time.time()
+            else:
+                reports = [json.loads(self.redis.get(self.keys.shard(k).metrics) or "{}") for k in shards]
+                if all(report.get("time", 0) > empty_since for report in reports):
+                    return
+            time.sleep(0.05)
 
     def _drain_episodes(self) -> None:
         for episode in self.episodes.read_new():
@@ -186,14 +238,20 @@ class DownpourTrainer:
                           self.last_eval[1], [])
         return reached
 
+
     def _finish(self, workers: list[dict]) -> dict[str, Any]:
-        self._drain_episodes()
-        self.reporter.record_progress(self.counters.env_steps, self.epsilon(self.counters.env_steps), force=True)
+        """Summary, progress point and checkpoint: from the server when it is there, from the driver's
+        mirror of its weights (as of the last evaluation) when the run failed."""
+        with contextlib.suppress(redis.RedisError):
+            self._drain_episodes()
+            self.reporter.record_progress(self.counters.env_steps, self.epsilon(self.counters.env_steps), force=True)
         self.learner.updates = self.client.version
         path = ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
                                     self.counters.as_dict(), {})
-        summary = run_summary(self.config, self.counters, self.last_eval, self.client.version, path,
-                              self.control.reason())
+        reason = f"{StopReason.FAILURE.value}: {self.failure}" if self.failure else self.control.reason()
+        summary = run_summary(self.config, self.counters, self.last_eval, self.client.version, path, reason)
+        summary["stopped_by"] = self.signals.received
+        summary["restarts"] = self.supervisor.restarts()
         summary["workers"] = workers
         self.log.write_summary(summary)
         self.log.close()

@@ -19,7 +19,7 @@ from ddq.config import TrainConfig
 from ddq.core import checkpoint as ckpt
 from ddq.core.agent import build_agent
 from ddq.core.weights import LocalParameters, train_from_replay
-from ddq.lifecycle import StopReason, stop_reason
+from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, run_summary
 
 
@@ -39,6 +39,8 @@ class SerialTrainer:
         self.log = RunLog(self.run_dir)
         self.counters = RunCounters()
         self.stopped_because: StopReason | None = None
+        self.stopped_by: str | None = None  # the signal that stopped the run, if one did
+        self.exit_code = 0
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.last_eval: tuple[int, float, float] | None = None  # (env steps, mean return, mean rewarded steps)
         if resume is not None:
@@ -55,10 +57,10 @@ class SerialTrainer:
         self.actor.env_steps = self.counters.env_steps
         marks = {name: self._next_mark(getattr(c, name)) for name in ("log_every", "eval_every", "checkpoint_every")}
         reached = False
-        with tqdm(total=c.total_steps, initial=self.actor.env_steps, unit="step", disable=not c.progress,
-                  mininterval=1.0, dynamic_ncols=True) as bar:
+        with StopSignals() as signals, tqdm(total=c.total_steps, initial=self.actor.env_steps, unit="step",
+                                            disable=not c.progress, mininterval=1.0, dynamic_ncols=True) as bar:
             while (reason := stop_reason(self.actor.env_steps, c.total_steps, reached, c.time_budget_s,
-                                         self.started_at)) is None:
+                                         self.started_at, user_stopped=signals.received is not None)) is None:
                 before = self.actor.env_steps
                 self._act()
                 self._train(self.actor.env_steps - before)
@@ -74,7 +76,8 @@ class SerialTrainer:
                 if steps >= marks["checkpoint_every"]:
                     marks["checkpoint_every"] = self._next_mark(c.checkpoint_every)
                     self.save()
-        self.stopped_because = reason
+        self.stopped_because, self.stopped_by = reason, signals.received
+        self.exit_code = signals.exit_code()
         return self._finish()
 
     def _next_mark(self, every: int) -> int:
@@ -147,6 +150,7 @@ class SerialTrainer:
         reason = self.stopped_because.value if self.stopped_because else None
         summary = run_summary(self.config, self.counters, self.last_eval, self.learner.updates, checkpoint_path,
                               reason)
+        summary["stopped_by"] = self.stopped_by
         self.log.write_summary(summary)
         self.log.close()
         self.actor.envs.close()

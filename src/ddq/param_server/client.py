@@ -29,6 +29,8 @@ from ddq.transport.wire import (
     read_weights_header,
 )
 
+BACKLOG_DEADLINE_S = 120.0  # a wait for a backlog to drain gives up (a failed task, retried by Spark) after this
+
 
 class ParameterClient:
     """Keeps `flat` (and optionally `target`) in step with a run's shards, and sends gradients to them.
@@ -137,13 +139,18 @@ class ParameterClient:
                             worker=self.worker, samples=samples, loss=loss)
             commands.append(("LPUSH", keys.grads, (pack_header(header), grad[start:end].data.cast("B"))))
         lengths = self.conn.pipeline(commands + [("INCR", self.pushes_key)])[:-1]
+        started = time.monotonic()
         while max(lengths) > self.max_backlog:
             self.waits += 1
-            time.sleep(0.0005)
+            waited = time.monotonic() - started
+            time.sleep(0.0005 if waited < 1.0 else 0.02)  # a shard that is slow, then one that may be gone
             *lengths, control = self.conn.pipeline([("LLEN", keys.grads) for keys in self.keys]
                                                    + [("GET", self.control_key)])
             if is_stop(control):
                 break
+            if waited > BACKLOG_DEADLINE_S:
+                raise RuntimeError(f"no parameter-server shard drained its queue for {BACKLOG_DEADLINE_S:.0f} s "
+                                   "(is the parameter server running?)")
 
 
 def remote_source(config: TrainConfig, redis_url: str, run: str, worker: int) -> Callable[[Learner], ParameterClient]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -16,12 +17,19 @@ from ddq.processes import spawn, stop
 from ddq.transport.keys import RunKeys
 
 
-def start_shards(config: TrainConfig, redis_url: str, run: str, folder: Path) -> list[subprocess.Popen]:
-    """One `ddq param-server` process per shard, logging to folder/param-server-<k>.log."""
-    settings = write_settings(config, folder / "config.json")
-    return [spawn([sys.executable, "-m", "ddq", "param-server", "--settings", str(settings),
-                   "--redis-url", redis_url, "--run", run, "--shard", str(k)], folder / f"param-server-{k}.log")
-            for k in range(config.server.shards)]
+def start_shard(settings: Path, redis_url: str, run: str, folder: Path, shard: int) -> subprocess.Popen:
+    """One `ddq param-server` process for `shard`, reading the run's settings file, logging to
+    folder/param-server-<shard>.log. A shard started again resumes from its newest snapshot."""
+    return spawn([sys.executable, "-m", "ddq", "param-server", "--settings", str(settings), "--redis-url", redis_url,
+                  "--run", run, "--shard", str(shard)], folder / f"param-server-{shard}.log")
+
+
+def start_shards(config: TrainConfig, redis_url: str, run: str, folder: Path,
+                 settings: Path | None = None) -> list[subprocess.Popen]:
+    """One `ddq param-server` process per shard; `settings` is the run's settings file (written into
+    folder/config.json when not given)."""
+    settings = settings or write_settings(config, folder / "config.json")
+    return [start_shard(settings, redis_url, run, folder, k) for k in range(config.server.shards)]
 
 
 def wait_until_serving(client: redis.Redis, run: str, shards: int, processes: list[subprocess.Popen],
@@ -48,7 +56,8 @@ def stop_shards(client: redis.Redis, run: str, processes: list[subprocess.Popen]
                 reason: StopReason | None = None) -> list[int | None]:
     """Asks the run's shards to finish (they snapshot and exit by themselves), then makes sure. The run
     keeps the stop reason it already has; `reason` (default: the budget) only when it has none."""
-    RunControl(client, run).stop(StopReason.BUDGET if reason is None else reason)
+    with contextlib.suppress(redis.RedisError):  # Redis gone: the shards are ended below all the same
+        RunControl(client, run).stop(StopReason.BUDGET if reason is None else reason)
     deadline = time.monotonic() + timeout
     for process in processes:
         try:

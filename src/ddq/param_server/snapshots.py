@@ -57,18 +57,27 @@ def save(client: redis.Redis, key: str, path: Path | None, state: ShardState, la
         os.replace(tmp, path)
 
 
-def from_redis(client: redis.Redis, key: str, layout: bytes, bounds: tuple[int, int]) -> ShardState | None:
-    """The snapshot stored under `key` for the slice `bounds`, or None when there is none."""
-    fields: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]  # bytes: no decode_responses
+def from_redis(client: redis.Redis, key: str, layout: bytes, bounds: tuple[int, int],
+               optimizer: bool = True) -> ShardState | None:
+    """The snapshot stored under `key` for the slice `bounds`, or None when there is none; without its
+    optimizer state (an empty dict) when `optimizer` is False, as a reader of the weights wants."""
+    names = None if optimizer else [b"version", b"target_version", b"weights", b"target"]
+    if names is None:
+        fields: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]  # bytes: no decode_responses
+    else:
+        values = client.hmget(key, names)
+        fields = {} if None in values else dict(zip(names, values))  # type: ignore[arg-type]
     if not fields:
         return None
     expect = weights_expectation(layout, bounds)
     tensor = lambda name: torch.from_numpy(np.array(decode(fields[name.encode()], expect)[1]))  # noqa: E731
-    meta = json.loads(fields[b"optimizer"])
-    optimizer = {"config": meta["config"], "steps": int(meta["steps"]),
+    state: dict = {}
+    if optimizer:
+        meta = json.loads(fields[b"optimizer"])
+        state = {"config": meta["config"], "steps": int(meta["steps"]),
                  "state": {name: tensor(f"state:{name}") for name in meta["state"]}}
     return ShardState(int(fields[b"version"]), int(fields[b"target_version"]), tensor("weights"),
-                      tensor("target"), optimizer)
+                      tensor("target"), state)
 
 
 def _from_file(path: Path | None, layout: bytes, bounds: tuple[int, int]) -> ShardState | None:

@@ -19,6 +19,7 @@ frames of one greedy episode go to the hash `ddq:<run>:replay`, for the dashboar
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -78,7 +79,7 @@ def newest_snapshot(client: redis.Redis, run: str, config: TrainConfig, flat: Fl
     layout = layout_bytes(flat.layout_hash())
     versions = []
     for shard, bounds in enumerate(shard_bounds(flat.size, config.server.shards)):
-        saved = snapshots.from_redis(client, RunKeys(run).shard(shard).snapshot, layout, bounds)
+        saved = snapshots.from_redis(client, RunKeys(run).shard(shard).snapshot, layout, bounds, optimizer=False)
         if saved is None:
             return None
         flat.assign(saved.weights.numpy(), bounds[0])
@@ -116,7 +117,8 @@ def _snake_episode(network: torch.nn.Module, seed: int) -> dict:
     """One greedy Snake episode's board images (uint8 gray levels, base64), for the dashboard to replay."""
     from ddq.core.evaluate import greedy_episode_frames
 
-    frames = greedy_episode_frames(network, CONFIG.env, CONFIG.frame_stack, CONFIG.env_options, seed=seed,
+    options = dataclasses.replace(CONFIG.env_options, step_latency_ms=0.0)  # a replay need not sleep
+    frames = greedy_episode_frames(network, CONFIG.env, CONFIG.frame_stack, options, seed=seed,
                                    max_frames=EPISODE_FRAMES_LIMIT)
     return {"side": int(frames[0].shape[0]), "count": len(frames),
             "frames": base64.b64encode(np.stack(frames).tobytes()).decode(), "palette": PALETTE}

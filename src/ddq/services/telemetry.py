@@ -183,6 +183,12 @@ class RunReporter:
         self.client.rpush(self.keys.progress, json.dumps(point))
         return point
 
+    def record_restarts(self, restarts: dict[str, int]) -> None:
+        """The processes the driver restarted so far (by name), in the run's info, when they changed."""
+        if restarts != self.info.get("restarts", {}):
+            self.info["restarts"] = dict(restarts)
+            self.client.set(self.keys.info, json.dumps(self.info))
+
     def finish(self, summary: dict) -> None:
         self.info.update(state="finished", finished=time.time(),
                          summary={k: v for k, v in summary.items() if k not in ("config", "workers")})

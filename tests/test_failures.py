@@ -1,0 +1,139 @@
+"""A downpour run meeting dead processes and signals, against the real processes (Spark, Redis, shards).
+
+Each test starts one `ddq train`, waits until the run has made progress (episodes in its
+metrics.jsonl), does one thing to one process by PID, and checks what survives: the exit
+code, the summary, the checkpoint, and that none of the run's processes is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_ddq, summary_of
+from test_downpour import processes_mentioning
+
+pytestmark = pytest.mark.slow  # each test starts a JVM
+
+RUN = ["--mode", "downpour", "--workers", "2", "--env", "CartPole-v1", "--no-progress", "--eval-every", "4000",
+       "--eval-episodes", "3", "--no-dashboard", "--no-celery"]
+
+
+@pytest.fixture
+def start():
+    """Starts `ddq train` into a run folder; whatever the test's outcome, stops what it started."""
+    started: list[subprocess.Popen] = []
+
+    def start_training(run_dir: Path, total_steps: int) -> tuple[subprocess.Popen, Path]:
+        process, log = _start(run_dir, total_steps)
+        started.append(process)
+        return process, log
+
+    yield start_training
+    for process in started:
+        if process.poll() is None:
+            process.kill()  # its children die with it (they are started with a parent-death signal)
+            process.wait()
+
+
+def _start(run_dir: Path, total_steps: int) -> tuple[subprocess.Popen, Path]:
+    log = run_dir.parent / "train.log"
+    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, "--total-steps", str(total_steps),
+                                "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return process, log
+
+
+def wait_for_progress(run_dir: Path, process: subprocess.Popen, log: Path, env_steps: int,
+                      timeout: float = 300) -> None:
+    """Until the driver logged an episode that ended past `env_steps` (a condition, not a time)."""
+    deadline = time.monotonic() + timeout
+    metrics = run_dir / "metrics.jsonl"
+    while True:
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no episode past {env_steps} env steps in {timeout} s"
+        if metrics.exists() and any(json.loads(line).get("env_steps", 0) > env_steps
+                                    for line in metrics.read_text().splitlines()[-50:] if line.strip()):
+            return
+        time.sleep(0.2)
+
+
+def child_named(parent: int, name: str) -> int:
+    """The PID of `parent`'s child process whose command line mentions `name`."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if ppid == parent and name.encode() in cmdline.read():
+                    return int(pid)
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+    raise AssertionError(f"no child of {parent} runs {name}")
+
+
+def finish(process: subprocess.Popen, log: Path, timeout: float = 300) -> tuple[int, str]:
+    try:
+        out, _ = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return process.returncode, out
+
+
+def test_a_killed_shard_is_restarted_and_the_run_completes(tmp_path, start):
+    run_dir = tmp_path / "run"
+    process, log = start(run_dir, 12_000)
+    wait_for_progress(run_dir, process, log, 3_000)
+    os.kill(child_named(process.pid, "param-server"), signal.SIGKILL)
+    code, _ = finish(process, log)
+    assert code == 0, log.read_text()[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["env_steps"] >= 12_000 and summary["stop_reason"] == "step budget spent"
+    assert summary["restarts"] == {"parameter-server shard 0": 1}
+    assert "parameter-server shard 0" in log.read_text() and "restarting it (1 of 3)" in log.read_text()
+    # the restarted shard went on from its snapshot: never more updates than gradients pushed
+    assert 0 < summary["updates"] <= sum(worker["pushes"] for worker in summary["workers"])
+    assert processes_mentioning(str(run_dir)) == []
+
+
+def test_ctrl_c_stops_cleanly_and_resume_finishes_the_budget(tmp_path, start):
+    run_dir = tmp_path / "run"
+    process, log = start(run_dir, 40_000)
+    wait_for_progress(run_dir, process, log, 3_000)
+    process.send_signal(signal.SIGINT)
+    code, _ = finish(process, log, timeout=60)
+    assert code == 130, log.read_text()[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["stopped_by"] == "SIGINT" and summary["stop_reason"] == "stopped by the user"
+    assert summary["env_steps"] < 40_000 and (run_dir / "checkpoint.pt").exists()
+    assert not (run_dir / "dashboard.url").exists() and processes_mentioning(str(run_dir)) == []
+
+    resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", "14000")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = summary_of(run_dir)
+    assert after["env_steps"] >= 14_000 and after["episodes"] > summary["episodes"]
+    assert "resumed from its snapshot" in (run_dir / "param-server-0.log").read_text()
+    assert processes_mentioning(str(run_dir)) == []
+
+
+def test_a_killed_redis_ends_the_run_with_a_summary_and_nothing_left(tmp_path, start):
+    run_dir = tmp_path / "run"
+    process, log = start(run_dir, 200_000)
+    wait_for_progress(run_dir, process, log, 3_000)
+    os.kill(child_named(process.pid, "redis-server"), signal.SIGKILL)
+    code, _ = finish(process, log, timeout=120)
+    assert code == 1, log.read_text()[-3000:]
+    errors = [line for line in log.read_text().splitlines() if line.startswith("ddq: error:")]
+    assert len(errors) == 1 and "redis-server" in errors[0], log.read_text()[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["stop_reason"].startswith("a process failed: redis-server")
+    assert (run_dir / "checkpoint.pt").exists() and summary["env_steps"] < 200_000
+    assert processes_mentioning(str(run_dir)) == []
