@@ -1,6 +1,7 @@
 """Configuration precedence: defaults < env preset < TOML file < flags."""
 
 import argparse
+import json
 
 import pytest
 
@@ -47,3 +48,28 @@ def test_invalid_values_are_refused():
         build_config({"batch_size": 0})
     with pytest.raises(ValueError, match="unknown mode"):
         build_config({"mode": "magic"})
+
+
+def test_a_redis_password_is_masked_wherever_settings_are_written():
+    from ddq.config import masked_url, settings_document
+
+    assert masked_url("redis://:s3cret@host:6380/0") == "redis://***@host:6380/0"
+    assert masked_url("rediss://user:s3cret@host/1") == "rediss://***@host/1"
+    assert masked_url("unix:///tmp/r.sock?db=0&password=s3cret") == "unix:///tmp/r.sock?db=0&password=***"
+    assert masked_url("unix:///tmp/r.sock?db=0") == "unix:///tmp/r.sock?db=0"
+    assert masked_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0" and masked_url(None) is None
+    config = build_config({"env": "CartPole-v1", "redis_url": "redis://:s3cret@host/0"})
+    assert "s3cret" not in json.dumps(settings_document(config)) and config.redis_url.endswith("s3cret@host/0")
+
+
+def test_settings_travel_as_one_versioned_document_without_presets_applied_again():
+    from ddq.config import config_from_document, decode_settings, encode_settings, settings_document
+
+    config = build_config({"env": "CartPole-v1", "lr": 0.5, "total_steps": 123})
+    assert decode_settings(encode_settings(config), "test") == config
+    document = settings_document(config)
+    assert document["format"] == "ddq-settings" and document["version"] == 1
+    with pytest.raises(ValueError, match="version 99"):
+        config_from_document({**document, "version": 99}, "a newer ddq's file")
+    with pytest.raises(ValueError, match="does not hold ddq settings"):
+        decode_settings('{"lr": 1}', "a stray file")

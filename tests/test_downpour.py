@@ -71,7 +71,7 @@ def test_a_killed_worker_is_retried_and_the_run_completes(tmp_path):
             victim = None
             while victim is None and time.monotonic() < deadline:
                 for key in client.scan_iter("ddq:*:workers"):
-                    beats = {int(k): json.loads(v) for k, v in client.hgetall(key).items()}
+                    beats = {int(k.split(b":")[0]): json.loads(v) for k, v in client.hgetall(key).items()}
                     if len(beats) == 2 and all(b["env_steps"] > 2000 for b in beats.values()):
                         victim, run_keys = beats[0]["pid"], RunKeys(key.decode().split(":")[1])
                 time.sleep(0.2)
@@ -83,8 +83,12 @@ def test_a_killed_worker_is_retried_and_the_run_completes(tmp_path):
                 driver.kill()
         assert driver.returncode == 0, err
         summary = summary_of(run_dir)
-        workers = {w["worker"]: w for w in summary["workers"]}
+        workers = {w["worker"]: w for w in summary["workers"]}  # each worker's last attempt
         assert workers[0]["attempt"] >= 1 and workers[1]["attempt"] == 0  # Spark retried the killed task
+        killed = [w for w in summary["workers"] if w["worker"] == 0 and w["attempt"] == 0]
+        assert killed and killed[0]["state"] == "replaced" and killed[0]["pushes"] > 0  # its work still counts
+        # attempts are rows; a killed attempt's last heartbeat misses at most its last second of pushes
+        assert summary["workers"][0]["pushes"] > 0 and sum(w["pushes"] for w in summary["workers"]) <= summary["updates"]
         assert summary["env_steps"] >= 30000
         metrics = json.loads(client.get(run_keys.shard(0).metrics))
         assert metrics["rejected_total"] == 0 and metrics["applied"] == summary["updates"]

@@ -7,6 +7,7 @@ code, the summary, the checkpoint, and that none of the run's processes is left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -137,3 +138,63 @@ def test_a_killed_redis_ends_the_run_with_a_summary_and_nothing_left(tmp_path, s
     assert summary["stop_reason"].startswith("a process failed: redis-server")
     assert (run_dir / "checkpoint.pt").exists() and summary["env_steps"] < 200_000
     assert processes_mentioning(str(run_dir)) == []
+
+
+def test_a_redis_password_reaches_no_command_line_file_or_key(tmp_path):
+    """The URL goes in through $DDQ_REDIS_URL; shards, Celery and the dashboard get it the same way, and
+    everything written down holds it masked."""
+    import uuid
+
+    import redis
+
+    from ddq.transport.redis_server import EmbeddedRedis
+
+    secret = f"pw-{uuid.uuid4().hex}"
+    with EmbeddedRedis(tcp=True) as server:
+        server.client().config_set("requirepass", secret)
+        url = f"redis://:{secret}@127.0.0.1:{server.port}/0"
+        run_dir = tmp_path / "run"
+        log = tmp_path / "train.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "2", "--env", "CartPole-v1",
+             "--no-progress", "--eval-every", "2000", "--eval-episodes", "2", "--total-steps", "6000",
+             "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+            env=dict(os.environ, DDQ_REDIS_URL=url, DDQ_EVAL_EVERY_S="2"))
+        try:
+            wait_for_progress(run_dir, process, log, 2_000)
+            assert (run_dir / "dashboard.url").exists()
+            command_lines = []
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                with contextlib.suppress(OSError):
+                    command_lines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+            assert not [line for line in command_lines if secret.encode() in line]
+            code, out = finish(process, log)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert code == 0, log.read_text()[-3000:]
+        assert secret not in out and secret not in log.read_text()
+        written = [path for path in run_dir.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
+        assert written == []
+        assert json.loads((run_dir / "config.json").read_text())["config"]["redis_url"].startswith("redis://***@")
+        client = redis.Redis.from_url(url)
+        values = []
+        for key in client.scan_iter("ddq:*"):
+            kind = client.type(key)
+            values += ([client.get(key)] if kind == b"string" else client.hvals(key) if kind == b"hash"
+                       else client.lrange(key, 0, -1) if kind == b"list" else [])
+        assert values and not [value for value in values if secret.encode() in value]
+
+
+def test_a_killed_driver_leaves_nothing_running(tmp_path, start):
+    run_dir = tmp_path / "run"
+    process, log = start(run_dir, 200_000)
+    wait_for_progress(run_dir, process, log, 2_000)
+    [run] = [line.split()[3] for line in log.read_text().splitlines() if line.startswith("ddq: run id ")]
+    assert processes_mentioning(run)  # the JVM names the run (its app), the shards, Celery and the dashboard
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 60
+    while (left := processes_mentioning(str(run_dir)) + processes_mentioning(run)) and time.monotonic() < deadline:
+        time.sleep(0.2)  # they get SIGTERM when the driver dies, and finish their last step
+    assert left == []

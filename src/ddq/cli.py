@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddq.config import add_config_flags, build_config, read_settings
+from ddq.config import REDIS_URL_ENV, add_config_flags, build_config, has_masked_secret, read_settings
 
 if TYPE_CHECKING:
     from ddq.modes.downpour import DownpourTrainer
@@ -29,6 +30,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cli_values = {k: v for k, v in vars(args).items()
                   if k not in ("func", "config", "resume", "command", "started_at", "solver")}
+    if "redis_url" not in cli_values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
+        cli_values["redis_url"] = os.environ[REDIS_URL_ENV]
     saved = None
     if args.resume:
         saved = ckpt.load_checkpoint(args.resume)
@@ -38,6 +41,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         config.run_dir = str(resume_path.parent if resume_path.is_file() else resume_path)
     else:
         config = build_config(cli_values, args.config, solver_file=args.solver)
+    if has_masked_secret(config.redis_url):
+        raise ValueError("the run used a Redis with a password, which ddq never writes down: give --redis-url "
+                         "again to resume it")
     run_dir = config.run_dir or _default_run_dir(config.env)
     if not args.resume and (Path(run_dir) / "metrics.jsonl").exists():
         raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
@@ -89,7 +95,7 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
     if args.settings:  # what the driver resolved: used as it is, no preset applied again
         config = read_settings(args.settings)
-        config.redis_url = getattr(args, "redis_url", None) or config.redis_url
+        config.redis_url = getattr(args, "redis_url", None) or os.environ.get(REDIS_URL_ENV) or config.redis_url
     else:
         config = _config_from(args, ("run", "shard", "settings"))
     if not config.redis_url:
@@ -149,7 +155,10 @@ def cmd_barista_serve(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from ddq.dashboard.app import serve
 
-    serve(args.redis_url, args.run, args.host, args.port, args.url_file)
+    url = args.redis_url or os.environ.get(REDIS_URL_ENV)
+    if not url:
+        raise ValueError(f"dashboard needs --redis-url (or ${REDIS_URL_ENV}): the run's Redis")
+    serve(url, args.run, args.host, args.port, args.url_file)
     return 0
 
 
@@ -276,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve the babysitting dashboard of a run that is going or finished: one page of live "
                     "charts, and the JSON API behind it (GET /api lists it). `ddq train` starts one itself "
                     "and prints its URL; this serves one for any run whose Redis you can reach.")
-    dashboard.add_argument("--redis-url", required=True, help="the run's Redis (redis://, rediss://, unix://)")
+    dashboard.add_argument("--redis-url", help=f"the run's Redis (redis://, rediss://, unix://; default "
+                                               f"${REDIS_URL_ENV}, which keeps a password off the command line)")
     dashboard.add_argument("--run", help="run id (as `ddq train` printed it; default: the only run there)")
     dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     dashboard.add_argument("--port", type=int, default=0, help="port (default: a free one)")

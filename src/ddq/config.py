@@ -16,6 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -190,6 +191,31 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
 # ------------------------------------------------------------------ settings across processes
 SETTINGS_FORMAT = "ddq-settings"
 SETTINGS_VERSION = 1
+REDIS_URL_ENV = "DDQ_REDIS_URL"  # how the processes ddq starts receive the Redis URL: never on a command line
+MASKED = "***"
+
+
+def masked_url(url: str | None) -> str | None:
+    """`url` with its password (and user name) replaced by ***: what files, logs and Redis keys may hold."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.password is not None or parts.username is not None:  # redis://user:password@host
+        url = url.replace(parts.netloc, f"{MASKED}@" + parts.netloc.rsplit("@", 1)[1], 1)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if any(key in ("password", "username") for key, _ in pairs):  # unix:///path?password=...
+        url = url.split("?", 1)[0] + "?" + urlencode(
+            [(key, MASKED if key in ("password", "username") else value) for key, value in pairs], safe="*")
+    return url
+
+
+def has_masked_secret(url: str | None) -> bool:
+    return bool(url) and MASKED in str(url)
+
+
+def without_secrets(config: TrainConfig) -> TrainConfig:
+    """A copy of `config` fit to be written down: the Redis URL's password masked."""
+    return dataclasses.replace(config, redis_url=masked_url(config.redis_url))
 
 
 def settings_document(config: TrainConfig) -> dict[str, Any]:
@@ -197,8 +223,10 @@ def settings_document(config: TrainConfig) -> dict[str, Any]:
 
     This is the only form in which settings leave the driver: the Spark tasks'
     closure, the shards' and Celery's settings file, the run's info in Redis
-    (the dashboard) and checkpoints all carry this document."""
-    return {"format": SETTINGS_FORMAT, "version": SETTINGS_VERSION, "config": dataclasses.asdict(config)}
+    (the dashboard) and checkpoints all carry this document. A Redis password is
+    masked: processes ddq starts receive the URL in their environment instead."""
+    return {"format": SETTINGS_FORMAT, "version": SETTINGS_VERSION,
+            "config": dataclasses.asdict(without_secrets(config))}
 
 
 def config_from_document(document: Any, source: str) -> TrainConfig:

@@ -126,7 +126,8 @@ class Barista:
         self.stats.state, self.stats.heartbeat = state, time.time()
         self.stats.env_steps, self.stats.backlog_waits = self.actor.env_steps, self.source.waits
         self.window = self.window.close(self.stats)
-        self.redis.hset(self.keys.workers, str(self.worker), json.dumps(asdict(self.stats)))
+        # one row per attempt: a killed attempt's steps and pushes still count once Spark retried it
+        self.redis.hset(self.keys.workers, f"{self.worker}:{self.stats.attempt}", json.dumps(asdict(self.stats)))
 
     def finished(self) -> bool:
         return self.global_steps >= self.config.total_steps or self.stopped

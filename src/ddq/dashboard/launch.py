@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ddq.config import REDIS_URL_ENV
 from ddq.processes import Supervisor, spawn, stop
 
 START_TIMEOUT_S = 60.0
@@ -23,8 +24,8 @@ def serve_dashboard(redis_url: str, run: str, run_dir: Path, port: int | None = 
     on without it, with a warning."""
     url_file = run_dir.resolve() / "dashboard.url"
     url_file.unlink(missing_ok=True)
-    process = spawn([sys.executable, "-m", "ddq", "dashboard", "--redis-url", redis_url, "--run", run,
-                     "--port", str(port or 0), "--url-file", str(url_file)], run_dir / "dashboard.log",
+    process = spawn([sys.executable, "-m", "ddq", "dashboard", "--run", run, "--port", str(port or 0),
+                     "--url-file", str(url_file)], run_dir / "dashboard.log", env={REDIS_URL_ENV: redis_url},
                     background=True)
     url = None
     deadline = time.monotonic() + START_TIMEOUT_S

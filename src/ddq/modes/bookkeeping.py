@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ddq.config import TrainConfig
+from ddq.config import TrainConfig, without_secrets
 from ddq.core.evaluate import evaluate
 
 
@@ -84,7 +84,7 @@ def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int
         "reached_target": counters.steps_to_target is not None,
         "time_to_target_s": counters.time_to_target_s,
         "steps_to_target": counters.steps_to_target,
-        "checkpoint": str(checkpoint), "config": dataclasses.asdict(config),
+        "checkpoint": str(checkpoint), "config": dataclasses.asdict(without_secrets(config)),
     }
 
 

@@ -38,7 +38,7 @@ from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shard, stop_shards, wait_until_serving
 from ddq.processes import ProcessFailed, Supervisor, stop
 from ddq.services.celery_launch import start_celery_worker
-from ddq.services.telemetry import ListCursor, RunReporter, network_info, record_evaluation
+from ddq.services.telemetry import ListCursor, RunReporter, network_info, record_evaluation, worker_rows
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 
@@ -88,16 +88,15 @@ class DownpourTrainer:
             stack.callback(spark.stop)
             stack.enter_context(self.signals)  # after Spark's session: pyspark installs a SIGINT handler of its own
             url = self._start_services(stack)
-            workers: list[dict] = []
             try:
-                workers = self._run_spark_job(spark, url)
+                self._run_spark_job(spark, url)
                 self._wait_for_drained_queues()
                 self._evaluate()
                 self.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
             except (ProcessFailed, SparkJobFailed, redis.RedisError) as error:
                 self.failure = f"{type(error).__name__}: {error}" if isinstance(error, redis.RedisError) else str(error)
                 print(f"ddq: error: the run cannot go on: {self.failure}", file=sys.stderr, flush=True)
-            summary = self._finish(workers)
+            summary = self._finish()
             with contextlib.suppress(redis.RedisError):
                 self.reporter.finish(summary)
         self.exit_code = 1 if self.failure else self.signals.exit_code()
@@ -239,10 +238,13 @@ class DownpourTrainer:
         return reached
 
 
-    def _finish(self, workers: list[dict]) -> dict[str, Any]:
+    def _finish(self) -> dict[str, Any]:
         """Summary, progress point and checkpoint: from the server when it is there, from the driver's
-        mirror of its weights (as of the last evaluation) when the run failed."""
+        mirror of its weights (as of the last evaluation) when the run failed. The summary's workers are
+        every attempt's last report (a killed attempt's steps and pushes count too)."""
+        workers: list[dict] = []
         with contextlib.suppress(redis.RedisError):
+            workers = worker_rows(self.redis, self.keys)
             self._drain_episodes()
             self.reporter.record_progress(self.counters.env_steps, self.epsilon(self.counters.env_steps), force=True)
         self.learner.updates = self.client.version

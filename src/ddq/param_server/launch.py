@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis
 
-from ddq.config import TrainConfig, write_settings
+from ddq.config import REDIS_URL_ENV, TrainConfig, write_settings
 from ddq.lifecycle import RunControl, StopReason
 from ddq.processes import spawn, stop
 from ddq.transport.keys import RunKeys
@@ -20,8 +20,8 @@ from ddq.transport.keys import RunKeys
 def start_shard(settings: Path, redis_url: str, run: str, folder: Path, shard: int) -> subprocess.Popen:
     """One `ddq param-server` process for `shard`, reading the run's settings file, logging to
     folder/param-server-<shard>.log. A shard started again resumes from its newest snapshot."""
-    return spawn([sys.executable, "-m", "ddq", "param-server", "--settings", str(settings), "--redis-url", redis_url,
-                  "--run", run, "--shard", str(shard)], folder / f"param-server-{shard}.log")
+    return spawn([sys.executable, "-m", "ddq", "param-server", "--settings", str(settings), "--run", run,
+                  "--shard", str(shard)], folder / f"param-server-{shard}.log", env={REDIS_URL_ENV: redis_url})
 
 
 def start_shards(config: TrainConfig, redis_url: str, run: str, folder: Path,

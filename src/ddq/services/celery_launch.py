@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ddq.config import REDIS_URL_ENV
 from ddq.processes import spawn
 
 
@@ -13,7 +14,7 @@ def start_celery_worker(redis_url: str, run: str, run_dir: Path, settings_file: 
     """`celery -A ddq.services.tasks worker --beat` for this run: periodic greedy evaluation in its own
     process, configured by the run's settings file (`ddq.config.write_settings`)."""
     folder = run_dir.resolve()
-    env = {"DDQ_REDIS_URL": redis_url, "DDQ_RUN": run, "DDQ_SETTINGS": str(settings_file.resolve()),
+    env = {REDIS_URL_ENV: redis_url, "DDQ_RUN": run, "DDQ_SETTINGS": str(settings_file.resolve()),
            "DDQ_RUN_DIR": str(folder)}
     return spawn([sys.executable, "-m", "celery", "-A", "ddq.services.tasks", "worker", "--beat", "--pool", "solo",
                   "--loglevel", "WARNING"], folder / "celery.log", env=env, cwd=folder, background=True)

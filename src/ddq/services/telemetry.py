@@ -90,8 +90,9 @@ def merge_server(reports: list[dict]) -> dict:
 
 
 def worker_rows(client: redis.Redis, keys: RunKeys, now: float | None = None) -> list[dict]:
-    """Each worker's latest statistics, by worker id, with its heartbeat's age and a silent state
-    for a worker that stopped beating without saying it finished."""
+    """Each worker attempt's latest statistics, by worker id and attempt, with its heartbeat's age; a
+    silent state for one that stopped beating without saying it finished, and replaced for an attempt
+    Spark retried (its steps and pushes still count)."""
     now = time.time() if now is None else now
     rows = []
     for stats in map(json_object, client.hvals(keys.workers)):
@@ -101,7 +102,11 @@ def worker_rows(client: redis.Redis, keys: RunKeys, now: float | None = None) ->
         if stats.get("state") == "running" and age > SILENT_AFTER_S:
             stats["state"] = "silent"
         rows.append({**stats, "heartbeat_age_s": age, "restarts": int(_number(stats.get("attempt")) or 0)})
-    return sorted(rows, key=lambda row: row["worker"])
+    rows.sort(key=lambda row: (row["worker"], row["restarts"]))
+    for older, newer in zip(rows, rows[1:]):
+        if older["worker"] == newer["worker"] and older.get("state") in ("running", "silent"):
+            older["state"] = "replaced"
+    return rows
 
 
 def _mean(rows: list[dict], key: str) -> float | None:
