@@ -122,14 +122,14 @@ class DownpourTrainer:
         print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
         self.redis.set(self.keys.env_steps, self.counters.env_steps)  # a resumed run's workers go on from here
         settings = write_settings(c, self.run_dir / "config.json")
-        shards = []
+        self.shards = []
         for k in range(c.server.shards):
             def restart(k: int = k) -> Any:
                 return start_shard(settings, url, self.run, self.run_dir, k)
-            shards.append(self.supervisor.watch(f"parameter-server shard {k}", restart(),
-                                                self.run_dir / f"param-server-{k}.log", restart=restart))
-        stack.callback(lambda: stop_shards(self.redis, self.run, [entry.process for entry in shards]))
-        wait_until_serving(self.redis, self.run, c.server.shards, [entry.process for entry in shards])
+            self.shards.append(self.supervisor.watch(f"parameter-server shard {k}", restart(),
+                                                     self.run_dir / f"param-server-{k}.log", restart=restart))
+        stack.callback(lambda: stop_shards(self.redis, self.run, [entry.process for entry in self.shards]))
+        wait_until_serving(self.redis, self.run, c.server.shards, [entry.process for entry in self.shards])
         if c.celery:
             celery_worker = start_celery_worker(url, self.run, self.run_dir, settings)
             self.supervisor.watch("the Celery worker", celery_worker, self.run_dir / "celery.log", essential=False)
@@ -202,13 +202,14 @@ class DownpourTrainer:
                     self.control.stop(reason)
 
     def _wait_for_drained_queues(self, timeout: float = 60.0) -> None:
-        """Until every shard's gradient queue is empty and each shard reported after that (it applies what
-        it took before it reports), so the final evaluation and summary see the last updates. Counts would
-        not do: a restarted shard counts from zero."""
+        """Until every shard has applied what was pushed, so the final evaluation and summary see the last
+        updates: every shard process has ended (a stopped shard applies its queue before it exits), or
+        every queue is empty and each shard reported after that (it applies what it took before it
+        reports). Counts would not do: a restarted shard counts from zero."""
         deadline = time.monotonic() + timeout
         empty_since = None
-        while time.monotonic() < deadline:
-            shards = range(self.config.server.shards)
+        shards = range(self.config.server.shards)
+        while time.monotonic() < deadline and not all(entry.process.poll() is not None for entry in self.shards):
             lengths = [self.redis.llen(self.keys.shard(k).grads) for k in shards]
             if any(lengths):
                 empty_since = None

@@ -153,6 +153,21 @@ class ShardServer:
                 pending |= self.handle(message)
             moved |= pending
 
+    def _drain_queued(self) -> None:
+        """Once the run stops: applies what workers pushed before (the queue as it is now, no more, as a
+        worker may still push once), then publishes, so the final snapshot holds every such update."""
+        left = int(self.redis.llen(self.keys.grads))
+        target_before, moved = self.target_version, False
+        while left > 0:
+            batch = self.fast.command("RPOP", self.keys.grads, str(min(left, DRAIN_BATCH)))
+            if not batch:
+                break
+            left -= len(batch)
+            for message in batch:
+                moved |= self.handle(message)
+        if moved:
+            self.publish(target_too=self.target_version != target_before)
+
     # ---------------------------------------------------------------- loop
     def housekeeping(self) -> bool:
         """Publishes metrics; False once the run was told to stop."""
@@ -173,6 +188,7 @@ class ShardServer:
                     if not self.housekeeping():
                         break
                     next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+            self._drain_queued()
         except (redis.ConnectionError, ConnectionError, OSError) as error:
             log.error("shard %d lost Redis (%s); exiting", self.shard, error)
             return 3

@@ -139,6 +139,8 @@ function showRun(run) {
                     ["episodes", fmt(run.episodes)], ["evaluations", fmt(run.evaluations)],
                     ["workers", fmt(run.workers)], ["shards", fmt(run.shards)],
                     ["elapsed", fmtDuration(run.started ? now - run.started : null)]];
+  const restarts = Object.values(run.restarts || {}).reduce((sum, n) => sum + n, 0);
+  if (restarts) counters.push(["process restarts", fmt(restarts)]);  // shards the driver restarted
   document.getElementById("counters").replaceChildren(...counters.map(([name, value]) => {
     const div = el("div");
     div.append(el("dt", name), el("dd", value));
