@@ -60,6 +60,11 @@ def test_a_redis_password_is_masked_wherever_settings_are_written():
     assert masked_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0" and masked_url(None) is None
     config = build_config({"env": "CartPole-v1", "redis_url": "redis://:s3cret@host/0"})
     assert "s3cret" not in json.dumps(settings_document(config)) and config.redis_url.endswith("s3cret@host/0")
+    from pathlib import Path
+
+    from ddq.modes.bookkeeping import RunCounters, run_summary
+
+    assert "s3cret" not in json.dumps(run_summary(config, RunCounters(), None, 0, Path("c.pt"), None))
 
 
 def test_settings_travel_as_one_versioned_document_without_presets_applied_again():

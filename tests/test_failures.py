@@ -14,11 +14,15 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+import redis
 
 from conftest import run_ddq, summary_of
+from ddq.transport.keys import RunKeys
+from ddq.transport.redis_server import EmbeddedRedis
 from test_downpour import processes_mentioning
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
@@ -32,8 +36,9 @@ def start():
     """Starts `ddq train` into a run folder; whatever the test's outcome, stops what it started."""
     started: list[subprocess.Popen] = []
 
-    def start_training(run_dir: Path, total_steps: int) -> tuple[subprocess.Popen, Path]:
-        process, log = _start(run_dir, total_steps)
+    def start_training(run_dir: Path, total_steps: int, services: bool = False,
+                       env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
+        process, log = _start(run_dir, total_steps, services, env or {})
         started.append(process)
         return process, log
 
@@ -44,11 +49,13 @@ def start():
             process.wait()
 
 
-def _start(run_dir: Path, total_steps: int) -> tuple[subprocess.Popen, Path]:
+def _start(run_dir: Path, total_steps: int, services: bool, env: dict[str, str]) -> tuple[subprocess.Popen, Path]:
+    """`ddq train` of RUN, with Celery and the dashboard when `services`."""
     log = run_dir.parent / "train.log"
-    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, "--total-steps", str(total_steps),
+    flags = [flag for flag in RUN if services is False or flag not in ("--no-dashboard", "--no-celery")]
+    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *flags, "--total-steps", str(total_steps),
                                 "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                               env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
     return process, log
 
 
@@ -140,61 +147,43 @@ def test_a_killed_redis_ends_the_run_with_a_summary_and_nothing_left(tmp_path, s
     assert processes_mentioning(str(run_dir)) == []
 
 
-def test_a_redis_password_reaches_no_command_line_file_or_key(tmp_path):
+def test_a_password_stays_secret_and_a_killed_driver_leaves_nothing_running(tmp_path, start):
     """The URL goes in through $DDQ_REDIS_URL; shards, Celery and the dashboard get it the same way, and
-    everything written down holds it masked."""
-    import uuid
-
-    import redis
-
-    from ddq.transport.redis_server import EmbeddedRedis
-
+    everything written down holds it masked. Then the driver is SIGKILLed: its children go with it."""
     secret = f"pw-{uuid.uuid4().hex}"
     with EmbeddedRedis(tcp=True) as server:
         server.client().config_set("requirepass", secret)
         url = f"redis://:{secret}@127.0.0.1:{server.port}/0"
         run_dir = tmp_path / "run"
-        log = tmp_path / "train.log"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "2", "--env", "CartPole-v1",
-             "--no-progress", "--eval-every", "2000", "--eval-episodes", "2", "--total-steps", "6000",
-             "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-            env=dict(os.environ, DDQ_REDIS_URL=url, DDQ_EVAL_EVERY_S="2"))
-        try:
-            wait_for_progress(run_dir, process, log, 2_000)
-            assert (run_dir / "dashboard.url").exists()
-            command_lines = []
-            for pid in filter(str.isdigit, os.listdir("/proc")):
-                with contextlib.suppress(OSError):
-                    command_lines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
-            assert not [line for line in command_lines if secret.encode() in line]
-            code, out = finish(process, log)
-        finally:
-            if process.poll() is None:
-                process.kill()
-        assert code == 0, log.read_text()[-3000:]
-        assert secret not in out and secret not in log.read_text()
-        written = [path for path in run_dir.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
-        assert written == []
-        assert json.loads((run_dir / "config.json").read_text())["config"]["redis_url"].startswith("redis://***@")
+        process, log = start(run_dir, 200_000, services=True, env={"DDQ_REDIS_URL": url, "DDQ_EVAL_EVERY_S": "2"})
+        wait_for_progress(run_dir, process, log, 2_000)
         client = redis.Redis.from_url(url)
+        [run] = [line.split()[3] for line in log.read_text().splitlines() if line.startswith("ddq: run id ")]
+        deadline = time.monotonic() + 120
+        while not client.llen(RunKeys(run).evaluations) or not (run_dir / "dashboard.url").exists():
+            assert time.monotonic() < deadline and process.poll() is None, "no Celery evaluation, no dashboard"
+            time.sleep(0.2)
+        command_lines = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                command_lines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+        assert not [line for line in command_lines if secret.encode() in line]
+        assert processes_mentioning(run)  # the JVM names the run (its app), the shards, Celery and the dashboard
+
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 60
+        while (left := processes_mentioning(str(run_dir)) + processes_mentioning(run)) and time.monotonic() < deadline:
+            time.sleep(0.2)  # they get SIGTERM when the driver dies, and finish their last step
+        assert left == []
+
+        assert secret not in log.read_text()
+        written = [path for path in run_dir.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
+        assert written == [] and (run_dir / "config.json").exists()
+        assert json.loads((run_dir / "config.json").read_text())["config"]["redis_url"].startswith("redis://***@")
         values = []
         for key in client.scan_iter("ddq:*"):
             kind = client.type(key)
             values += ([client.get(key)] if kind == b"string" else client.hvals(key) if kind == b"hash"
                        else client.lrange(key, 0, -1) if kind == b"list" else [])
         assert values and not [value for value in values if secret.encode() in value]
-
-
-def test_a_killed_driver_leaves_nothing_running(tmp_path, start):
-    run_dir = tmp_path / "run"
-    process, log = start(run_dir, 200_000)
-    wait_for_progress(run_dir, process, log, 2_000)
-    [run] = [line.split()[3] for line in log.read_text().splitlines() if line.startswith("ddq: run id ")]
-    assert processes_mentioning(run)  # the JVM names the run (its app), the shards, Celery and the dashboard
-    process.kill()
-    process.wait()
-    deadline = time.monotonic() + 60
-    while (left := processes_mentioning(str(run_dir)) + processes_mentioning(run)) and time.monotonic() < deadline:
-        time.sleep(0.2)  # they get SIGTERM when the driver dies, and finish their last step
-    assert left == []
