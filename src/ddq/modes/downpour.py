@@ -141,7 +141,8 @@ class DownpourTrainer:
         stack.callback(self.client.close)
         return url
 
-    def _run_spark_job(self, spark: Any, url: str) -> list[dict]:
+    def _run_spark_job(self, spark: Any, url: str) -> None:
+        """Runs the Barista tasks to the end of the run, watching over it meanwhile (`_watch`)."""
         c = self.config
         settings, run = encode_settings(c), self.run
         results: dict[str, Any] = {}
@@ -149,8 +150,7 @@ class DownpourTrainer:
         def job() -> None:
             try:
                 rdd = spark.sparkContext.parallelize(range(c.workers), c.workers)
-                results["workers"] = rdd.mapPartitionsWithIndex(
-                    lambda index, rows: barista_task(index, rows, settings, url, run)).collect()
+                rdd.mapPartitionsWithIndex(lambda index, rows: barista_task(index, rows, settings, url, run)).collect()
             except Exception as error:  # reported by the driver loop below
                 results["error"] = error
 
@@ -168,7 +168,6 @@ class DownpourTrainer:
             thread.join(None if clean else JOB_CANCEL_WAIT_S)
         if "error" in results:
             raise SparkJobFailed(f"the Spark job failed: {str(results['error']).splitlines()[0]}")
-        return results["workers"]
 
     def _watch(self, job: threading.Thread) -> None:
         """While the job runs: supervise the processes, log episodes, evaluate every eval_every steps, and
