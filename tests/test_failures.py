@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,8 +115,9 @@ def test_a_killed_shard_is_restarted_and_the_run_completes(tmp_path, start):
 
 def test_ctrl_c_stops_cleanly_and_resume_finishes_the_budget(tmp_path, start):
     run_dir = tmp_path / "run"
-    process, log = start(run_dir, 40_000)
+    process, log = start(run_dir, 40_000, services=True)  # Celery and the dashboard must go too
     wait_for_progress(run_dir, process, log, 3_000)
+    assert (run_dir / "dashboard.url").exists()
     process.send_signal(signal.SIGINT)
     code, _ = finish(process, log, timeout=60)
     assert code == 130, log.read_text()[-3000:]
@@ -123,6 +125,8 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_budget(tmp_path, start):
     assert summary["stopped_by"] == "SIGINT" and summary["stop_reason"] == "stopped by the user"
     assert summary["env_steps"] < 40_000 and (run_dir / "checkpoint.pt").exists()
     assert not (run_dir / "dashboard.url").exists() and processes_mentioning(str(run_dir)) == []
+    folders = re.findall(r"(\S*ddq-redis-\w+)/redis\.sock", (run_dir / "redis.log").read_text())
+    assert folders and not [folder for folder in folders if Path(folder).exists()]  # the private Redis's folder
 
     resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", "14000")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
