@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 
-def run_ddq(*args: str, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the real `ddq` command in a child process."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def run_ddq(*args: str, timeout: float = 600, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the real `ddq` command in a child process (`env`: variables added to this one's)."""
     return subprocess.run([sys.executable, "-m", "ddq", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cwd)
+                          timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})), cwd=cwd)
 
 
 def summary_of(run_dir: Path) -> dict:

@@ -150,6 +150,30 @@ def test_a_killed_redis_ends_the_run_with_a_summary_and_nothing_left(tmp_path, s
     assert (run_dir / "checkpoint.pt").exists() and summary["env_steps"] < 200_000
     assert processes_mentioning(str(run_dir)) == []
 
+    # a new private Redis; the shard starts from its snapshot file in the run folder
+    budget = summary["env_steps"] + 3_000
+    resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", str(budget))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert summary_of(run_dir)["env_steps"] >= budget and summary_of(run_dir)["stop_reason"] == "step budget spent"
+    assert "resumed from its snapshot" in (run_dir / "param-server-0.log").read_text()
+    assert processes_mentioning(str(run_dir)) == []
+
+
+def test_sigterm_stops_the_run_the_way_a_spent_budget_does(tmp_path, start):
+    run_dir = tmp_path / "run"
+    process, log = start(run_dir, 200_000)
+    wait_for_progress(run_dir, process, log, 3_000)
+    process.send_signal(signal.SIGTERM)
+    code, out = finish(process, log, timeout=60)
+    assert code == 143, log.read_text()[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["stopped_by"] == "SIGTERM" and summary["stop_reason"] == "stopped by the user"
+    assert json.loads(out)["stopped_by"] == "SIGTERM"  # the printed summary says it too
+    for written in ("checkpoint.pt", "param-server-shard0.pt", "learning_curve.png"):
+        assert (run_dir / written).exists(), written
+    assert "after its final snapshot" in (run_dir / "param-server-0.log").read_text()
+    assert processes_mentioning(str(run_dir)) == []
+
 
 def test_a_password_stays_secret_and_a_killed_driver_leaves_nothing_running(tmp_path, start):
     """The URL goes in through $DDQ_REDIS_URL; shards, Celery and the dashboard get it the same way, and
@@ -191,3 +215,10 @@ def test_a_password_stays_secret_and_a_killed_driver_leaves_nothing_running(tmp_
             values += ([client.get(key)] if kind == b"string" else client.hvals(key) if kind == b"hash"
                        else client.lrange(key, 0, -1) if kind == b"list" else [])
         assert values and not [value for value in values if secret.encode() in value]
+
+        # the driver wrote a checkpoint at its last evaluation; the password is given again, the same way
+        resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", "6000", env={"DDQ_REDIS_URL": url})
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert summary_of(run_dir)["env_steps"] >= 6_000 and secret not in resumed.stderr + resumed.stdout
+        assert "resumed from its snapshot" in (run_dir / "param-server-0.log").read_text()
+        assert processes_mentioning(str(run_dir)) == []

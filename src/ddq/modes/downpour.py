@@ -88,6 +88,8 @@ class DownpourTrainer:
             stack.callback(spark.stop)
             stack.enter_context(self.signals)  # after Spark's session: pyspark installs a SIGINT handler of its own
             url = self._start_services(stack)
+            self.client.sync()
+            self._save_checkpoint()  # from the start, a driver killed at any moment leaves a run to resume
             try:
                 self._run_spark_job(spark, url)
                 self._wait_for_drained_queues()
@@ -235,8 +237,15 @@ class DownpourTrainer:
             self.client.version, self.started_at, self.device)
         record_evaluation(self.redis, self.keys, "driver", self.client.version, self.last_eval[0],
                           self.last_eval[1], [])
+        self._save_checkpoint()  # so a run whose driver is killed can still be resumed from here
         return reached
 
+    def _save_checkpoint(self) -> Path:
+        """The driver's mirror of the server's weights (as of its last sync) with the run's counters; the
+        shards keep their own, newer snapshots, which a resumed run starts from."""
+        self.learner.updates = self.client.version
+        return ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
+                                    self.counters.as_dict(), {})
 
     def _finish(self) -> dict[str, Any]:
         """Summary, progress point and checkpoint: from the server when it is there, from the driver's
@@ -247,9 +256,7 @@ class DownpourTrainer:
             workers = worker_rows(self.redis, self.keys)
             self._drain_episodes()
             self.reporter.record_progress(self.counters.env_steps, self.epsilon(self.counters.env_steps), force=True)
-        self.learner.updates = self.client.version
-        path = ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
-                                    self.counters.as_dict(), {})
+        path = self._save_checkpoint()
         reason = f"{StopReason.FAILURE.value}: {self.failure}" if self.failure else self.control.reason()
         summary = run_summary(self.config, self.counters, self.last_eval, self.client.version, path, reason)
         summary["stopped_by"] = self.signals.received

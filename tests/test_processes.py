@@ -1,0 +1,80 @@
+"""The supervisor against real child processes, killed by PID: restarts up to its limit, then ends the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import pytest
+
+from ddq.processes import ProcessFailed, Supervisor, spawn, stop
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+@pytest.fixture
+def started():
+    """Every process a test spawns; whatever the outcome, all of them are stopped."""
+    processes = []
+
+    def start():
+        process = spawn(SLEEPER)
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        stop(process, timeout=5)
+
+
+def kill(process) -> None:
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def test_a_shard_that_keeps_dying_is_restarted_three_times_then_ends_the_run(started, capsys):
+    supervisor = Supervisor(max_restarts=3)
+    entry = supervisor.watch("parameter-server shard 0", started(), restart=started)
+    for restart in (1, 2, 3):
+        dead = entry.process
+        kill(dead)
+        supervisor.check()
+        assert entry.process is not dead and entry.process.poll() is None  # a new process, running
+        assert f"shard 0 (pid {dead.pid}) died (killed by SIGKILL); restarting it ({restart} of 3)" in \
+            capsys.readouterr().err
+    assert supervisor.restarts() == {"parameter-server shard 0": 3}
+    last = entry.process
+    kill(last)
+    with pytest.raises(ProcessFailed, match=rf"shard 0 \(pid {last.pid}\) died \(killed by SIGKILL\) after 3 restarts"):
+        supervisor.check()
+    supervisor.check()  # said once: a process gone for good is not reported again
+
+
+def test_a_service_the_run_can_do_without_is_reported_once_and_left_gone(started, capsys):
+    supervisor = Supervisor()
+    celery = started()
+    supervisor.watch("the Celery worker", celery, essential=False)
+    supervisor.check()
+    assert capsys.readouterr().err == ""  # alive: nothing to say
+    kill(celery)
+    supervisor.check()
+    supervisor.check()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "warning: the Celery worker" in err[0] and "goes on without it" in err[0]
+    assert supervisor.restarts() == {}
+
+
+def test_once_the_run_is_stopping_a_clean_exit_is_not_a_failure_but_a_crash_is(started, capsys):
+    supervisor = Supervisor()
+    clean = spawn([sys.executable, "-c", "pass"])
+    clean.wait()
+    supervisor.watch("parameter-server shard 0", clean, restart=started)
+    supervisor.check(stopping=True)  # ended cleanly while the run stops: neither restarted nor an error
+    assert capsys.readouterr().err == "" and supervisor.restarts() == {}
+
+    crashed = started()
+    supervisor.watch("parameter-server shard 1", crashed, restart=started)
+    kill(crashed)
+    with pytest.raises(ProcessFailed, match="shard 1"):
+        supervisor.check(stopping=True)  # a stopping run restarts nothing, so a crash then ends it
