@@ -11,11 +11,13 @@ STAMP := $(VENV)/.ddq-installed
 .PHONY: run test lint chromium bench-cartpole clean
 
 $(STAMP): pyproject.toml
+	@echo "ddq: installing torch and ddq into $(VENV) (first time only: a few minutes, quietly)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[test,atari,box2d]'
 	touch $(STAMP)
+	@echo "ddq: installed; in a new shell, run ddq as $(BIN)/ddq (or: source $(BIN)/activate)"
 
 run: $(STAMP)
 	rm -rf runs/snake  # each `make run` is a fresh run

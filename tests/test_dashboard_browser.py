@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,11 +44,11 @@ def _wait_for_file(path: Path, process: subprocess.Popen, log: Path, timeout: fl
     return path.read_text()
 
 
-def _serve_dashboard(redis_url: str, run: str | None, folder: Path) -> tuple[subprocess.Popen, str]:
+def _serve_dashboard(source: list[str], folder: Path) -> tuple[subprocess.Popen, str]:
+    """`ddq dashboard SOURCE...` (a Redis URL and run, or a run folder); its process and its URL."""
     log = folder / "dashboard.log"
-    command = [sys.executable, "-m", "ddq", "dashboard", "--redis-url", redis_url, "--url-file", str(folder / "url")]
-    process = subprocess.Popen(command + (["--run", run] if run else []), stdout=subprocess.DEVNULL,
-                               stderr=log.open("w"))
+    command = [sys.executable, "-m", "ddq", "dashboard", *source, "--url-file", str(folder / "url")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("w"))
     return process, _wait_for_file(folder / "url", process, log)
 
 
@@ -82,22 +83,25 @@ def test_dashboard_follows_a_live_run_then_serves_it_finished(tmp_path, output_d
                 _stop(training)
         assert not (run_dir / "dashboard.url").exists()  # the driver stopped its dashboard
 
-        dashboard, url = _serve_dashboard(server.url, run, tmp_path)
-        try:
-            with open_page(url) as page:
-                page.wait_for_function(PAGE_FILLED, arg=2, timeout=60_000)
-                assert page.locator("#run-state").inner_text() == "finished"
-                page.screenshot(path=str(output_dir / "finished.png"), full_page=True)
-                assert page.problems == []
-        finally:
-            _stop(dashboard)
+    # the run's Redis is gone: the finished run is served from the telemetry saved in its folder
+    private_redis_before = set(Path(tempfile.gettempdir()).glob("ddq-redis-*"))
+    dashboard, url = _serve_dashboard([str(run_dir)], tmp_path)
+    try:
+        with open_page(url) as page:
+            page.wait_for_function(PAGE_FILLED, arg=2, timeout=60_000)
+            assert page.locator("#run-state").inner_text() == "finished"
+            page.screenshot(path=str(output_dir / "finished.png"), full_page=True)
+            assert page.problems == []
+    finally:
+        _stop(dashboard)
+    assert set(Path(tempfile.gettempdir()).glob("ddq-redis-*")) <= private_redis_before  # its Redis went with it
 
 
 def test_page_stays_usable_with_16_workers_and_a_million_updates(tmp_path, output_dir):
     with EmbeddedRedis() as server:
         client = redis.Redis.from_url(server.url)
         run = write_synthetic_run(client)
-        dashboard, url = _serve_dashboard(server.url, run.run, tmp_path)
+        dashboard, url = _serve_dashboard(["--redis-url", server.url, "--run", run.run], tmp_path)
         try:
             # heartbeats refreshed until the checks are done, so a slow browser start cannot age them past silent
             with keep_workers_beating(client, run.run), open_page(url) as page:

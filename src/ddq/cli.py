@@ -6,12 +6,15 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ddq.benchmarks.commands import add_bench_commands
 from ddq.config import REDIS_URL_ENV, add_config_flags, build_config, has_masked_secret, read_settings
+from ddq.preflight import check_redis, check_run
 
 if TYPE_CHECKING:
     from ddq.modes.downpour import DownpourTrainer
@@ -49,6 +52,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
                          "or choose another --run-dir")
     config.run_dir = run_dir
+    check_run(config)  # before a folder or a process exists: a mistake costs one line
     print(f"ddq: training {config.env} ({config.mode}) into {run_dir}", file=sys.stderr)
     trainer: DownpourTrainer | SerialTrainer
     if config.mode == "downpour":
@@ -155,9 +159,18 @@ def cmd_barista_serve(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from ddq.dashboard.app import serve
 
+    if args.run_dir:  # a finished run's saved telemetry, served from a private Redis
+        from ddq.services.archive import serve_saved_telemetry
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the private Redis's folder goes too
+        with serve_saved_telemetry(Path(args.run_dir)) as saved:
+            serve(saved.url, args.run, args.host, args.port, args.url_file)
+        return 0
     url = args.redis_url or os.environ.get(REDIS_URL_ENV)
     if not url:
-        raise ValueError(f"dashboard needs --redis-url (or ${REDIS_URL_ENV}): the run's Redis")
+        raise ValueError(f"dashboard needs a finished run's folder, or --redis-url (or ${REDIS_URL_ENV}): the "
+                         "Redis of a run going on")
+    check_redis(url, "--redis-url")
     serve(url, args.run, args.host, args.port, args.url_file)
     return 0
 
@@ -210,52 +223,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.serial import run_seeds, serial_table
-
-    overrides = {"total_steps": args.total_steps} if args.total_steps else {}
-    overrides.update(mode=args.mode, workers=args.workers)
-    if args.target_return is not None:
-        overrides["target_return"] = args.target_return
-    print(serial_table(args.env, run_seeds(args.env, args.seeds, overrides)))
-    return 0
-
-
-def cmd_bench_grad(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.grad import measure, table
-
-    rows = []
-    for size in args.sizes:
-        rows.append(measure(size, args.repeats))
-        print(f"ddq: measured {size}x{size}", file=sys.stderr)
-    print(table(rows))
-    return 0
-
-
-def cmd_bench_ps(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.ps import run_bench, table
-
-    print(table(*run_bench(args.sizes, args.shards, args.repeats, args.seconds, args.redis_url)))
-    return 0
-
-
-def cmd_bench_scaling(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.scaling import run_bench, table
-
-    print(table(run_bench(args.workers, args.latency_ms, args.steps_per_worker), args.latency_ms))
-    return 0
-
-
-def cmd_bench_dashboard(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.dashboard import run_bench, table
-
-    rows = run_bench(args.repeats, args.total_steps, args.workers, args.eval_every_s)
-    print(table(rows, args.total_steps, args.workers, args.eval_every_s))
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.")
+    parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.",
+                                     epilog="Give --debug (anywhere) to see the traceback of an error.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     train = commands.add_parser("train", help="train a DQN agent (serial, or downpour on Spark)",
@@ -284,7 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
         "dashboard", help="serve a run's live dashboard and JSON API (read-only) from its Redis",
         description="Serve the babysitting dashboard of a run that is going or finished: one page of live "
                     "charts, and the JSON API behind it (GET /api lists it). `ddq train` starts one itself "
-                    "and prints its URL; this serves one for any run whose Redis you can reach.")
+                    "and prints its URL; this serves one for any run whose Redis you can reach, or for a "
+                    "finished run from its folder (`ddq dashboard runs/snake`).")
+    dashboard.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
+                           help="a finished downpour run's folder: serves the telemetry saved there at its end")
     dashboard.add_argument("--redis-url", help=f"the run's Redis (redis://, rediss://, unix://; default "
                                                f"${REDIS_URL_ENV}, which keeps a password off the command line)")
     dashboard.add_argument("--run", help="run id (as `ddq train` printed it; default: the only run there)")
@@ -334,55 +308,30 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir", help="run folder holding metrics.jsonl")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     plot.set_defaults(func=cmd_plot)
-    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient "
-                                              "cost by model size), ps (parameter "
-                                         "server), scaling (downpour workers), dashboard (what babysitting costs)")
-    kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
-    serial = kinds.add_parser("train", aliases=["serial"],
-                              help="steps and wall time to a target return over several seeds (`serial` runs "
-                                   "serial mode; `train --mode downpour --workers N` the distributed one)")
-    serial.add_argument("--mode", default="serial", choices=("serial", "downpour"), help="training mode")
-    serial.add_argument("--workers", type=int, default=2, help="downpour workers")
-    serial.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
-    serial.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run, one after another")
-    serial.add_argument("--target-return", type=float, default=None, help="stop each run once reached")
-    serial.add_argument("--total-steps", type=int, default=None, help="step budget per run (default: the preset's)")
-    serial.set_defaults(func=cmd_bench)
-    grad = kinds.add_parser("grad", help="the original's cost-vs-image-size table: DeepQ gradient and message "
-                                         "costs against bare PyTorch and the original's figures")
-    grad.add_argument("--sizes", type=int, nargs="+", default=list(range(16, 129, 8)), help="input sizes")
-    grad.add_argument("--repeats", type=int, default=5, help="timed repetitions per figure (medians)")
-    grad.set_defaults(func=cmd_bench_grad)
-    ps = kinds.add_parser("ps", help="parameter-server pull and push latency and updates/s by model size, "
-                                     "beside the original's latency")
-    ps.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128], help="DeepQ input sizes")
-    ps.add_argument("--shards", type=int, nargs="+", default=[1], help="shard counts to measure each size with")
-    ps.add_argument("--repeats", type=int, default=30, help="timed pulls and pushes per size (medians)")
-    ps.add_argument("--seconds", type=float, default=3.0, help="length of each throughput window")
-    ps.add_argument("--redis-url", help="use this Redis instead of a private one")
-    ps.set_defaults(func=cmd_bench_ps)
-    scaling = kinds.add_parser("scaling", help="downpour env steps/s and pushes/s by worker count, on an env "
-                                               "whose steps take a fixed (slept) time")
-    scaling.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="worker counts (first: base)")
-    scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
-    scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
-    scaling.set_defaults(func=cmd_bench_scaling)
-    watch = kinds.add_parser("dashboard", help="downpour throughput bare against with Celery evaluating and the "
-                                               "dashboard open in headless Chromium")
-    watch.add_argument("--repeats", type=int, default=2, help="pairs of runs (bare, watched), alternating")
-    watch.add_argument("--total-steps", type=int, default=200_000, help="env steps per run")
-    watch.add_argument("--workers", type=int, default=2, help="downpour workers")
-    watch.add_argument("--eval-every-s", type=float, default=30.0, help="seconds between Celery's evaluations")
-    watch.set_defaults(func=cmd_bench_dashboard)
+    add_bench_commands(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs one `ddq` command. A mistake the user can fix (a setting, a file, an unreachable server) is
+    one line and exit 2; anything else one line and exit 1; `--debug` shows the traceback instead."""
     started_at = time.time()  # before torch is imported: time_to_target_s counts from here
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    args = build_parser().parse_args([arg for arg in argv if arg != "--debug"])
     args.started_at = started_at
+    del args.debug  # not a setting
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as error:
-        print(f"ddq: error: {error}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("ddq: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if debug:
+            raise
+        user_error = isinstance(error, (ValueError, FileNotFoundError, RuntimeError, OSError))
+        kind = "" if user_error else f"{type(error).__name__}: "
+        text = (str(error).strip().splitlines() or [""])[0]
+        print(f"ddq: error: {kind}{text}" + ("" if user_error else " (run again with --debug for the traceback)"),
+              file=sys.stderr)
+        return 2 if user_error else 1

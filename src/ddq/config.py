@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 import types
 import typing
@@ -23,11 +24,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ddq.core.optimizers import OptimizerConfig
+from ddq.core.optimizer_settings import OptimizerConfig
 from ddq.gamesim import SNAKE_ID
 from ddq.gamesim.envs import EnvOptions, is_atari
 
 MODES = ("serial", "downpour")
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
@@ -101,10 +103,26 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
-        for name in ("total_steps", "num_envs", "batch_size", "frame_stack", "train_frequency",
-                     "target_update", "eval_episodes", "buffer_size"):
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        for name in ("total_steps", "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update",
+                     "eval_episodes", "buffer_size", "workers", "threads", "eval_every", "log_every",
+                     "checkpoint_every", "replay_ratio"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("learning_starts", "epsilon_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
+        for name in ("gamma", "epsilon_start", "epsilon_end", "eval_epsilon"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be between 0 and 1, got {getattr(self, name)}")
+        for name in ("time_budget_s", "max_grad_norm"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive (or none), got {getattr(self, name)}")
+        if any(width <= 0 for width in self.hidden) or not self.hidden:
+            raise ValueError(f"hidden must list positive layer widths, got {self.hidden}")
+        if self.dashboard_port is not None and not 0 <= self.dashboard_port <= 65535:
+            raise ValueError(f"dashboard_port must be a port number (0-65535), got {self.dashboard_port}")
 
 
 # Hyperparameters that suit each kind of env; any of them can still be overridden.
@@ -138,34 +156,98 @@ def _field_names(cls: type) -> set[str]:
 
 
 def merge(config: TrainConfig, values: dict[str, Any], source: str) -> TrainConfig:
-    """A copy of `config` with `values` applied: flat keys, or [env_options]/[optim] tables."""
+    """A copy of `config` with `values` applied: flat keys, or [env_options]/[optim] tables.
+
+    `source` names where the values come from (a file's path, "the command line", a preset): an
+    unknown key, a value of the wrong type or out of range is a ValueError that names the setting,
+    its value, that source (with the line, for a file) and what is allowed."""
     updates: dict[str, Any] = {}
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
     for key, value in values.items():
         key = key.replace("-", "_")
         owner = next((name for name, cls in _SECTIONS.items() if key in _field_names(cls)), None)
         if key in _SECTIONS:
+            if not isinstance(value, dict):
+                raise ValueError(f"{key} {_where(source, key)} must be a table of settings, not {value!r}")
             sections[key].update({k.replace("-", "_"): v for k, v in value.items()})
         elif owner:
             sections[owner][key] = value
         elif key in _field_names(TrainConfig):
-            updates[key] = value
+            updates[key] = _typed(TrainConfig, key, value, source)
         else:
-            raise ValueError(f"unknown setting {key!r} in {source}")
+            raise ValueError(f"unknown setting {key!r} {_where(source, key)}; `ddq train --help` lists them")
     for name, section in sections.items():
         unknown = set(section) - _field_names(_SECTIONS[name])
         if unknown:
             raise ValueError(f"unknown setting(s) {', '.join(sorted(unknown))} in [{name}] of {source}")
         if section:
-            updates[name] = dataclasses.replace(getattr(config, name), **section)
-    return dataclasses.replace(config, **updates)
+            typed = {key: _typed(_SECTIONS[name], key, value, source) for key, value in section.items()}
+            updates[name] = _replace(getattr(config, name), typed, source)
+    return _replace(config, updates, source)
+
+
+def _replace(config: Any, updates: dict[str, Any], source: str) -> Any:
+    """dataclasses.replace, with a range error saying where the offending value came from."""
+    try:
+        return dataclasses.replace(config, **updates)
+    except ValueError as error:
+        named = next((key for key in updates if re.search(rf"\b{key}\b", str(error))), None)
+        raise ValueError(f"{error} ({_where(source, named) if named else source})") from None
+
+
+_KIND_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+
+
+def _typed(cls: type, key: str, value: Any, source: str) -> Any:
+    """`value` as the field's type (a whole float for an int, an int for a float), or a ValueError."""
+    kind, is_list = _flag_type(typing.get_type_hints(cls)[key])
+    optional = type(None) in typing.get_args(typing.get_type_hints(cls)[key])
+    if dataclasses.is_dataclass(kind) or (value is None and optional):
+        return value
+
+    def wrong() -> ValueError:
+        allowed = ("a list of " if is_list else "") + _KIND_WORDS.get(kind, kind.__name__)
+        return ValueError(f"{key} = {value!r} {_where(source, key)}: expected {allowed}"
+                          + (" or none" if optional else ""))
+
+    def one(item: Any) -> Any:
+        if kind is float and isinstance(item, (int, float)) and not isinstance(item, bool):
+            return float(item)
+        if kind is int and isinstance(item, float) and item.is_integer():
+            return int(item)
+        if isinstance(item, kind) and not (kind is int and isinstance(item, bool)):
+            return item
+        raise wrong()
+
+    if is_list and not isinstance(value, list):
+        raise wrong()
+    return [one(item) for item in value] if is_list else one(value)
+
+
+def _where(source: str, key: str) -> str:
+    """'given as --key', 'in FILE, line N', or 'in SOURCE'."""
+    if source == "the command line":
+        return f"given as --{key.replace('_', '-')}"
+    path = Path(source)
+    if path.suffix in (".toml", ".json", ".prototxt") and path.is_file():
+        pattern = re.compile(rf"^\s*\"?{re.escape(key)}\"?\s*[=:]")
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if pattern.match(line):
+                return f"in {source}, line {number}"
+    return f"in {source}"
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Settings from a TOML file, a JSON file of the same keys, or a run folder's config.json (a settings
     document: its settings, to start from again)."""
-    with open(path, "rb") as handle:
-        values = json.load(handle) if str(path).endswith(".json") else tomllib.load(handle)
+    try:
+        with open(path, "rb") as handle:
+            values = json.load(handle) if str(path).endswith(".json") else tomllib.load(handle)
+    except OSError as error:
+        raise ValueError(f"--config {path}: {error.strerror or error}") from None
+    except (tomllib.TOMLDecodeError, ValueError) as error:
+        kind = "JSON" if str(path).endswith(".json") else "TOML"
+        raise ValueError(f"--config {path} is not valid {kind}: {error}") from None
     if isinstance(values, dict) and values.get("format") == SETTINGS_FORMAT:
         return dataclasses.asdict(config_from_document(values, str(path)))
     return values

@@ -52,7 +52,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         path = path / CHECKPOINT_NAME
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch's reader raises many kinds of error for a file that is not its own
+        raise ValueError(f"{path} is not a ddq checkpoint (torch cannot read it: {type(error).__name__})") from error
     if not isinstance(saved, dict) or saved.get("format") != "ddq-checkpoint-1":
         raise ValueError(f"{path} is not a ddq checkpoint")
     return saved

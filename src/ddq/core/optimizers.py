@@ -10,42 +10,13 @@ than the arithmetic.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import torch
 
-OPTIMIZERS = ("sgd", "rmsprop", "adagrad", "adam")
+from ddq.core.optimizer_settings import OPTIMIZERS, OptimizerConfig
 
-
-@dataclass
-class OptimizerConfig:
-    """Optimizer settings, with Caffe solver's learning-rate policy (fixed or step)."""
-
-    optimizer: str = field(default="adam", metadata={"help": "update rule: " + ", ".join(OPTIMIZERS)})
-    lr: float = field(default=1e-3, metadata={"help": "base learning rate"})
-    momentum: float = field(default=0.0, metadata={"help": "momentum (sgd, rmsprop)"})
-    weight_decay: float = field(default=0.0, metadata={"help": "L2 weight decay"})
-    rms_decay: float = field(default=0.99, metadata={"help": "RMSprop smoothing constant"})
-    beta1: float = field(default=0.9, metadata={"help": "Adam first-moment decay"})
-    beta2: float = field(default=0.999, metadata={"help": "Adam second-moment decay"})
-    eps: float | None = field(default=None, metadata={"help": "denominator epsilon (none: torch's default)"})
-    lr_policy: str = field(default="fixed",
-                           metadata={"help": "fixed, or step: lr * lr_gamma ** (updates // lr_stepsize)"})
-    lr_gamma: float = field(default=0.1, metadata={"help": "step policy's factor"})
-    lr_stepsize: int = field(default=100_000, metadata={"help": "step policy's interval in updates"})
-
-    def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-        if self.lr_policy not in ("fixed", "step"):
-            raise ValueError(f"unknown lr_policy {self.lr_policy!r}; choose fixed or step")
-
-    @property
-    def epsilon(self) -> float:
-        if self.eps is not None:
-            return self.eps
-        return {"adagrad": 1e-10}.get(self.optimizer, 1e-8)
-
+__all__ = ["OPTIMIZERS", "FlatOptimizer", "OptimizerConfig"]
 
 class FlatOptimizer:
     """Applies one optimizer's updates in place to a flat parameter vector."""

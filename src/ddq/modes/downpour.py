@@ -37,6 +37,7 @@ from ddq.modes.spark import barista_task, launched_by_spark_submit, local_master
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shard, stop_shards, wait_until_serving
 from ddq.processes import ProcessFailed, Supervisor, stop
+from ddq.services.archive import save_telemetry
 from ddq.services.celery_launch import start_celery_worker
 from ddq.services.telemetry import ListCursor, RunReporter, network_info, record_evaluation, worker_rows
 from ddq.transport.keys import RunKeys
@@ -101,6 +102,7 @@ class DownpourTrainer:
             summary = self._finish()
             with contextlib.suppress(redis.RedisError):
                 self.reporter.finish(summary)
+                save_telemetry(self.redis, self.keys, self.run_dir)  # for `ddq dashboard RUN_DIR`
         self.exit_code = 1 if self.failure else self.signals.exit_code()
         return summary
 

@@ -194,7 +194,8 @@ class ShardServer:
             return 3
         self.snapshot()
         self.housekeeping()
-        log.info("shard %d stopped at version %d, after its final snapshot (%d applied, %d stale, %d rejected)", self.shard,
-                 self.version, self.metrics.applied, self.metrics.dropped_stale, sum(self.metrics.rejected.values()))
+        log.info("shard %d stopped at version %d, after its final snapshot (%d applied, %d stale, %d rejected)",
+                 self.shard, self.version, self.metrics.applied, self.metrics.dropped_stale,
+                 sum(self.metrics.rejected.values()))
         return 0
 

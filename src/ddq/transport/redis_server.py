@@ -39,12 +39,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 class EmbeddedRedis:
     """Starts redis-server listening on a unix socket in a private folder (or on 127.0.0.1, `tcp=True`).
 
-    Persistence is off (ddq writes its own snapshots), the socket is readable by
+    Persistence is off (ddq writes its own snapshots; SAVE still writes dump.rdb on request), the socket is readable by
     this user only, and the server receives SIGTERM if this process dies.
     """
 
-    def __init__(self, tcp: bool = False, log_dir: str | Path | None = None, timeout: float = 10.0):
+    def __init__(self, tcp: bool = False, log_dir: str | Path | None = None, timeout: float = 10.0,
+                 rdb: Path | None = None):
+        """`rdb`: a Redis snapshot file to start from (a copy is loaded; the file is not changed)."""
         self.folder = Path(tempfile.mkdtemp(prefix="ddq-redis-"))
+        if rdb is not None:
+            shutil.copyfile(rdb, self.folder / "dump.rdb")
         self.socket_path = self.folder / "redis.sock"
         self.port = free_port() if tcp else 0
         self.log_path = Path(log_dir or self.folder) / "redis.log"

@@ -1,0 +1,95 @@
+"""The `ddq bench` subcommands: each parses its flags here and runs its benchmark module lazily."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.serial import run_seeds, serial_table
+
+    overrides = {"total_steps": args.total_steps} if args.total_steps else {}
+    overrides.update(mode=args.mode, workers=args.workers)
+    if args.target_return is not None:
+        overrides["target_return"] = args.target_return
+    print(serial_table(args.env, run_seeds(args.env, args.seeds, overrides)))
+    return 0
+
+
+def cmd_bench_grad(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.grad import measure, table
+
+    rows = []
+    for size in args.sizes:
+        rows.append(measure(size, args.repeats))
+        print(f"ddq: measured {size}x{size}", file=sys.stderr)
+    print(table(rows))
+    return 0
+
+
+def cmd_bench_ps(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.ps import run_bench, table
+
+    print(table(*run_bench(args.sizes, args.shards, args.repeats, args.seconds, args.redis_url)))
+    return 0
+
+
+def cmd_bench_scaling(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.scaling import run_bench, table
+
+    print(table(run_bench(args.workers, args.latency_ms, args.steps_per_worker), args.latency_ms))
+    return 0
+
+
+def cmd_bench_dashboard(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.dashboard import run_bench, table
+
+    rows = run_bench(args.repeats, args.total_steps, args.workers, args.eval_every_s)
+    print(table(rows, args.total_steps, args.workers, args.eval_every_s))
+    return 0
+
+
+def add_bench_commands(commands: Any) -> None:
+    """Adds `ddq bench KIND` to the `ddq` command's subparsers."""
+    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient "
+                                              "cost by model size), ps (parameter "
+                                         "server), scaling (downpour workers), dashboard (what babysitting costs)")
+    kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
+    serial = kinds.add_parser("train", aliases=["serial"],
+                              help="steps and wall time to a target return over several seeds (`serial` runs "
+                                   "serial mode; `train --mode downpour --workers N` the distributed one)")
+    serial.add_argument("--mode", default="serial", choices=("serial", "downpour"), help="training mode")
+    serial.add_argument("--workers", type=int, default=2, help="downpour workers")
+    serial.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
+    serial.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run, one after another")
+    serial.add_argument("--target-return", type=float, default=None, help="stop each run once reached")
+    serial.add_argument("--total-steps", type=int, default=None, help="step budget per run (default: the preset's)")
+    serial.set_defaults(func=cmd_bench)
+    grad = kinds.add_parser("grad", help="the original's cost-vs-image-size table: DeepQ gradient and message "
+                                         "costs against bare PyTorch and the original's figures")
+    grad.add_argument("--sizes", type=int, nargs="+", default=list(range(16, 129, 8)), help="input sizes")
+    grad.add_argument("--repeats", type=int, default=5, help="timed repetitions per figure (medians)")
+    grad.set_defaults(func=cmd_bench_grad)
+    ps = kinds.add_parser("ps", help="parameter-server pull and push latency and updates/s by model size, "
+                                     "beside the original's latency")
+    ps.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128], help="DeepQ input sizes")
+    ps.add_argument("--shards", type=int, nargs="+", default=[1], help="shard counts to measure each size with")
+    ps.add_argument("--repeats", type=int, default=30, help="timed pulls and pushes per size (medians)")
+    ps.add_argument("--seconds", type=float, default=3.0, help="length of each throughput window")
+    ps.add_argument("--redis-url", help="use this Redis instead of a private one")
+    ps.set_defaults(func=cmd_bench_ps)
+    scaling = kinds.add_parser("scaling", help="downpour env steps/s and pushes/s by worker count, on an env "
+                                               "whose steps take a fixed (slept) time")
+    scaling.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="worker counts (first: base)")
+    scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
+    scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
+    scaling.set_defaults(func=cmd_bench_scaling)
+    watch = kinds.add_parser("dashboard", help="downpour throughput bare against with Celery evaluating and the "
+                                               "dashboard open in headless Chromium")
+    watch.add_argument("--repeats", type=int, default=2, help="pairs of runs (bare, watched), alternating")
+    watch.add_argument("--total-steps", type=int, default=200_000, help="env steps per run")
+    watch.add_argument("--workers", type=int, default=2, help="downpour workers")
+    watch.add_argument("--eval-every-s", type=float, default=30.0, help="seconds between Celery's evaluations")
+    watch.set_defaults(func=cmd_bench_dashboard)

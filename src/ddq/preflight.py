@@ -1,0 +1,88 @@
+"""Checks a run's resolved settings before anything starts: the env, the model, the device, Redis, Spark.
+
+`ddq train` calls `check_run` after the settings are merged and before it
+creates a run folder or starts a process, so a mistake costs one line and
+leaves nothing behind. Types and ranges are the settings' own rules
+(`ddq.config`); what is checked here needs the world: an env id Gymnasium
+knows, a network that fits the env's observations, a GPU that is there, a
+Redis that answers, a Spark master URL of a known kind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from ddq.config import TrainConfig, masked_url
+
+SPARK_MASTER = re.compile(r"^(local(\[(\d+|\*)(,\s*\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
+REDIS_TIMEOUT_S = 3.0
+
+
+class SettingError(ValueError):
+    """A setting that cannot work, said in one line: which setting, its value, what is allowed."""
+
+
+def check_run(config: TrainConfig) -> None:
+    """Raises SettingError for the first setting that would make the run fail once started."""
+    shapes = check_env(config)
+    check_model(config, *shapes)
+    check_device(config.device)
+    if config.mode != "serial":
+        if config.spark_master is not None and not SPARK_MASTER.match(config.spark_master):
+            raise SettingError(f"--spark-master {config.spark_master!r} is not a Spark master URL: use local[N], "
+                               "spark://HOST:PORT, yarn or k8s://URL")
+        if config.redis_url:
+            check_redis(config.redis_url, "--redis-url")
+
+
+def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
+    """(state shape, number of actions) of the configured env, or a SettingError naming the env."""
+    import gymnasium as gym
+
+    from ddq.core.agent import env_shapes
+    from ddq.core.replay import state_shape
+
+    try:
+        frame_shape, _, actions = env_shapes(config)
+    except gym.error.Error as error:
+        known = [name for name in gym.registry if not name.startswith("ALE/")]
+        close = difflib.get_close_matches(config.env, known, n=3)
+        hint = f"; did you mean {' or '.join(close)}?" if close else "; see gymnasium.pprint_registry()"
+        raise SettingError(f"--env {config.env!r}: {str(error).splitlines()[0].rstrip('.')}{hint}") from error
+    except (ValueError, RuntimeError) as error:
+        raise SettingError(f"--env {config.env!r}: {error}") from error
+    return state_shape(frame_shape, config.frame_stack), actions
+
+
+def check_model(config: TrainConfig, state: tuple[int, ...], actions: int) -> None:
+    from ddq.models import build_q_network
+
+    try:
+        build_q_network(config.model, state, actions, config.hidden)
+    except (ValueError, FileNotFoundError) as error:
+        raise SettingError(f"--model {config.model!r}: {error}") from error
+
+
+def check_device(name: str) -> None:
+    from ddq.core.agent import resolve_device
+
+    try:
+        resolve_device(name)
+    except RuntimeError as error:
+        raise SettingError(f"--device {name!r}: {error}; use cpu, cuda, cuda:N or auto") from error
+
+
+def check_redis(url: str, setting: str) -> None:
+    """A Redis that answers PING within a few seconds (a password it accepts included)."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except (redis.RedisError, ValueError, OSError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise SettingError(f"{setting} {masked_url(url)}: no Redis answers there ({reason})") from error

@@ -1,0 +1,59 @@
+"""Bad input: one line that names the setting, where it came from and what is allowed; exit 2; nothing left.
+
+Each case runs `ddq.cli.main` in this process (every check happens before any process or folder
+would exist, so there is nothing else to watch), from an empty working folder that must stay empty.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ddq.cli import main
+
+TOML_CASES = {
+    "lr.toml": ('seed = 1\n[optim]\nlr = "fast"\n', "lr = 'fast' in lr.toml, line 3: expected a number"),
+    "steps.toml": ('total_steps = "lots"\n', "total_steps = 'lots' in steps.toml, line 1: expected a whole number"),
+    "syntax.toml": ("total_steps = \n", "--config syntax.toml is not valid TOML: Invalid value (at line 1"),
+    "unknown.toml": ("learning_rate = 0.1\n", "unknown setting 'learning_rate' in unknown.toml, line 1"),
+}
+
+CASES = [
+    (["train", "--workers", "0"], "workers must be positive, got 0 (given as --workers)"),
+    (["train", "--mode", "serial", "--gamma", "1.5"], "gamma must be between 0 and 1, got 1.5 (given as --gamma)"),
+    (["train", "--env", "Foo-v9"], "--env 'Foo-v9': Environment `Foo` doesn't exist"),
+    (["train", "--env", "CartPole-v9"], "did you mean CartPole-v1"),
+    (["train", "--env", "CartPole-v1", "--model", "deepq"], "--model 'deepq': model 'deepq' needs image states"),
+    (["train", "--model", "nope"], "--model 'nope': unknown model 'nope'; choose one of auto, mlp"),
+    (["train", "--redis-url", "redis://127.0.0.1:1"], "--redis-url redis://127.0.0.1:1: no Redis answers there"),
+    (["train", "--spark-master", "localhost"], "--spark-master 'localhost' is not a Spark master URL"),
+    (["train", "--config", "missing.toml"], "--config missing.toml: No such file or directory"),
+    (["evaluate", "text.pt"], "text.pt is not a ddq checkpoint (torch cannot read it"),
+    (["evaluate", "."], "no checkpoint at checkpoint.pt"),
+    (["dashboard", "--redis-url", "unix:///nonexistent.sock"],
+     "--redis-url unix:///nonexistent.sock: no Redis answers there"),
+    (["dashboard", "."], "holds no saved telemetry (telemetry.rdb)"),
+] + [(["train", "--config", name], message) for name, (_, message) in TOML_CASES.items()]
+
+
+@pytest.mark.parametrize("argv, message", CASES, ids=[" ".join(argv) for argv, _ in CASES])
+def test_bad_input_is_one_line_and_exit_2_before_anything_starts(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DDQ_REDIS_URL", raising=False)
+    for name, (text, _) in TOML_CASES.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "text.pt").write_text("not a checkpoint\n")
+    before = sorted(os.listdir(tmp_path))
+
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("ddq: error: ") and len(err.splitlines()) == 1, err
+    assert message in err and "Traceback" not in err and out == ""
+    assert sorted(os.listdir(tmp_path)) == before  # no run folder, nothing written
+
+
+def test_debug_shows_the_traceback(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="workers must be positive"):
+        main(["train", "--workers", "0", "--debug"])
