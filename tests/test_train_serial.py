@@ -19,6 +19,16 @@ def test_help_lists_every_subcommand():
         assert command in result.stdout
 
 
+def test_train_help_is_short_and_help_all_lists_every_setting_grouped_with_defaults():
+    brief, full = run_ddq("train", "--help"), run_ddq("train", "--help-all")
+    assert brief.returncode == full.returncode == 0
+    assert "--lr LR" in brief.stdout and "--epsilon-steps" not in brief.stdout and "--help-all" in brief.stdout
+    for group in ("run", "environment", "network", "algorithm", "exploration", "evaluation", "distributed",
+                  "services"):
+        assert f"\n{group} settings:\n" in full.stdout
+    assert "--epsilon-steps" in full.stdout and "(default: 0.99)" in " ".join(full.stdout.split())  # gamma
+
+
 def test_short_run_writes_metrics_checkpoint_summary_and_curve(tmp_path):
     run_dir = tmp_path / "run"
     result = run_ddq("train", *SHORT, "--total-steps", "3000", "--run-dir", str(run_dir))

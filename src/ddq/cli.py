@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddq.benchmarks.commands import add_bench_commands
-from ddq.config import REDIS_URL_ENV, add_config_flags, build_config, has_masked_secret, read_settings
+from ddq.config import REDIS_URL_ENV, build_config, has_masked_secret, read_settings
+from ddq.flags import add_config_flags
 from ddq.preflight import check_redis, check_run
 
 if TYPE_CHECKING:
@@ -223,7 +224,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
+    """The `ddq` command line; `full_help`: `ddq train --help` lists every setting, not the common ones."""
     parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.",
                                      epilog="Give --debug (anywhere) to see the traceback of an error.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
@@ -231,12 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train a DQN agent (serial, or downpour on Spark)",
                                 description="Train a DQN agent. Settings: defaults < the env's preset < "
-                                            "--config FILE (TOML) < flags.")
+                                            "--config FILE (TOML) < flags.",
+                                epilog=None if full_help else "These are the settings people change most; "
+                                "`ddq train --help-all` lists every one of them, grouped, with its default.")
+    train.add_argument("--help-all", action="store_true", help="list every setting, grouped, and exit")
     train.add_argument("--config", help="TOML file of settings (flags override it)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
     train.add_argument("--solver", metavar="PROTOTXT", help="Caffe solver file whose settings become the "
                                                             "optimizer's (flags still override them)")
-    add_config_flags(train)
+    add_config_flags(train, brief=not full_help)
     train.set_defaults(func=cmd_train)
 
     barista = commands.add_parser("barista", help="a long-lived worker: `barista serve`")
@@ -317,10 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     one line and exit 2; anything else one line and exit 1; `--debug` shows the traceback instead."""
     started_at = time.time()  # before torch is imported: time_to_target_s counts from here
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
-    args = build_parser().parse_args([arg for arg in argv if arg != "--debug"])
+    debug, full_help = "--debug" in argv, "--help-all" in argv
+    argv = ["--help" if arg == "--help-all" else arg for arg in argv if arg != "--debug"]
+    args = build_parser(full_help).parse_args(argv)
     args.started_at = started_at
-    del args.debug  # not a setting
+    del args.debug, args.help_all  # not settings
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -335,3 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddq: error: {kind}{text}" + ("" if user_error else " (run again with --debug for the traceback)"),
               file=sys.stderr)
         return 2 if user_error else 1
+
+
+if __name__ == "__main__":  # python -m ddq.cli works as python -m ddq does
+    sys.exit(main())

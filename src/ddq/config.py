@@ -7,7 +7,6 @@ name with dashes, so the file and the flags never drift apart.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -200,7 +199,7 @@ _KIND_WORDS = {bool: "true or false", int: "a whole number", float: "a number", 
 
 def _typed(cls: type, key: str, value: Any, source: str) -> Any:
     """`value` as the field's type (a whole float for an int, an int for a float), or a ValueError."""
-    kind, is_list = _flag_type(typing.get_type_hints(cls)[key])
+    kind, is_list = field_type(typing.get_type_hints(cls)[key])
     optional = type(None) in typing.get_args(typing.get_type_hints(cls)[key])
     if dataclasses.is_dataclass(kind) or (value is None and optional):
         return value
@@ -347,37 +346,11 @@ def read_settings(path: str | Path) -> TrainConfig:
     return decode_settings(Path(path).read_text(), str(path))
 
 
-# ------------------------------------------------------------------ CLI flags
-def _flag_type(annotation: Any) -> tuple[type, bool]:
+def field_type(annotation: Any) -> tuple[type, bool]:
     """(element type, is_list) of a field annotation such as `int | None` or `list[int]`."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return _flag_type(args[0])
+        return field_type(args[0])
     if typing.get_origin(annotation) is list:
         return args[0], True
     return annotation, False
-
-
-def _parse_optional(kind: type):
-    def parse(text: str):
-        return None if text.lower() == "none" else kind(text)
-    parse.__name__ = kind.__name__
-    return parse
-
-
-def add_config_flags(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> None:
-    """One flag per config field; unset flags stay out of the parsed namespace."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(hints[f.name]):
-            add_config_flags(parser, hints[f.name])
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        kind, is_list = _flag_type(hints[f.name])
-        help_text = f.metadata.get("help", "")
-        if kind is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=argparse.SUPPRESS, help=help_text)
-        else:
-            parser.add_argument(flag, dest=f.name, type=_parse_optional(kind), nargs="+" if is_list else None,
-                                default=argparse.SUPPRESS, help=help_text, metavar=f.name.upper())
