@@ -41,6 +41,9 @@ def test_two_workers_train_through_the_parameter_server(tmp_path):
     run_dir = tmp_path / "run"  # given relative to the working folder, as people do
     result = run_ddq("train", *SHORT, "--total-steps", "4000", "--run-dir", "run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    # a quiet console: ddq's own lines only; the JVM's start-up warnings and Spark's log go to spark.log
+    assert [line for line in result.stderr.splitlines() if not line.startswith("ddq: ")] == []
+    assert "WARN" in (run_dir / "spark.log").read_text()
     summary = summary_of(run_dir)
     assert summary["mode"] == "downpour" and summary["env_steps"] >= 4000
     workers = sorted(summary["workers"], key=lambda w: w["worker"])

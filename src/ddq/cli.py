@@ -326,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = ["--help" if arg == "--help-all" else arg for arg in argv if arg != "--debug"]
     args = build_parser(full_help).parse_args(argv)
     args.started_at = started_at
-    del args.debug, args.help_all  # not settings
+    for not_a_setting in ("debug", "help_all"):
+        vars(args).pop(not_a_setting, None)
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -109,3 +109,13 @@ def evaluate_and_record(network: nn.Module, config: TrainConfig, log: RunLog, co
         counters.steps_to_target = env_steps
         counters.time_to_target_s = time.time() - started_at
     return (env_steps, result.mean_return, result.mean_rewarded_steps), reached
+
+
+def progress_values(recent_return: float | None, epsilon: float,
+                    last_eval: tuple[int, float, float] | None) -> dict[str, str]:
+    """What a progress bar shows beside the steps: the recent training return, epsilon, and the newest
+    greedy evaluation with the env step it was taken at."""
+    values = {"return": f"{recent_return:.1f}" if recent_return is not None else "-", "eps": f"{epsilon:.2f}"}
+    if last_eval:
+        values["greedy"] = f"{last_eval[1]:.1f}@{last_eval[0]:,}"
+    return values

@@ -14,6 +14,7 @@ and the newest checkpoint it has.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import sys
@@ -32,7 +33,7 @@ from ddq.core.agent import env_shapes, epsilon_schedule, make_learner, resolve_d
 from ddq.core.replay import state_shape
 from ddq.dashboard.launch import serve_dashboard
 from ddq.lifecycle import RunControl, StopReason, StopSignals, stop_reason
-from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, run_summary
+from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, progress_values, run_summary
 from ddq.modes.spark import barista_task, launched_by_spark_submit, local_master, spark_session
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shard, stop_shards, wait_until_serving
@@ -69,6 +70,7 @@ class DownpourTrainer:
         self.log = RunLog(self.run_dir)
         self.counters = RunCounters.from_dict(resume["counters"]) if resume else RunCounters()
         self.last_eval: tuple[int, float, float] | None = None
+        self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
         self.epsilon = epsilon_schedule(config)  # reported as the workers see it: by the global env steps
         self.supervisor = Supervisor()
         self.signals = StopSignals()
@@ -85,7 +87,7 @@ class DownpourTrainer:
                       "machines need --redis-url redis://HOST:PORT (or rediss://) of a server they can reach",
                       file=sys.stderr)
             master = c.spark_master or (None if launched_by_spark_submit() else local_master(c.workers))
-            spark = spark_session(master, f"ddq-{self.run}")
+            spark = spark_session(master, f"ddq-{self.run}", self.run_dir / "spark.log")
             stack.callback(spark.stop)
             stack.enter_context(self.signals)  # after Spark's session: pyspark installs a SIGINT handler of its own
             url = self._start_services(stack)
@@ -191,11 +193,13 @@ class DownpourTrainer:
                 self.supervisor.check(stopping)
                 self.reporter.record_restarts(self.supervisor.restarts())
                 steps = int(self.redis.get(self.keys.env_steps) or 0)
-                bar.update(steps - bar.n)
+                bar.update(min(steps, c.total_steps) - bar.n)  # past the total, tqdm would drop the percentage
                 self.counters.env_steps = steps
                 self.counters.wall_time_s = wall_before + time.time() - session_start
                 self._drain_episodes()
                 self.reporter.record_progress(steps, self.epsilon(steps))
+                recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
+                bar.set_postfix(progress_values(recent, self.epsilon(steps), self.last_eval), refresh=False)
                 if steps >= next_eval and not stopping:
                     next_eval = (steps // c.eval_every + 1) * c.eval_every
                     reached = self._evaluate() or reached
@@ -227,6 +231,7 @@ class DownpourTrainer:
     def _drain_episodes(self) -> None:
         for episode in self.episodes.read_new():
             self.counters.episodes += 1
+            self.recent_returns.append(float(episode.get("episode_return") or 0.0))
             self.log.write("episode", env_steps=episode.get("env_steps", self.counters.env_steps),
                            worker=episode.get("worker"), episode_return=episode.get("episode_return"),
                            length=episode.get("length"), truncated=episode.get("truncated"))

@@ -20,7 +20,7 @@ from ddq.core import checkpoint as ckpt
 from ddq.core.agent import build_agent
 from ddq.core.weights import LocalParameters, train_from_replay
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
-from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, run_summary
+from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, progress_values, run_summary
 
 
 class SerialTrainer:
@@ -65,14 +65,16 @@ class SerialTrainer:
                 self._act()
                 self._train(self.actor.env_steps - before)
                 self.counters.wall_time_s = wall_before + time.time() - session_start
-                bar.update(self.actor.env_steps - before)
+                bar.update(min(self.actor.env_steps, c.total_steps) - bar.n)  # past the total, tqdm drops the %
                 steps = self.actor.env_steps
                 if steps >= marks["log_every"]:
                     marks["log_every"] = self._next_mark(c.log_every)
-                    bar.set_postfix(self._log_training(), refresh=False)
+                    self._log_training()
+                    bar.set_postfix(self._bar_values(), refresh=False)
                 if steps >= marks["eval_every"]:
                     marks["eval_every"] = self._next_mark(c.eval_every)
                     reached = self._evaluate_and_check()
+                    bar.set_postfix(self._bar_values(), refresh=False)  # the bar shows the newest greedy score
                 if steps >= marks["checkpoint_every"]:
                     marks["checkpoint_every"] = self._next_mark(c.checkpoint_every)
                     self.save()
@@ -100,19 +102,19 @@ class SerialTrainer:
                 self._window[key].append(getattr(stats, key))
 
     # --------------------------------------------------------------- logging
-    def _log_training(self) -> dict[str, str]:
+    def _log_training(self) -> None:
         means = {k: float(np.mean(v)) if v else None for k, v in self._window.items()}
         for values in self._window.values():
             values.clear()
-        recent = float(np.mean(self.recent_returns)) if self.recent_returns else None
         self.log.write("train", env_steps=self.actor.env_steps, updates=self.learner.updates,
                        wall_time_s=self.counters.wall_time_s, epsilon=self.epsilon(self.actor.env_steps),
-                       episodes=self.counters.episodes, recent_return=recent, **means)
-        postfix = {"return": f"{recent:.1f}" if recent is not None else "-",
-                   "eps": f"{self.epsilon(self.actor.env_steps):.2f}"}
-        if self.last_eval:
-            postfix["eval"] = f"{self.last_eval[1]:.1f}"
-        return postfix
+                       episodes=self.counters.episodes, recent_return=self._recent_return(), **means)
+
+    def _recent_return(self) -> float | None:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else None
+
+    def _bar_values(self) -> dict[str, str]:
+        return progress_values(self._recent_return(), self.epsilon(self.actor.env_steps), self.last_eval)
 
     def _evaluate_and_check(self) -> bool:
         self.last_eval, reached = evaluate_and_record(

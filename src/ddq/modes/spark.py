@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from ddq.config import decode_settings
@@ -32,19 +34,22 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit's PythonRunner hands its JVM over this way
 
 
-def spark_session(master: str | None, app: str) -> Any:
+def spark_session(master: str | None, app: str, log_path: Path | None = None) -> Any:
     """A SparkSession whose driver binds 127.0.0.1; a local master's Python workers run this interpreter.
-    `master` None keeps the one spark-submit was given."""
+    `master` None keeps the one spark-submit was given. `log_path`: where the JVM's own output goes
+    (its start-up warnings, Spark's log, the Python workers' stderr) instead of the terminal."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
-    session = (builder.appName(app)
+    configured = (builder.appName(app)
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.task.maxFailures", str(TASK_RETRIES))
-               .config("spark.python.worker.reuse", "true").getOrCreate())
+               .config("spark.python.worker.reuse", "true"))
+    with _stderr_into(log_path):  # the JVM inherits this process's stderr when it starts, and keeps it
+        session = configured.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
 
@@ -52,3 +57,21 @@ def spark_session(master: str | None, app: str) -> Any:
 def local_master(workers: int) -> str:
     """local[N, retries]: local mode retries failed tasks only when told."""
     return f"local[{workers},{TASK_RETRIES}]"
+
+
+@contextlib.contextmanager
+def _stderr_into(path: Path | None) -> Iterator[None]:
+    """File descriptor 2 of this process points into `path` (appended) meanwhile; None changes nothing."""
+    if path is None or launched_by_spark_submit():  # spark-submit's JVM exists already, with its own stderr
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
