@@ -29,6 +29,7 @@ def _default_run_dir(env_id: str) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ddq.core import checkpoint as ckpt
+    from ddq.modes.bookkeeping import write_summary
     from ddq.modes.serial import SerialTrainer
     from ddq.services.plot import plot_run
 
@@ -64,10 +65,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         trainer = SerialTrainer(config, run_dir, args.started_at, resume=saved)
         summary = trainer.run()
-    curve = plot_run(run_dir)
-    shown = {k: v for k, v in summary.items() if k not in ("config", "workers")}
-    shown["learning_curve"] = str(curve)
-    print(json.dumps(shown, indent=2))
+    summary["learning_curve"] = str(plot_run(run_dir))
+    write_summary(run_dir, summary)
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    print(f"ddq: the same summary, with every setting, is in {Path(run_dir) / 'summary.json'}", file=sys.stderr)
     return trainer.exit_code  # 0 only for a run that finished: 1 when it failed, 128+N when a signal stopped it
 
 

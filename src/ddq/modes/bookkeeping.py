@@ -38,12 +38,16 @@ class RunLog:
         self._file.flush()
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
-        path = self.run_dir / "summary.json"
-        path.write_text(json.dumps({k: _plain(v) for k, v in summary.items()}, indent=2) + "\n")
-        return path
+        return write_summary(self.run_dir, summary)
 
     def close(self) -> None:
         self._file.close()
+
+
+def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
+    path = Path(run_dir) / "summary.json"
+    path.write_text(json.dumps({k: _plain(v) for k, v in summary.items()}, indent=2) + "\n")
+    return path
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -92,9 +96,10 @@ EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with train
 
 
 def evaluate_and_record(network: nn.Module, config: TrainConfig, log: RunLog, counters: RunCounters, env_steps: int,
-                        updates: int, started_at: float, device: torch.device) -> tuple[tuple[int, float, float], bool]:
+                        updates: int, origin: float, device: torch.device) -> tuple[tuple[int, float, float], bool]:
     """A run's periodic greedy evaluation, the same in every mode: evaluates on fresh seeds, logs the
-    point, notes the first time the target return was reached in `counters`.
+    point, notes the first time the target return was reached in `counters` (time_to_target_s: seconds
+    since `origin`, the run's clock, as wall_time_s).
 
     Returns (env steps, mean return, mean rewarded steps) and whether the target is reached.
     """
@@ -107,7 +112,7 @@ def evaluate_and_record(network: nn.Module, config: TrainConfig, log: RunLog, co
     reached = config.target_return is not None and result.mean_return >= config.target_return
     if reached and counters.steps_to_target is None:
         counters.steps_to_target = env_steps
-        counters.time_to_target_s = time.time() - started_at
+        counters.time_to_target_s = time.time() - origin
     return (env_steps, result.mean_return, result.mean_rewarded_steps), reached
 
 

@@ -69,6 +69,8 @@ class DownpourTrainer:
         self.learner = make_learner(config, frame_shape, num_actions, self.device)  # a mirror of the server's
         self.log = RunLog(self.run_dir)
         self.counters = RunCounters.from_dict(resume["counters"]) if resume else RunCounters()
+        # the run's clock: from the command's start, less the earlier sessions of a resumed run
+        self.origin = self.started_at - self.counters.wall_time_s
         self.last_eval: tuple[int, float, float] | None = None
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
         self.epsilon = epsilon_schedule(config)  # reported as the workers see it: by the global env steps
@@ -180,7 +182,6 @@ class DownpourTrainer:
         stop at the target, the time budget or a signal (the workers stop at the step budget themselves)."""
         c = self.config
         next_eval = (self.counters.env_steps // c.eval_every + 1) * c.eval_every
-        session_start, wall_before = time.time(), self.counters.wall_time_s
         reached = False
         with tqdm(total=c.total_steps, initial=self.counters.env_steps, unit="step", disable=not c.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
@@ -195,7 +196,7 @@ class DownpourTrainer:
                 steps = int(self.redis.get(self.keys.env_steps) or 0)
                 bar.update(min(steps, c.total_steps) - bar.n)  # past the total, tqdm would drop the percentage
                 self.counters.env_steps = steps
-                self.counters.wall_time_s = wall_before + time.time() - session_start
+                self.counters.wall_time_s = time.time() - self.origin
                 self._drain_episodes()
                 self.reporter.record_progress(steps, self.epsilon(steps))
                 recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
@@ -241,7 +242,7 @@ class DownpourTrainer:
         self.client.sync()
         self.last_eval, reached = evaluate_and_record(
             self.learner.online, self.config, self.log, self.counters, self.counters.env_steps,
-            self.client.version, self.started_at, self.device)
+            self.client.version, self.origin, self.device)
         record_evaluation(self.redis, self.keys, "driver", self.client.version, self.last_eval[0],
                           self.last_eval[1], [])
         self._save_checkpoint()  # so a run whose driver is killed can still be resumed from here
@@ -259,6 +260,7 @@ class DownpourTrainer:
         mirror of its weights (as of the last evaluation) when the run failed. The summary's workers are
         every attempt's last report (a killed attempt's steps and pushes count too)."""
         workers: list[dict] = []
+        self.counters.wall_time_s = time.time() - self.origin
         with contextlib.suppress(redis.RedisError):
             workers = worker_rows(self.redis, self.keys)
             self._drain_episodes()

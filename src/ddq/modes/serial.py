@@ -45,14 +45,14 @@ class SerialTrainer:
         self.last_eval: tuple[int, float, float] | None = None  # (env steps, mean return, mean rewarded steps)
         if resume is not None:
             self._restore(resume)
+        # the run's clock: from the command's start, less the earlier sessions of a resumed run
+        self.origin = self.started_at - self.counters.wall_time_s
         self._window: dict[str, list[float]] = {"loss": [], "mean_max_q": [], "grad_norm": []}
 
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, Any]:
         """Train until the step budget is spent or the target return is reached."""
         c = self.config
-        session_start = time.time()
-        wall_before = self.counters.wall_time_s
         self.actor.reset(seed=c.seed + self.counters.env_steps)
         self.actor.env_steps = self.counters.env_steps
         marks = {name: self._next_mark(getattr(c, name)) for name in ("log_every", "eval_every", "checkpoint_every")}
@@ -64,7 +64,7 @@ class SerialTrainer:
                 before = self.actor.env_steps
                 self._act()
                 self._train(self.actor.env_steps - before)
-                self.counters.wall_time_s = wall_before + time.time() - session_start
+                self.counters.wall_time_s = time.time() - self.origin
                 bar.update(min(self.actor.env_steps, c.total_steps) - bar.n)  # past the total, tqdm drops the %
                 steps = self.actor.env_steps
                 if steps >= marks["log_every"]:
@@ -119,7 +119,7 @@ class SerialTrainer:
     def _evaluate_and_check(self) -> bool:
         self.last_eval, reached = evaluate_and_record(
             self.learner.online, self.config, self.log, self.counters, self.actor.env_steps,
-            self.learner.updates, self.started_at, self.device)
+            self.learner.updates, self.origin, self.device)
         return reached
 
     # ----------------------------------------------------------- checkpoints
@@ -147,6 +147,7 @@ class SerialTrainer:
     def _finish(self) -> dict[str, Any]:
         if self.last_eval is None or self.last_eval[0] != self.actor.env_steps:
             self._evaluate_and_check()
+        self.counters.wall_time_s = time.time() - self.origin  # after the last evaluation: never below time_to_target_s
         checkpoint_path = self.save()
         self.counters.env_steps = self.actor.env_steps
         reason = self.stopped_because.value if self.stopped_because else None
