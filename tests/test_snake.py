@@ -184,3 +184,19 @@ def test_rewards_follow_apples_eaten_in_a_random_batch():
 def test_too_small_a_grid_is_refused(size):
     with pytest.raises(ValueError, match="at least 4x4"):
         SnakeEngine(1, size)
+
+
+def test_snake_is_a_gymnasium_image_env_other_libraries_can_train_on():
+    """The conventions image-based agents check (Stable-Baselines3's is_image_space, for one): a Box of
+    uint8 in [0, 255] with a channel axis; Gymnasium's own checker passes, and its vector envs work."""
+    env = gym.make("ddq/Snake-v0")
+    space = env.observation_space
+    assert space.shape == (12, 12, 1) and space.dtype == np.uint8 and space.low.min() == 0 and space.high.max() == 255
+    check_env(env.unwrapped, skip_render_check=True)
+    obs, _ = env.reset(seed=0)
+    assert space.contains(obs)
+    vector = gym.make_vec("ddq/Snake-v0", num_envs=3, vectorization_mode="sync")
+    observations, _ = vector.reset(seed=1)
+    assert observations.shape == (3, 12, 12, 1) and vector.single_observation_space == space
+    vector.close()
+    env.close()

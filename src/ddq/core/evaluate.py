@@ -84,11 +84,16 @@ def greedy_episode_frames(q_net: nn.Module, env_id: str, frame_stack: int = 1,
     envs = make_vector_env(env_id, 1, env_options)
     try:
         with contextlib.closing(_play(q_net, envs, frame_stack, 0.0, seed, device)) as steps:
-            frames = [next(steps)[0][0]]
+            frames = [_board(next(steps)[0][0])]
             for observations, _, terminated, truncated in steps:
-                frames.append(observations[0])
+                frames.append(_board(observations[0]))
                 if terminated[0] or truncated[0] or len(frames) >= max_frames:
                     break
         return frames
     finally:
         envs.close()
+
+
+def _board(observation: np.ndarray) -> np.ndarray:
+    """An image observation without a one-channel axis: (height, width, 1) becomes (height, width)."""
+    return observation[..., 0] if observation.ndim == 3 and observation.shape[-1] == 1 else observation

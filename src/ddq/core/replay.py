@@ -76,7 +76,7 @@ class ReplayMemory:
         env reset, which is not a transition).
         """
         slot = self.written % self.slots
-        self.frames[slot] = frames
+        self.frames[slot] = as_frames(frames, self.frame_shape)
         self.first[slot] = ~continues
         self.has_next[slot] = False
         if self.written > 0:
@@ -139,10 +139,19 @@ class ReplayMemory:
 
 
 def frame_layout(space: Any) -> tuple[tuple[int, ...], np.dtype]:
-    """(shape, dtype) of one frame of a Gymnasium observation space; DQN needs both known (a Box)."""
+    """(shape, dtype) of one frame of a Gymnasium observation space; DQN needs both known (a Box).
+
+    A one-channel image (height, width, 1) is stored as (height, width): stacked frames are the
+    channels the network sees."""
     if space.shape is None or space.dtype is None:
         raise ValueError(f"DQN needs observations of a known shape and dtype; got {space}")
-    return tuple(space.shape), np.dtype(space.dtype)
+    shape = tuple(space.shape)
+    return (shape[:2] if len(shape) == 3 and shape[2] == 1 else shape), np.dtype(space.dtype)
+
+
+def as_frames(observations: np.ndarray, frame_shape: tuple[int, ...]) -> np.ndarray:
+    """A vector step's observations in the stored frame layout (a view: the channel axis dropped)."""
+    return observations.reshape(len(observations), *frame_shape)
 
 
 class FrameStacker:
@@ -159,11 +168,13 @@ class FrameStacker:
         return cls(num_streams, shape, dtype, frame_stack)
 
     def reset(self, frames: np.ndarray) -> np.ndarray:
+        frames = as_frames(frames, self.frame_shape)
         self.frames[:] = frames[:, None]
         return self.states()
 
     def push(self, frames: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """Append new frames; where `starts`, the stack restarts from that frame."""
+        frames = as_frames(frames, self.frame_shape)
         self.frames[:, :-1] = self.frames[:, 1:]
         self.frames[:, -1] = frames
         self.frames[starts] = frames[starts, None]

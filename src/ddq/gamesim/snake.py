@@ -15,12 +15,14 @@ _RGB_SCALE = 4  # pixels per cell in rgb_array frames, so a person can see them
 
 
 def _spaces(size: int) -> tuple[spaces.Box, spaces.Discrete]:
+    """A (height, width, 1) uint8 image, the layout image-based agents of other libraries expect
+    (Stable-Baselines3's CnnPolicy, for one); ddq's replay stores it without the channel axis."""
     side = size + 2
-    return spaces.Box(0, 255, (side, side), dtype=np.uint8), spaces.Discrete(4)
+    return spaces.Box(0, 255, (side, side, 1), dtype=np.uint8), spaces.Discrete(4)
 
 
 class SnakeEnv(gym.Env):
-    """One game of Snake; the observation is the board as a grayscale uint8 image."""
+    """One game of Snake; the observation is the board as a grayscale uint8 image (height, width, 1)."""
 
     metadata = {"render_modes": ["rgb_array", "ansi"], "render_fps": 10}
 
@@ -41,11 +43,11 @@ class SnakeEnv(gym.Env):
             self.engine.stream[0] = np.uint64(self.np_random.integers(0, 2**63))
             self._stream_started = True
         self.engine.reset(np.array([0]))
-        return self.engine.render()[0], self._info()
+        return self.engine.render()[0, :, :, None], self._info()
 
     def step(self, action):
         reward, terminated, truncated = self.engine.step(np.array([action]))
-        return (self.engine.render()[0], float(reward[0]), bool(terminated[0]),
+        return (self.engine.render()[0, :, :, None], float(reward[0]), bool(terminated[0]),
                 bool(truncated[0]), self._info())
 
     def _info(self) -> dict[str, Any]:
@@ -75,7 +77,7 @@ class SnakeVectorEnv(VectorEnv):
         self.num_envs = num_envs
         self.engine = SnakeEngine(num_envs, size, max_steps_without_apple)
         self.single_observation_space, self.single_action_space = _spaces(size)
-        self.observation_space = spaces.Box(0, 255, (num_envs, size + 2, size + 2), dtype=np.uint8)
+        self.observation_space = spaces.Box(0, 255, (num_envs, size + 2, size + 2, 1), dtype=np.uint8)
         self.action_space = spaces.MultiDiscrete(np.full(num_envs, 4))
         self._needs_reset = np.zeros(num_envs, dtype=bool)
         self._stream_started = False
@@ -88,11 +90,11 @@ class SnakeVectorEnv(VectorEnv):
             self._stream_started = True
         self.engine.reset(np.ones(self.num_envs, dtype=bool))
         self._needs_reset[:] = False
-        return self.engine.render(), {}
+        return self.engine.render()[..., None], {}
 
     def step(self, actions):
         resetting = self._needs_reset.copy()
         reward, terminated, truncated = self.engine.step(actions, active=~resetting)
         self.engine.reset(resetting)
         self._needs_reset = terminated | truncated
-        return self.engine.render(), reward, terminated, truncated, {}
+        return self.engine.render()[..., None], reward, terminated, truncated, {}
