@@ -93,7 +93,7 @@ def test_latest_state_panels(api, big_run):
 def test_first_layer_images_are_the_published_weights(api, big_run):
     _, run = big_run
     layer = api.get("/api/first-layer").get_json()
-    assert layer["available"] and layer["layer"] == "2.weight"
+    assert layer["available"] and layer["layer"] == "fc1.weight"  # torch's "2.weight", named for a person
     assert (layer["filters"], layer["channels"], layer["height"], layer["width"]) == (64, 1, 12, 12)
     pixels = np.frombuffer(base64.b64decode(layer["pixels"]), np.uint8).reshape(64, 144)
     weights = run.weights[:64 * 144].reshape(64, 144)  # the MLP's first 64 units over the 12x12 board

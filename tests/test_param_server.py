@@ -340,3 +340,13 @@ def test_a_push_waiting_on_a_full_backlog_gives_up_when_the_run_stops(redis_serv
         assert admin.llen(keys.shard(0).grads) == 2
     finally:
         client.close()
+
+
+def test_layers_are_named_for_a_person_not_by_sequential_index():
+    from ddq.transport.keys import readable_names
+
+    nature = [("0.weight", (32, 4, 8, 8)), ("0.bias", (32,)), ("2.weight", (64, 32, 4, 4)), ("2.bias", (64,)),
+              ("5.weight", (512, 3136)), ("5.bias", (512,)), ("7.weight", (4, 512)), ("7.bias", (4,))]
+    assert readable_names(nature) == ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
+                                      "fc3.weight", "fc3.bias", "fc4.weight", "fc4.bias"]
+    assert readable_names([("ip1.weight", (2, 3)), ("ip1.bias", (2,))]) == ["ip1.weight", "ip1.bias"]  # a prototxt's

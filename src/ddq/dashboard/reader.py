@@ -19,7 +19,7 @@ import redis
 from ddq.config import TrainConfig, config_from_document
 from ddq.dashboard.series import Columns, downsample
 from ddq.services.telemetry import ListCursor, json_object, merge_server, shard_reports, worker_rows
-from ddq.transport.keys import RunKeys, shard_bounds
+from ddq.transport.keys import RunKeys, readable_names, shard_bounds
 from ddq.transport.wire import BODY_DTYPE, HEADER, WireError, layout_bytes, read_weights_header
 
 MAX_FILTERS = 64  # first-layer images shown; a wide first layer shows its first units
@@ -185,7 +185,8 @@ class RunReader:
             return "the run's info does not describe its network"
         layout = [(str(name), tuple(int(n) for n in shape)) for name, shape in network["layout"]]
         size = sum(math.prod(shape) for _, shape in layout)
-        name, shape = layout[0]
+        shape = layout[0][1]
+        name = readable_names(layout)[0]
         state = tuple(int(n) for n in network.get("state_shape") or ())
         if len(shape) == 4:
             images = shape

@@ -10,14 +10,16 @@ from collections import Counter
 
 import torch
 
+from ddq.transport.keys import readable_names
+
 log = logging.getLogger("ddq.param_server")
 
 
 def layer_segments(layout: list[tuple[str, tuple[int, ...]]], bounds: tuple[int, int]) -> list[tuple[str, int, int]]:
-    """(parameter name, start, end) of each parameter's part inside a shard's slice, relative to it."""
+    """(readable parameter name, start, end) of each parameter's part inside a shard's slice, relative to it."""
     segments, offset = [], 0
     start, end = bounds
-    for name, shape in layout:
+    for name, (_, shape) in zip(readable_names(layout), layout):
         size = math.prod(shape)
         lo, hi = max(offset, start), min(offset + size, end)
         if lo < hi:

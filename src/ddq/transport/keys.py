@@ -1,4 +1,5 @@
-"""The run's key plan: every Redis key a run uses, and how the flat weights split into shard slices.
+"""The run's key plan: every Redis key a run uses, how the flat weights split into shard slices, and
+the names of their parts that telemetry shows.
 
 Every process of a distributed run (driver, shards, workers, Celery, the
 dashboard) talks through these keys, so they live here, below all of them.
@@ -15,6 +16,23 @@ def shard_bounds(size: int, shards: int) -> list[tuple[int, int]]:
         raise ValueError(f"cannot split {size} parameters into {shards} shards")
     edges = [round(i * size / shards) for i in range(shards + 1)]
     return list(zip(edges[:-1], edges[1:]))
+
+
+def readable_names(layout: list[tuple[str, tuple[int, ...]]]) -> list[str]:
+    """Names a person reads: torch's `nn.Sequential` indices ("2.weight") become the layer's kind and
+    its place among the layers with parameters ("fc2.weight", "conv1.bias"); names a definition gave
+    (a prototxt's layer names) stay as they are."""
+    names: list[str] = []
+    layers: dict[str, str] = {}  # module index -> readable layer name
+    for name, shape in layout:
+        module, _, kind = name.rpartition(".")
+        if not module.isdigit():
+            names.append(name)
+            continue
+        if module not in layers:
+            layers[module] = f"{'conv' if len(shape) == 4 else 'fc'}{len(layers) + 1}"
+        names.append(f"{layers[module]}.{kind}")
+    return names
 
 
 @dataclass(frozen=True)

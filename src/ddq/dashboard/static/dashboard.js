@@ -28,6 +28,24 @@ function fmt(value, digits = 3) {
   return value.toPrecision(digits);
 }
 
+function fmtCompact(value) {  // axis ticks: 2k, 1.5M (long numbers run together on narrow charts)
+  if (value === null || value === undefined) return "";
+  const abs = Math.abs(value);
+  if (abs >= 1e6) return `${+(value / 1e6).toPrecision(3)}M`;
+  if (abs >= 1e3) return `${+(value / 1e3).toPrecision(3)}k`;
+  return fmt(value, 2);
+}
+
+const tickLabels = (u, ticks) => ticks.map((t) => (t === null ? "" : fmt(t, 2)));  // log axes skip minor ticks
+
+function lastValue(values) {
+  for (let i = values.length - 1; i >= 0; i--) if (values[i] !== null && values[i] !== undefined) return values[i];
+  return null;
+}
+
+// Legends show the value under the cursor, and the newest value when nothing is hovered.
+const legendValue = (format) => (u, v, si, idx) => format(idx === null ? lastValue(u.data[si] || []) : v);
+
 function fmtDuration(seconds) {
   if (seconds === null || seconds === undefined) return "–";
   const s = Math.max(0, Math.round(seconds));
@@ -75,15 +93,16 @@ function xAxisLabel() { return ddq.xAxis === "env_steps" ? "env steps" : "wall t
 
 function makeChart(name, series, { scales = {}, axes = [], bands, xTime = true, height = 220 } = {}) {
   const target = document.getElementById(`chart-${name}`);
-  const xValues = xTime ? (u, ticks) => ticks.map((t) => (ddq.xAxis === "wall_time_s" ? fmtDuration(t) : fmt(t)))
+  const xValues = xTime ? (u, ticks) => ticks.map((t) => (ddq.xAxis === "wall_time_s" ? fmtDuration(t) : fmtCompact(t)))
                         : undefined;
+  const xValue = (v) => (v === null ? "–" : xTime && ddq.xAxis === "wall_time_s" ? fmtDuration(v) : fmt(v));
   const opts = {
     width: Math.max(target.clientWidth, 200), height,
     scales: { x: { time: false }, ...scales },
-    series: [{ label: xTime ? "x" : "staleness", value: (u, v) => (v === null ? "–" : xTime && ddq.xAxis === "wall_time_s" ? fmtDuration(v) : fmt(v)) },
+    series: [{ label: xTime ? xAxisLabel() : "staleness", value: legendValue(xValue) },
              ...series.map((s, i) => ({ stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
-                                        points: { show: false }, value: (u, v) => fmt(v), ...s }))],
-    axes: [{ values: xValues, size: 36 }, { size: 56, values: (u, ticks) => ticks.map((t) => fmt(t, 2)) }, ...axes],
+                                        points: { show: false }, value: legendValue(fmt), ...s }))],
+    axes: [{ values: xValues, size: 36, space: 60 }, { size: 56, values: tickLabels }, ...axes],
     legend: { live: true },
   };
   if (bands) opts.bands = bands;
@@ -95,7 +114,7 @@ function makeChart(name, series, { scales = {}, axes = [], bands, xTime = true, 
 }
 
 function rightAxis(scale, label) {
-  return { scale, side: 1, size: 52, grid: { show: false }, label, values: (u, ticks) => ticks.map((t) => fmt(t, 2)) };
+  return { scale, side: 1, size: 52, grid: { show: false }, label, values: tickLabels };
 }
 
 function buildCharts() {
@@ -171,12 +190,21 @@ function showProgress(progress) {
 function showServer(server) {
   const staleness = Object.entries(server.staleness).map(([k, n]) => [Number(k), n]).sort((a, b) => a[0] - b[0]);
   const total = staleness.reduce((sum, [, n]) => sum + n, 0) || 1;
-  ddq.charts.staleness.setData([staleness.map(([k]) => k), staleness.map(([, n]) => n / total)]);
+  // the axis ends where 99.9% of the gradients are; a long thin tail is said in the table instead
+  let seen = 0;
+  const shown = staleness.filter(([, n]) => { const inside = seen < 0.999 * total; seen += n; return inside; });
+  const tail = staleness.slice(shown.length);
+  ddq.charts.staleness.setData([shown.map(([k]) => k), shown.map(([, n]) => n / total)]);
   const reasons = Object.entries(server.rejected);
+  const tailRow = tail.length ? [[{ text: "staler than the chart shows", title: "the last 0.1% of gradients" },
+                                  `${fmt(tail.reduce((sum, [, n]) => sum + n, 0) / total)} of them, up to ` +
+                                  `${tail[tail.length - 1][0]} updates behind`]] : [];
   fillTable(document.querySelector("#rejections tbody"), [
-    [{ text: "rejected messages", className: "" }, fmt(server.rejected_total)],
+    ...tailRow,
+    [{ text: "rejected messages", className: "", title: "messages a shard refused (malformed, wrong layout or run)" },
+     fmt(server.rejected_total)],
     ...reasons.map(([reason, n]) => [`  ${reason}`, fmt(n)]),
-    ["dropped as stale", fmt(server.dropped_stale)],
+    [{ text: "dropped as stale", title: "gradients older than --max-staleness, not applied" }, fmt(server.dropped_stale)],
   ]);
   fillTable(document.querySelector("#layers tbody"), server.layers.map((layer) => {
     const ratio = layer.update_ratio;
@@ -187,9 +215,15 @@ function showServer(server) {
   }));
 }
 
-function showWorkers(workers) {
-  document.getElementById("workers-note").textContent =
-    `${workers.filter((w) => w.state === "running").length} running of ${workers.length}`;
+function showWorkers(workers, run) {
+  const starting = run.state === "running" && workers.length === 0;
+  document.getElementById("workers-note").textContent = starting
+    ? `starting ${fmt(run.workers)}: Spark's JVM starts them (about 20 s)`
+    : `${workers.filter((w) => w.state === "running").length} running of ${workers.length}`;
+  const notice = document.getElementById("notice");
+  notice.hidden = !starting;
+  notice.textContent = starting ? `Starting: waiting for Spark to start ${fmt(run.workers)} workers (its JVM takes ` +
+    "about 20 s). The charts fill once they report." : "";
   fillTable(document.querySelector("#workers tbody"), workers.map((w) => [
     `#${w.worker}`, { text: w.state, className: `state-${w.state}` }, fmt(w.env_steps), fmt(w.env_steps_per_s),
     fmt(w.pushes_per_s), fmt(w.backlog_waits), `${fmtDuration(w.heartbeat_age_s)} ago`, fmt(w.restarts), String(w.pid),
@@ -305,7 +339,7 @@ async function poll() {
     showReturns(returns);
     showProgress(progress);
     showServer(server);
-    showWorkers(workers);
+    showWorkers(workers, run);
     ddq.polls += 1;
     setConnection(true, `updated ${new Date().toLocaleTimeString()}`);
   } catch (error) {
