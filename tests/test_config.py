@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from ddq.config import TrainConfig, add_config_flags, build_config
+from ddq.config import TrainConfig, build_config
+from ddq.flags import add_config_flags
 
 
 def parse(*argv):
