@@ -28,6 +28,7 @@ CASES = [
     (["train", "--model", "nope"], "--model 'nope': unknown model 'nope'; choose one of auto, mlp"),
     (["train", "--redis-url", "redis://127.0.0.1:1"], "--redis-url redis://127.0.0.1:1: no Redis answers there"),
     (["train", "--spark-master", "localhost"], "--spark-master 'localhost' is not a Spark master URL"),
+    (["train", "--spark-master", "spark://127.0.0.1:1"], "--spark-master spark://127.0.0.1:1: no Spark master accepts"),
     (["train", "--config", "missing.toml"], "--config missing.toml: No such file or directory"),
     (["evaluate", "text.pt"], "text.pt is not a ddq checkpoint (torch cannot read it"),
     (["evaluate", "."], "no checkpoint at checkpoint.pt"),

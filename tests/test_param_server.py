@@ -24,7 +24,7 @@ from ddq.core.agent import model_parameters
 from ddq.core.optimizers import FlatOptimizer
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
-from ddq.transport.keys import RunKeys
+from ddq.transport.keys import RunKeys, readable_names
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.wire import GRADIENT, HEADER, Header, encode, layout_bytes
 
@@ -262,7 +262,7 @@ def test_metrics_hold_the_babysitting_numbers(redis_server, tmp_path):
         metrics = wait_for(lambda: (m := h.metrics())["applied"] == 20 and m, what="metrics")
         assert metrics["updates_per_s"] >= 0 and metrics["learning_rate"] == 0.001
         names = [layer["name"] for layer in metrics["layers"]]
-        assert names == [name for name, _ in h.flat.layout]
+        assert names == readable_names(h.flat.layout)  # every parameter, named by layer (fc1.weight, ...)
         for layer in metrics["layers"]:
             assert layer["weight_norm"] > 0 and layer["grad_norm"] > 0
             assert 0 < layer["update_ratio"] < 1  # ||lr * g|| / ||w|| for a small SGD step
@@ -343,8 +343,6 @@ def test_a_push_waiting_on_a_full_backlog_gives_up_when_the_run_stops(redis_serv
 
 
 def test_layers_are_named_for_a_person_not_by_sequential_index():
-    from ddq.transport.keys import readable_names
-
     nature = [("0.weight", (32, 4, 8, 8)), ("0.bias", (32,)), ("2.weight", (64, 32, 4, 4)), ("2.bias", (64,)),
               ("5.weight", (512, 3136)), ("5.bias", (512,)), ("7.weight", (4, 512)), ("7.bias", (4,))]
     assert readable_names(nature) == ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import difflib
 import re
+import socket
 
 from ddq.config import TrainConfig, masked_url
 
 SPARK_MASTER = re.compile(r"^(local(\[(\d+|\*)(,\s*\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
-REDIS_TIMEOUT_S = 3.0
+REDIS_TIMEOUT_S = 3.0  # also how long a Spark master may take to accept a connection
 
 
 class SettingError(ValueError):
@@ -29,9 +30,8 @@ def check_run(config: TrainConfig) -> None:
     check_model(config, *shapes)
     check_device(config.device)
     if config.mode != "serial":
-        if config.spark_master is not None and not SPARK_MASTER.match(config.spark_master):
-            raise SettingError(f"--spark-master {config.spark_master!r} is not a Spark master URL: use local[N], "
-                               "spark://HOST:PORT, yarn or k8s://URL")
+        if config.spark_master is not None:
+            check_spark_master(config.spark_master)
         if config.redis_url:
             check_redis(config.redis_url, "--redis-url")
 
@@ -71,6 +71,22 @@ def check_device(name: str) -> None:
         resolve_device(name)
     except RuntimeError as error:
         raise SettingError(f"--device {name!r}: {error}; use cpu, cuda, cuda:N or auto") from error
+
+
+def check_spark_master(master: str) -> None:
+    """A master URL of a kind Spark knows; a standalone master (spark://HOST:PORT) must accept a connection."""
+    if not SPARK_MASTER.match(master):
+        raise SettingError(f"--spark-master {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
+                           "yarn or k8s://URL")
+    if master.startswith("spark://"):
+        for address in master[len("spark://"):].split(","):  # a standalone master with standbys lists several
+            host, _, port = address.rpartition(":")
+            try:
+                socket.create_connection((host, int(port)), timeout=REDIS_TIMEOUT_S).close()
+                return
+            except (OSError, ValueError):
+                continue
+        raise SettingError(f"--spark-master {master}: no Spark master accepts connections there")
 
 
 def check_redis(url: str, setting: str) -> None:
