@@ -62,6 +62,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         trainer = DownpourTrainer(config, run_dir, args.started_at, resume=saved)
         summary = trainer.train()
+    elif config.mode == "actor-learner":
+        from ddq.modes.actor_learner import ActorLearnerTrainer
+
+        trainer = ActorLearnerTrainer(config, run_dir, args.started_at, resume=saved)
+        summary = trainer.train()
     else:
         trainer = SerialTrainer(config, run_dir, args.started_at, resume=saved)
         summary = trainer.run()
@@ -109,6 +114,19 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     if not 0 <= args.shard < config.server.shards:
         raise ValueError(f"--shard {args.shard} is not one of the {config.server.shards} shards")
     return ShardServer(config, config.redis_url, args.run, args.shard).serve()
+
+
+def cmd_learner(args: argparse.Namespace) -> int:
+    import logging
+
+    from ddq.learner_process.server import LearnerServer
+
+    logging.basicConfig(level=logging.INFO, format=f"ddq learner[{args.run}]: %(message)s")
+    config = read_settings(args.settings)  # what the driver resolved: used as it is
+    config.redis_url = os.environ.get(REDIS_URL_ENV) or config.redis_url
+    if not config.redis_url:
+        raise ValueError(f"the learner needs the run's Redis URL in ${REDIS_URL_ENV} (ddq train starts it itself)")
+    return LearnerServer(config, config.redis_url, args.run).serve()
 
 
 def cmd_package(args: argparse.Namespace) -> int:
@@ -292,6 +310,15 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     server.add_argument("--shard", type=int, default=0, help="which shard of --shards this process serves")
     add_config_flags(server)
     server.set_defaults(func=cmd_param_server)
+
+    learner = commands.add_parser("learner", help="the learner of an actor-learner run (ddq train starts it)",
+                                  description="The learner of `ddq train --mode actor-learner`: trains on the "
+                                              "experience actors send to Redis and publishes the weights. It reads "
+                                              "the run's Redis URL from $DDQ_REDIS_URL and exits when the run's "
+                                              "control key says stop.")
+    learner.add_argument("--settings", metavar="FILE", required=True, help="the run folder's config.json")
+    learner.add_argument("--run", required=True, help="run id: the Redis keys live under ddq:RUN:")
+    learner.set_defaults(func=cmd_learner)
 
     ev = commands.add_parser("evaluate", help="greedy mean return of a checkpoint, as JSON")
     ev.add_argument("checkpoint", help="checkpoint file or run folder")

@@ -27,7 +27,7 @@ from ddq.core.optimizer_settings import OptimizerConfig
 from ddq.gamesim import SNAKE_ID
 from ddq.gamesim.envs import EnvOptions, is_atari
 
-MODES = ("serial", "downpour")
+MODES = ("serial", "downpour", "actor-learner")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -74,9 +74,15 @@ class TrainConfig:
     double_dqn: bool = field(default=True, metadata={"help": "Double-DQN targets (off: the original max over the target net)"})
     precision: str = field(default="fp32", metadata={"help": "gradient arithmetic: fp32, or bf16 autocast"})
     max_grad_norm: float | None = field(default=10.0, metadata={"help": "clip the gradient's global norm (none: off)"})
+    prioritized: bool = field(default=False, metadata={"help": "prioritized replay (proportional, Schaul et al. 2016)"})
+    priority_alpha: float = field(default=0.6, metadata={"help": "prioritized replay: how much priorities matter (0: uniform)"})
+    priority_beta: float = field(default=0.4, metadata={"help": "prioritized replay: importance-weight exponent at the "
+                                                                 "start, annealed to 1 over total_steps"})
     epsilon_start: float = field(default=1.0, metadata={"help": "initial exploration rate"})
     epsilon_end: float = field(default=0.05, metadata={"help": "final exploration rate"})
     epsilon_steps: int = field(default=10_000, metadata={"help": "env steps over which epsilon falls linearly"})
+    per_actor_epsilon: bool = field(default=False, metadata={"help": "actor-learner: Ape-X's fixed epsilon per actor, "
+                                                                      "0.4^(1 + 7 i / (N - 1)), instead of the schedule"})
     eval_every: int = field(default=5_000, metadata={"help": "env steps between greedy evaluations"})
     eval_episodes: int = field(default=10, metadata={"help": "episodes per greedy evaluation"})
     eval_epsilon: float = field(default=0.0, metadata={"help": "exploration rate during evaluation"})
@@ -87,6 +93,8 @@ class TrainConfig:
     threads: int = field(default=1, metadata={"help": "torch CPU threads (one per process is fastest on few cores)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     workers: int = field(default=2, metadata={"help": "Barista workers (Spark tasks) in distributed modes"})
+    publish_every: int = field(default=10, metadata={"help": "actor-learner: learner updates between weight publications"})
+    send_every: int = field(default=16, metadata={"help": "actor-learner: vector steps an actor sends per message"})
     spark_master: str | None = field(default=None, metadata={"help": "Spark master URL (default local[WORKERS])"})
     celery: bool = field(default=True, metadata={"help": "run a Celery worker for background greedy evaluation "
                                                          "of snapshots (distributed modes)"})
@@ -106,18 +114,23 @@ class TrainConfig:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         for name in ("total_steps", "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update",
                      "eval_episodes", "buffer_size", "workers", "threads", "eval_every", "log_every",
-                     "checkpoint_every", "replay_ratio"):
+                     "checkpoint_every", "replay_ratio", "publish_every", "send_every"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("learning_starts", "epsilon_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
-        for name in ("gamma", "epsilon_start", "epsilon_end", "eval_epsilon"):
+        for name in ("gamma", "epsilon_start", "epsilon_end", "eval_epsilon", "priority_beta"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be between 0 and 1, got {getattr(self, name)}")
         for name in ("time_budget_s", "max_grad_norm"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive (or none), got {getattr(self, name)}")
+        if self.priority_alpha < 0:
+            raise ValueError(f"priority_alpha must be at least 0, got {self.priority_alpha}")
+        if self.mode == "actor-learner" and self.server.shards != 1:
+            raise ValueError(f"shards must be 1 in actor-learner mode (its one learner owns the weights), "
+                             f"got {self.server.shards}")
         if any(width <= 0 for width in self.hidden) or not self.hidden:
             raise ValueError(f"hidden must list positive layer widths, got {self.hidden}")
         if self.dashboard_port is not None and not 0 <= self.dashboard_port <= 65535:

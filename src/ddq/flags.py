@@ -25,10 +25,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "environment": ("env", "num_envs", "frame_stack", "env_options"),
     "network": ("model", "hidden"),
     "algorithm": ("buffer_size", "batch_size", "gamma", "learning_starts", "train_frequency", "replay_ratio",
-                  "target_update", "double_dqn", "max_grad_norm", "optim"),
-    "exploration": ("epsilon_start", "epsilon_end", "epsilon_steps"),
+                  "target_update", "double_dqn", "max_grad_norm", "prioritized", "priority_alpha", "priority_beta",
+                  "optim"),
+    "exploration": ("epsilon_start", "epsilon_end", "epsilon_steps", "per_actor_epsilon"),
     "evaluation": ("eval_every", "eval_episodes", "eval_epsilon", "log_every", "checkpoint_every", "save_replay"),
-    "distributed": ("workers", "spark_master", "redis_url", "server"),
+    "distributed": ("workers", "spark_master", "redis_url", "publish_every", "send_every", "server"),
     "services": ("celery", "dashboard", "dashboard_port"),
 }
 _GROUP_OF = {name: group for group, names in GROUPS.items() for name in names}

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import redis
 
 from ddq.config import TrainConfig
-from ddq.core.agent import build_agent
+from ddq.core.agent import build_agent, importance_beta
 from ddq.core.learner import Learner
 from ddq.core.weights import ParameterSource, train_from_replay
 from ddq.lifecycle import is_stop
@@ -118,7 +118,8 @@ class Barista:
 
     def learn(self, new_steps: int) -> None:
         due = self.schedule.due(new_steps, self.actor.env_steps)
-        for stats in train_from_replay(self.learner, self.replay, self.source, due, self.config.batch_size):
+        for stats in train_from_replay(self.learner, self.replay, self.source, due, self.config.batch_size,
+                                       importance_beta(self.config, self.global_steps)):
             self.stats.pushes += 1
             self.window.add_gradient(stats.loss, stats.mean_max_q)
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 from torch import nn
 
-from ddq.core.dqn import epsilon_greedy
-from ddq.core.replay import FrameStacker, ReplayMemory
+from ddq.core.dqn import epsilon_greedy_actions
+from ddq.core.replay import FrameStacker
 
 
 @dataclass
@@ -22,10 +23,19 @@ class Episode:
     truncated: bool
 
 
+class TransitionSink(Protocol):
+    """Where an actor's vector steps go: its own replay memory, or a buffer of experience to send."""
+
+    def start(self, frames: np.ndarray) -> None: ...
+
+    def add(self, frames: np.ndarray, actions: np.ndarray | None, rewards: np.ndarray | None,
+            terminated: np.ndarray | None, continues: np.ndarray) -> None: ...
+
+
 class Actor:
     """Plays `envs` (next-step autoreset) and records every real transition in `replay`."""
 
-    def __init__(self, envs: VectorEnv, replay: ReplayMemory, frame_stack: int,
+    def __init__(self, envs: VectorEnv, replay: TransitionSink, frame_stack: int,
                  rng: np.random.Generator, device: torch.device):
         space = envs.single_observation_space
         self.envs, self.replay, self.rng, self.device = envs, replay, rng, device
@@ -34,6 +44,7 @@ class Actor:
         self.returns = np.zeros(envs.num_envs, dtype=np.float64)
         self.lengths = np.zeros(envs.num_envs, dtype=np.int64)
         self.states: np.ndarray | None = None
+        self.q_values: np.ndarray | None = None  # Q(s, .) of the states the last step acted in
         self.env_steps = 0
 
     def reset(self, seed: int | None) -> None:
@@ -46,8 +57,9 @@ class Actor:
 
     def step(self, q_net: nn.Module, epsilon: float) -> list[Episode]:
         """One vector step; returns the episodes it finished."""
-        states = torch.from_numpy(self.states).to(self.device)
-        actions = epsilon_greedy(q_net, states, epsilon, self.rng)
+        with torch.no_grad():
+            self.q_values = q_net(torch.from_numpy(self.states).to(self.device)).cpu().numpy()
+        actions = epsilon_greedy_actions(self.q_values, epsilon, self.rng)
         frames, rewards, terminated, truncated, _ = self.envs.step(actions)
         # A stream that ended last step was reset by this one: no transition.
         continues = ~self.resetting

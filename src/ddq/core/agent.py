@@ -12,6 +12,7 @@ from ddq.config import TrainConfig
 from ddq.core.actor import Actor
 from ddq.core.dqn import LinearSchedule, UpdateSchedule
 from ddq.core.learner import Learner
+from ddq.core.prioritized import PrioritySettings, annealed_beta
 from ddq.core.replay import ReplayMemory, frame_layout, state_shape
 from ddq.gamesim.envs import make_vector_env
 from ddq.models import FlatParameters, build_q_network
@@ -54,8 +55,22 @@ def make_learner(config: TrainConfig, frame_shape: tuple[int, ...], num_actions:
                    config.max_grad_norm, device, config.double_dqn, config.precision)
 
 
-def make_replay(config: TrainConfig, frame_shape: tuple[int, ...], dtype: np.dtype, seed: int) -> ReplayMemory:
-    return ReplayMemory(config.buffer_size, config.num_envs, frame_shape, dtype, config.frame_stack, seed)
+def priority_settings(config: TrainConfig) -> PrioritySettings | None:
+    """Prioritized replay's settings when the run asks for it (beta reaches 1 at the end of the run)."""
+    if not config.prioritized:
+        return None
+    return PrioritySettings(config.priority_alpha, config.priority_beta, config.total_steps)
+
+
+def importance_beta(config: TrainConfig, env_steps: int) -> float:
+    """The importance weights' exponent after `env_steps` of the run (unused by uniform replay)."""
+    return annealed_beta(env_steps, config.priority_beta, config.total_steps)
+
+
+def make_replay(config: TrainConfig, frame_shape: tuple[int, ...], dtype: np.dtype, seed: int,
+                capacity: int | None = None) -> ReplayMemory:
+    return ReplayMemory(capacity or config.buffer_size, config.num_envs, frame_shape, dtype, config.frame_stack,
+                        seed, priority_settings(config))
 
 
 def epsilon_schedule(config: TrainConfig) -> LinearSchedule:

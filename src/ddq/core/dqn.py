@@ -28,10 +28,19 @@ def dqn_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_target_q: 
     return rewards + gamma * (1.0 - terminated.float()) * next_target_q.max(dim=1).values
 
 
-def td_loss(q_values: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Huber (smooth L1, delta 1) loss between Q(s, a) and the fixed targets."""
+def td_loss(q_values: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor,
+            weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Huber (smooth L1, delta 1) loss between Q(s, a) and the fixed targets; with prioritized replay,
+    each transition's term is scaled by its importance weight before the mean."""
     chosen = q_values.gather(1, actions.unsqueeze(1)).squeeze(1)
-    return F.smooth_l1_loss(chosen, targets.detach())
+    if weights is None:
+        return F.smooth_l1_loss(chosen, targets.detach())
+    return (weights * F.smooth_l1_loss(chosen, targets.detach(), reduction="none")).mean()
+
+
+def td_errors(q_values: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """|target - Q(s, a)| per transition: what prioritized replay ranks transitions by."""
+    return (targets - q_values.gather(1, actions.unsqueeze(1)).squeeze(1)).abs()
 
 
 def linearly_decaying_epsilon(step: int, start: float, end: float, duration: int) -> float:
@@ -71,11 +80,22 @@ def epsilon_greedy(q_net: nn.Module, states: torch.Tensor, epsilon: float,
     """argmax_a Q(s, a) per state, replaced by a uniformly random action with probability epsilon."""
     with torch.no_grad():
         q_values = q_net(states)
-    actions = q_values.argmax(dim=1).cpu().numpy()
+    return epsilon_greedy_actions(q_values.cpu().numpy(), epsilon, rng)
+
+
+def epsilon_greedy_actions(q_values: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """`epsilon_greedy` from Q-values already computed (an actor that also keeps them, for priorities)."""
+    actions = q_values.argmax(axis=1)
     if epsilon > 0:
         explore = rng.random(len(actions)) < epsilon
         actions[explore] = rng.integers(0, q_values.shape[1], size=int(explore.sum()))
     return actions
+
+
+def per_actor_epsilon(actor: int, actors: int, base: float = 0.4, alpha: float = 7.0) -> float:
+    """Ape-X's fixed exploration rate of actor i of N: eps^(1 + alpha * i / (N - 1)), from `base` (0.4)
+    for actor 0 down to 0.4^8 (about 0.0007) for the last; one actor explores at `base`."""
+    return base ** (1 + alpha * actor / (actors - 1)) if actors > 1 else base
 
 
 class UpdateSchedule:

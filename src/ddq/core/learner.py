@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ddq.core.dqn import double_dqn_targets, dqn_targets, target_refresh_due, td_loss
+from ddq.core.dqn import double_dqn_targets, dqn_targets, target_refresh_due, td_errors, td_loss
 from ddq.core.optimizers import FlatOptimizer, OptimizerConfig
 from ddq.core.replay import Batch
 from ddq.models import FlatParameters
@@ -28,6 +28,7 @@ class GradientStats:
     loss: float
     mean_max_q: float
     grad_norm: float
+    td_errors: np.ndarray | None = None  # |delta| per transition, for prioritized replay (its batches only)
 
 
 class Learner:
@@ -71,13 +72,16 @@ class Learner:
                 targets = dqn_targets(rewards, terminated, next_target_q, self.gamma)
         with self._autocast():
             q_values = self.online(states).float()
-        loss = td_loss(q_values, actions, targets)
+        weights = None if batch.weights is None else self.to_tensor(batch.weights)
+        loss = td_loss(q_values, actions, targets, weights)
         self.flat.zero_grad()
         loss.backward()
         grad_norm = float(self.flat.grad.norm())
         if self.max_grad_norm is not None and grad_norm > self.max_grad_norm:
             self.flat.grad.mul_(self.max_grad_norm / grad_norm)
-        return GradientStats(float(loss.detach()), float(q_values.detach().max(dim=1).values.mean()), grad_norm)
+        errors = None if weights is None else td_errors(q_values.detach(), actions, targets).cpu().numpy()
+        return GradientStats(float(loss.detach()), float(q_values.detach().max(dim=1).values.mean()), grad_norm,
+                             errors)
 
     def _autocast(self) -> torch.autocast:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")

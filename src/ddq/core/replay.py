@@ -9,10 +9,13 @@ start: frames before it are replaced by the episode's first frame, exactly as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ddq.core.prioritized import PrioritySettings, SumTree, importance_weights, priority
 
 
 def state_shape(frame_shape: tuple[int, ...], frame_stack: int) -> tuple[int, ...]:
@@ -37,13 +40,18 @@ class Batch:
     rewards: np.ndarray
     next_states: np.ndarray
     terminated: np.ndarray
+    weights: np.ndarray | None = None  # importance weights (prioritized replay), else None
+    positions: np.ndarray | None = None  # (memory, slot * streams + stream) of each, to update priorities
+
 
 
 class ReplayMemory:
-    """A fixed-capacity circular buffer of transitions from lockstep env streams."""
+    """A fixed-capacity circular buffer of transitions from lockstep env streams; with `prioritized`
+    settings, it also keeps each transition's priority (`ddq.core.prioritized`) in a sum tree."""
 
     def __init__(self, capacity: int, num_streams: int, frame_shape: tuple[int, ...],
-                 frame_dtype: np.dtype, frame_stack: int = 1, seed: int | None = None):
+                 frame_dtype: np.dtype, frame_stack: int = 1, seed: int | None = None,
+                 prioritized: PrioritySettings | None = None):
         self.slots = max(2 + frame_stack, -(-capacity // num_streams))
         self.num_streams = num_streams
         self.frame_shape = tuple(frame_shape)
@@ -57,6 +65,9 @@ class ReplayMemory:
         self.has_next = np.zeros(shape, dtype=bool)  # a transition leaves this frame
         self.written = 0  # frames written per stream, over all time
         self.rng = np.random.default_rng(seed)
+        self.prioritized = prioritized
+        self.tree = SumTree(self.slots * num_streams) if prioritized else None
+        self.max_priority = 1.0  # a new transition's priority when none is given: sampled soon, as in PER
 
     def __len__(self) -> int:
         """Transitions that can be sampled now."""
@@ -67,15 +78,19 @@ class ReplayMemory:
         self.add(frames, None, None, None, np.zeros(self.num_streams, dtype=bool))
 
     def add(self, frames: np.ndarray, actions: np.ndarray | None, rewards: np.ndarray | None,
-            terminated: np.ndarray | None, continues: np.ndarray) -> None:
+            terminated: np.ndarray | None, continues: np.ndarray, td_errors: np.ndarray | None = None) -> None:
         """Record one vector step.
 
         `frames` are the observations the step returned. Where `continues`
         is True they follow the previous frame through `actions` with
         `rewards` and `terminated`; elsewhere they start a new episode (an
-        env reset, which is not a transition).
+        env reset, which is not a transition). `td_errors` (prioritized replay):
+        the new transitions' initial TD errors, when the actor computed them
+        (negative: unknown); unknown ones get the largest priority so far.
         """
         slot = self.written % self.slots
+        if self.tree is not None:
+            self._retire(slot)
         self.frames[slot] = as_frames(frames, self.frame_shape)
         self.first[slot] = ~continues
         self.has_next[slot] = False
@@ -85,11 +100,43 @@ class ReplayMemory:
             self.actions[prev] = np.where(continues, actions, 0) if actions is not None else 0
             self.rewards[prev] = np.where(continues, rewards, 0) if rewards is not None else 0
             self.terminated[prev] = continues & terminated if terminated is not None else False
+            if self.tree is not None:
+                self._prioritize(prev, continues, td_errors)
         self.written += 1
 
-    def sample(self, batch_size: int) -> Batch:
-        """Uniformly random transitions, states stacked within their episodes."""
+    def _retire(self, slot: int) -> None:
+        """Overwriting `slot` ends its transition and those whose stacked states reach back into it."""
+        assert self.tree is not None
+        slots = (slot + np.arange(self.frame_stack)) % self.slots
+        self.tree.set((slots[:, None] * self.num_streams + np.arange(self.num_streams)).ravel(), 0.0)
+
+    def _prioritize(self, slot: int, continues: np.ndarray, td_errors: np.ndarray | None) -> None:
+        assert self.tree is not None and self.prioritized is not None
+        new = np.full(self.num_streams, self.max_priority)
+        if td_errors is not None:
+            known = np.asarray(td_errors) >= 0
+            new[known] = priority(np.asarray(td_errors)[known], self.prioritized)
+            self.max_priority = max(self.max_priority, float(new.max(initial=0)))
+        self.tree.set(slot * self.num_streams + np.arange(self.num_streams), np.where(continues, new, 0.0))
+
+    def update_priorities(self, positions: np.ndarray, td_errors: np.ndarray) -> None:
+        """New priorities from the TD errors of a minibatch just trained on (positions as `sample` gave)."""
+        assert self.tree is not None and self.prioritized is not None
+        new = priority(td_errors, self.prioritized)
+        live = self.tree.get(positions) > 0  # a transition overwritten since it was sampled stays retired
+        self.tree.set(positions[live], new[live])
+        self.max_priority = max(self.max_priority, float(new.max(initial=0)))
+
+    def sample(self, batch_size: int, beta: float = 1.0) -> Batch:
+        """Random transitions, states stacked within their episodes: uniformly, or in proportion to their
+        priorities (with importance weights of exponent `beta`) when the memory is prioritized."""
+        if self.tree is not None:
+            return sample_prioritized([self], batch_size, beta, self.rng)
         index, stream = self._sample_indices(batch_size)
+        return self.gather(index, stream)
+
+    def gather(self, index: np.ndarray, stream: np.ndarray) -> Batch:
+        """The transitions leaving frame `index` (absolute, or a slot) of each `stream`."""
         states = self._stacked(index, stream)
         next_states = self._stacked(index + 1, stream)
         slot = index % self.slots
@@ -125,7 +172,8 @@ class ReplayMemory:
 
     def save(self, path: str) -> None:
         """Write the whole memory to an .npz file of plain arrays (np.load refuses object arrays)."""
-        np.savez(path, written=np.int64(self.written),
+        extra: dict[str, Any] = {"priorities": self.tree.nodes, "max_priority": self.max_priority} if self.tree else {}
+        np.savez(path, written=np.int64(self.written), **extra,
                  **{name: getattr(self, name) for name in self._ARRAYS})
 
     def load(self, path: str) -> None:
@@ -136,6 +184,62 @@ class ReplayMemory:
                                      f"expected {getattr(self, name).shape}")
                 getattr(self, name)[...] = saved[name]
             self.written = int(saved["written"])
+            if self.tree is not None:
+                if "priorities" not in saved or saved["priorities"].shape != self.tree.nodes.shape:
+                    raise ValueError(f"replay file {path} holds no priorities for this memory")
+                self.tree.nodes[...] = saved["priorities"]
+                self.max_priority = float(saved["max_priority"])
+
+
+def sample_prioritized(memories: Sequence[ReplayMemory], batch_size: int, beta: float,
+                       rng: np.random.Generator) -> Batch:
+    """A minibatch drawn across prioritized memories (a learner keeps one per actor) as if from one:
+    P(i) = p_i / (sum of every memory's priorities), stratified over that sum."""
+    totals = np.array([memory.tree.total if memory.tree else 0.0 for memory in memories])
+    if totals.sum() <= 0:
+        raise ValueError("the replay memory holds no transitions yet")
+    values = (np.arange(batch_size) + rng.random(batch_size)) * (totals.sum() / batch_size)
+    owner = np.minimum(np.searchsorted(np.cumsum(totals), values, side="right"), len(memories) - 1)
+    while (totals[owner] <= 0).any():  # a value at an empty memory's edge: give it to a memory with priorities
+        owner[totals[owner] <= 0] = rng.choice(np.flatnonzero(totals > 0), int((totals[owner] <= 0).sum()))
+    parts, probabilities, positions = [], [], []
+    for m in np.unique(owner):
+        memory, tree = memories[m], memories[m].tree
+        assert tree is not None
+        chosen = tree.stratified(int((owner == m).sum()), rng)
+        parts.append(memory.gather(chosen // memory.num_streams, chosen % memory.num_streams))
+        probabilities.append(tree.get(chosen) / totals.sum())
+        positions.append(np.stack([np.full(len(chosen), m), chosen], axis=1))
+    batch = _joined(parts)
+    batch.weights = importance_weights(np.concatenate(probabilities), beta)
+    batch.positions = np.concatenate(positions)
+    return batch
+
+
+def sample_batch(memories: Sequence[ReplayMemory], batch_size: int, beta: float = 1.0) -> Batch:
+    """A minibatch from one memory or several (a learner's, one per actor) as if they were one: in
+    proportion to priorities when prioritized, else uniformly over every stored transition."""
+    if memories[0].tree is not None:
+        return sample_prioritized(memories, batch_size, beta, memories[0].rng)
+    if len(memories) == 1:
+        return memories[0].sample(batch_size)
+    sizes = np.array([len(memory) for memory in memories], dtype=np.float64)
+    if sizes.sum() <= 0:
+        raise ValueError("the replay memory holds no transitions yet")
+    counts = memories[0].rng.multinomial(batch_size, sizes / sizes.sum())
+    return _joined([memories[m].sample(int(count)) for m, count in enumerate(counts) if count])
+
+
+def _joined(parts: list[Batch]) -> Batch:
+    return Batch(*(np.concatenate([getattr(part, name) for part in parts]) for name in
+                   ("states", "actions", "rewards", "next_states", "terminated")))
+
+
+def update_priorities(memories: Sequence[ReplayMemory], positions: np.ndarray, td_errors: np.ndarray) -> None:
+    """Gives the transitions of a prioritized minibatch (`Batch.positions`) the priorities of their new TD errors."""
+    for m in np.unique(positions[:, 0]):
+        mine = positions[:, 0] == m
+        memories[int(m)].update_priorities(positions[mine, 1], td_errors[mine])
 
 
 def frame_layout(space: Any) -> tuple[tuple[int, ...], np.dtype]:

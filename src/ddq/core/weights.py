@@ -15,13 +15,14 @@ server's client (downpour: shards apply it and publish the weights).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 import torch
 
 from ddq.core.learner import GradientStats, Learner
-from ddq.core.replay import ReplayMemory
+from ddq.core.replay import ReplayMemory, sample_batch, update_priorities
 
 
 class WeightsSource(Protocol):
@@ -74,14 +75,20 @@ class LocalParameters:
         pass
 
 
-def train_from_replay(learner: Learner, replay: ReplayMemory, source: ParameterSource, updates: int,
-                      batch_size: int) -> list[GradientStats]:
+def train_from_replay(learner: Learner, replay: ReplayMemory | Sequence[ReplayMemory], source: ParameterSource,
+                      updates: int, batch_size: int, beta: float = 1.0) -> list[GradientStats]:
     """`updates` rounds of: sample a minibatch, compute its gradient against the current weights, push it
-    to `source`, sync. The one training step of every mode; returns each gradient's statistics."""
+    to `source`, sync (and, with prioritized replay, give the batch the priorities of its new TD errors;
+    `beta` is the importance weights' exponent now). The one training step of every mode; returns each
+    gradient's statistics."""
+    memories = [replay] if isinstance(replay, ReplayMemory) else replay
     stats = []
     for _ in range(updates):
-        gradient = learner.compute_gradient(replay.sample(batch_size))
+        batch = sample_batch(memories, batch_size, beta)
+        gradient = learner.compute_gradient(batch)
         source.push(learner.flat.grad, samples=batch_size, loss=gradient.loss)
         source.sync()
+        if batch.positions is not None and gradient.td_errors is not None:
+            update_priorities(memories, batch.positions, gradient.td_errors)
         stats.append(gradient)
     return stats

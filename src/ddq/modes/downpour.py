@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import re
 import sys
 import threading
 import time
@@ -49,6 +50,13 @@ JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its
 
 class SparkJobFailed(RuntimeError):
     pass
+
+
+def python_error(text: str) -> str:
+    """The line that says what went wrong in a Spark error's text: the last Python exception it quotes
+    ("ValueError: ..."), else its first line."""
+    quoted = re.findall(r"^(\w+(?:Error|Exception|Failed)\b.*)$", text, re.MULTILINE)
+    return quoted[-1] if quoted else text.splitlines()[0]
 
 
 class DownpourTrainer:
@@ -130,14 +138,7 @@ class DownpourTrainer:
         print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
         self.redis.set(self.keys.env_steps, self.counters.env_steps)  # a resumed run's workers go on from here
         settings = write_settings(c, self.run_dir / "config.json")
-        self.shards = []
-        for k in range(c.server.shards):
-            def restart(k: int = k) -> Any:
-                return start_shard(settings, url, self.run, self.run_dir, k)
-            self.shards.append(self.supervisor.watch(f"parameter-server shard {k}", restart(),
-                                                     self.run_dir / f"param-server-{k}.log", restart=restart))
-        stack.callback(lambda: stop_shards(self.redis, self.run, [entry.process for entry in self.shards]))
-        wait_until_serving(self.redis, self.run, c.server.shards, [entry.process for entry in self.shards])
+        self._start_weights_service(stack, settings, url)
         if c.celery:
             celery_worker = start_celery_worker(url, self.run, self.run_dir, settings)
             self.supervisor.watch("the Celery worker", celery_worker, self.run_dir / "celery.log", essential=False)
@@ -149,16 +150,31 @@ class DownpourTrainer:
         stack.callback(self.client.close)
         return url
 
+    def _start_weights_service(self, stack: contextlib.ExitStack, settings: Path, url: str) -> None:
+        """The processes that own the weights, supervised and stopped with the run: here the parameter-server
+        shards (restarted from their snapshots when they die); returns once they serve."""
+        self.shards = []
+        for k in range(self.config.server.shards):
+            def restart(k: int = k) -> Any:
+                return start_shard(settings, url, self.run, self.run_dir, k)
+            self.shards.append(self.supervisor.watch(f"parameter-server shard {k}", restart(),
+                                                     self.run_dir / f"param-server-{k}.log", restart=restart))
+        stack.callback(lambda: stop_shards(self.redis, self.run, [entry.process for entry in self.shards]))
+        wait_until_serving(self.redis, self.run, self.config.server.shards, [entry.process for entry in self.shards])
+
+    # What each Spark task runs (a module-level function: Spark ships it to the executors, not the driver).
+    SPARK_TASK = staticmethod(barista_task)
+
     def _run_spark_job(self, spark: Any, url: str) -> None:
         """Runs the Barista tasks to the end of the run, watching over it meanwhile (`_watch`)."""
         c = self.config
-        settings, run = encode_settings(c), self.run
+        settings, run, task = encode_settings(c), self.run, self.SPARK_TASK
         results: dict[str, Any] = {}
 
         def job() -> None:
             try:
                 rdd = spark.sparkContext.parallelize(range(c.workers), c.workers)
-                rdd.mapPartitionsWithIndex(lambda index, rows: barista_task(index, rows, settings, url, run)).collect()
+                rdd.mapPartitionsWithIndex(lambda index, rows: task(index, rows, settings, url, run)).collect()
             except Exception as error:  # reported by the driver loop below
                 results["error"] = error
 
@@ -175,7 +191,7 @@ class DownpourTrainer:
                 spark.sparkContext.cancelAllJobs()
             thread.join(None if clean else JOB_CANCEL_WAIT_S)
         if "error" in results:
-            raise SparkJobFailed(f"the Spark job failed: {str(results['error']).splitlines()[0]}")
+            raise SparkJobFailed(f"the Spark job failed: {python_error(str(results['error']))}")
 
     def _watch(self, job: threading.Thread) -> None:
         """While the job runs: supervise the processes, log episodes, evaluate every eval_every steps, and

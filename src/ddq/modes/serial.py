@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from ddq.config import TrainConfig
 from ddq.core import checkpoint as ckpt
-from ddq.core.agent import build_agent
+from ddq.core.agent import build_agent, importance_beta
 from ddq.core.weights import LocalParameters, train_from_replay
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, progress_values, run_summary
@@ -97,7 +97,8 @@ class SerialTrainer:
     def _train(self, new_steps: int) -> None:
         """Gradient updates at the configured replay ratio, in rounds every `train_frequency` steps."""
         due = self.schedule.due(new_steps, self.actor.env_steps)
-        for stats in train_from_replay(self.learner, self.replay, self.weights, due, self.config.batch_size):
+        for stats in train_from_replay(self.learner, self.replay, self.weights, due, self.config.batch_size,
+                                       importance_beta(self.config, self.counters.env_steps)):
             for key in self._window:
                 self._window[key].append(getattr(stats, key))
 

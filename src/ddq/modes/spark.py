@@ -30,6 +30,22 @@ def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run
     yield dataclasses.asdict(barista.run())
 
 
+def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str) -> Iterator[dict]:
+    """What a Spark task runs in actor-learner mode: one actor, sending experience to the learner until
+    the run ends. Its weights come from the learner through the parameter server's client."""
+    from pyspark import TaskContext
+
+    from ddq.barista.experience_actor import ExperienceActor
+    from ddq.param_server.client import ParameterClient
+
+    context = TaskContext.get()
+    attempt = context.attemptNumber() if context else 0
+    config = decode_settings(settings, "the driver's settings")
+    actor = ExperienceActor(config, redis_url, run, index,
+                            lambda flat: ParameterClient(redis_url, run, flat, 1, index), attempt)
+    yield dataclasses.asdict(actor.run())
+
+
 def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit's PythonRunner hands its JVM over this way
 

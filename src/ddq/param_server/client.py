@@ -117,8 +117,9 @@ class ParameterClient:
         return self._refresh([self._target()])
 
     def sync(self) -> bool:
-        """pull() and pull_target() in the same round trips."""
-        return self._refresh([self._weights(), self._target()])
+        """pull() and pull_target() in the same round trips (the weights alone for a client without a target:
+        an actor that only acts)."""
+        return self._refresh([self._weights()] + ([self._target()] if self.target is not None else []))
 
     def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
         """Sends each shard its slice of `grad`, computed from the weights last pulled.

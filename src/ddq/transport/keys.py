@@ -102,6 +102,16 @@ class RunKeys:
         return f"{self.prefix}:progress"
 
     @property
+    def experience(self) -> str:
+        """List: experience messages (`ddq.transport.experience`), LPUSHed by actors, taken by the learner."""
+        return f"{self.prefix}:experience"
+
+    @property
+    def trained_steps(self) -> str:
+        """Integer: env steps the learner has trained on (actor-learner's epsilon schedule follows it)."""
+        return f"{self.prefix}:trained_steps"
+
+    @property
     def workers(self) -> str:
         """Hash: worker id -> JSON of its latest statistics and heartbeat."""
         return f"{self.prefix}:workers"

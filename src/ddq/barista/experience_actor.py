@@ -1,0 +1,204 @@
+"""An actor of actor-learner training: a Barista that only plays, sending its experience to the learner.
+
+Its loop: play a vector step epsilon-greedily with the newest weights it has,
+keep the step in its outbox, and every `send_every` steps send the outbox to
+the run's experience list (`ddq.transport.experience`) together with its env
+steps and finished episodes, then pull the weights if the learner published
+newer ones. It keeps no replay memory and computes no gradients. Epsilon
+follows the env steps the learner has trained on (one schedule for every
+actor), or is Ape-X's fixed per-actor value (`per_actor_epsilon`). With
+prioritized replay it also sends each transition's initial priority, the TD
+error of the Q-values it acted on (as Ape-X's actors do).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+
+import numpy as np
+import redis
+from torch import nn
+
+from ddq.barista.worker import HEARTBEAT_S, WORKER_SEED_STRIDE, StatsWindow, WorkerStats
+from ddq.config import TrainConfig
+from ddq.core.actor import Actor, Episode
+from ddq.core.agent import env_shapes, epsilon_schedule, resolve_device, seed_everything
+from ddq.core.dqn import per_actor_epsilon
+from ddq.core.prioritized import initial_td_errors
+from ddq.core.replay import state_shape
+from ddq.core.weights import WeightsSource
+from ddq.gamesim.envs import make_vector_env
+from ddq.lifecycle import is_stop
+from ddq.models import FlatParameters, build_q_network
+from ddq.transport.experience import Experience, encode
+from ddq.transport.keys import RunKeys
+
+# Builds an actor's weights source around its network's flat parameters (kept current by `sync`).
+WeightsFactory = Callable[[FlatParameters], WeightsSource]
+BACKLOG_DEADLINE_S = 120.0  # an actor waiting for the learner to take its messages gives up after this
+
+
+class Outbox:
+    """An actor's vector steps since it last sent, as its replay memory would record them; with `gamma`,
+    it also settles each transition's initial TD error once the Q-values of its next state are known."""
+
+    def __init__(self, gamma: float | None):
+        self.gamma = gamma
+        self.rows: list[tuple] = []  # (frames, actions, rewards, terminated, continues)
+        self.td_errors: list[np.ndarray] = []  # one per settled row
+        self.pending_q: np.ndarray | None = None  # Q(s, .) of the newest row's transition's first state
+
+    def start(self, frames: np.ndarray) -> None:
+        self.add(frames, None, None, None, np.zeros(len(frames), dtype=bool))
+        if self.gamma is not None:  # episodes start here: no transition to settle
+            self.td_errors.append(np.full(len(frames), -1.0, np.float32))
+
+    def add(self, frames: np.ndarray, actions: np.ndarray | None, rewards: np.ndarray | None,
+            terminated: np.ndarray | None, continues: np.ndarray) -> None:
+        streams = len(frames)
+        self.rows.append((np.array(frames), np.zeros(streams, np.int64) if actions is None else np.array(actions),
+                          np.zeros(streams, np.float32) if rewards is None else np.array(rewards, np.float32),
+                          np.zeros(streams, bool) if terminated is None else np.array(terminated, bool),
+                          np.array(continues, bool)))
+
+    def settle(self, q_values: np.ndarray) -> None:
+        """After a step: `q_values` are Q(s_t, .), the next state's values for the row before the newest
+        one, and the first state's values for the newest."""
+        if self.gamma is not None and len(self.rows) >= 2 and self.pending_q is not None:
+            _, actions, rewards, terminated, continues = self.rows[len(self.td_errors)]
+            errors = initial_td_errors(self.pending_q, actions, rewards, terminated, q_values, self.gamma)
+            self.td_errors.append(np.where(continues, errors, -1.0).astype(np.float32))
+        self.pending_q = q_values
+
+    def take(self, everything: bool = False) -> tuple[tuple, np.ndarray | None] | None:
+        """The rows whose TD errors are settled (all of them when `everything`, unknown ones -1), as stacked
+        arrays, leaving the rest; None when there are none."""
+        ready = len(self.rows) if everything or self.gamma is None else len(self.td_errors)
+        if ready == 0:
+            return None
+        rows, self.rows = self.rows[:ready], self.rows[ready:]
+        td = None
+        if self.gamma is not None:
+            settled, self.td_errors = self.td_errors[:ready], self.td_errors[ready:]
+            settled += [np.full(len(rows[0][0]), -1.0, np.float32)] * (ready - len(settled))
+            td = np.stack(settled)
+        return tuple(np.stack(column) for column in zip(*rows)), td
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+class ExperienceActor:
+    """One actor: its envs and a copy of the online network, sending to the run's experience list."""
+
+    def __init__(self, config: TrainConfig, redis_url: str, run: str, actor: int, connect: WeightsFactory,
+                 attempt: int = 0):
+        self.config, self.run_id, self.index = config, run, actor
+        seed = config.seed + WORKER_SEED_STRIDE * (actor + 1) + 101 * attempt
+        seed_everything(seed, config.threads)
+        self.device = resolve_device(config.device)
+        frame_shape, _, num_actions = env_shapes(config)
+        self.network: nn.Module = build_q_network(config.model, state_shape(frame_shape, config.frame_stack),
+                                                  num_actions, config.hidden).to(self.device)
+        self.flat = FlatParameters(self.network)
+        self.source = connect(self.flat)
+        self.outbox = Outbox(config.gamma if config.prioritized else None)
+        self.actor = Actor(make_vector_env(config.env, config.num_envs, config.env_options), self.outbox,
+                           config.frame_stack, np.random.default_rng(seed), self.device)
+        self.actor.reset(seed=seed)
+        self.schedule = epsilon_schedule(config)
+        self.redis = redis.Redis.from_url(redis_url)
+        self.keys = RunKeys(run)
+        self.stats = WorkerStats(actor, attempt, pid=os.getpid())
+        self.window = StatsWindow()
+        self.sequence = 0  # of the next message: the learner spots a lost one by the gap
+        self.episodes: list[Episode] = []  # finished since the last send
+        self.global_steps, self.trained_steps, self.sent_steps = 0, 0, 0
+        self.stopped = False
+        self.backlog_limit = config.server.max_backlog * config.workers
+
+    def epsilon(self) -> float:
+        if self.config.per_actor_epsilon:
+            return per_actor_epsilon(self.index, self.config.workers)
+        return self.schedule(self.trained_steps)
+
+    def send(self, everything: bool = False) -> None:
+        """Sends the settled steps with their env steps and episodes in one round trip; waits while the
+        learner is far behind (its list is long), rechecking the run's state."""
+        taken = self.outbox.take(everything)
+        if taken is None:
+            return
+        (frames, actions, rewards, terminated, continues), td = taken
+        experience = Experience(self.index, self.stats.attempt, self.sequence, frames, actions, rewards,
+                                terminated, continues, td, self.source.version, self.stats.epsilon)
+        self.sequence += 1
+        new_steps = experience.env_steps
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lpush(self.keys.experience, encode(self.run_id, experience))
+        pipe.incrby(self.keys.env_steps, new_steps)
+        stamp = {"worker": self.index, "time": time.time()}
+        for episode in self.episodes:
+            pipe.rpush(self.keys.episodes, json.dumps({**stamp, "env_steps": self.global_steps, **asdict(episode)}))
+        pipe.get(self.keys.control)
+        pipe.get(self.keys.trained_steps)
+        length, self.global_steps, *_, control, trained = pipe.execute()
+        self.stats.episodes += len(self.episodes)
+        self.episodes, self.stopped = [], is_stop(control)
+        self.trained_steps, self.sent_steps = int(trained or 0), self.sent_steps + new_steps
+        self.stats.pushes += 1
+        self._wait_for_learner(length)
+
+    def _wait_for_learner(self, length: int) -> None:
+        started = time.monotonic()
+        while length > self.backlog_limit and not self.stopped:
+            self.stats.backlog_waits += 1
+            time.sleep(0.002 if time.monotonic() - started < 1.0 else 0.02)
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.llen(self.keys.experience)
+            pipe.get(self.keys.control)
+            length, control = pipe.execute()
+            self.stopped = is_stop(control)
+            if time.monotonic() - started > BACKLOG_DEADLINE_S:
+                raise RuntimeError(f"the learner took no experience for {BACKLOG_DEADLINE_S:.0f} s "
+                                   "(is it running?)")
+
+    def heartbeat(self, state: str) -> None:
+        self.stats.state, self.stats.heartbeat = state, time.time()
+        self.stats.env_steps = self.sent_steps
+        self.window = self.window.close(self.stats)
+        self.redis.hset(self.keys.workers, f"{self.index}:{self.stats.attempt}", json.dumps(asdict(self.stats)))
+
+    def finished(self) -> bool:
+        return self.global_steps >= self.config.total_steps or self.stopped
+
+    def run(self) -> WorkerStats:
+        """Plays and sends until the run's global step budget is spent or the run is stopped."""
+        started = time.time()
+        try:
+            self.source.sync()
+            self.heartbeat("running")
+            next_beat, steps_since_send = time.monotonic() + HEARTBEAT_S, 0
+            while not self.finished():
+                self.stats.epsilon = self.epsilon()
+                self.episodes += self.actor.step(self.network, self.stats.epsilon)
+                assert self.actor.q_values is not None
+                self.outbox.settle(self.actor.q_values)
+                steps_since_send += 1
+                if steps_since_send >= self.config.send_every:
+                    self.send()
+                    self.source.sync()
+                    steps_since_send = 0
+                if time.monotonic() >= next_beat:
+                    self.heartbeat("running")
+                    next_beat = time.monotonic() + HEARTBEAT_S
+            if not self.stopped:
+                self.send(everything=True)
+            self.stats.wall_time_s += time.time() - started
+            self.heartbeat("finished")
+            return self.stats
+        finally:
+            self.actor.envs.close()

@@ -1,0 +1,103 @@
+"""Experience on the wire (actor-learner mode): each frame sent once in its own dtype, checked field by field,
+and rebuilt on the learner exactly as the actor's own replay memory would hold it."""
+
+import numpy as np
+import pytest
+
+from ddq.barista.experience_actor import Outbox
+from ddq.config import TrainConfig
+from ddq.core.actor import Actor
+from ddq.core.replay import ReplayMemory
+from ddq.gamesim.envs import make_vector_env
+from ddq.models import build_q_network
+from ddq.transport.experience import HEADER, ExpectExperience, Experience, ExperienceError, decode, encode
+
+SHAPE = (4, 5)
+EXPECT = ExpectExperience("run-a", SHAPE, np.dtype(np.uint8), num_actions=3)
+
+
+def _experience(rows=3, streams=2, td=True) -> Experience:
+    rng = np.random.default_rng(0)
+    return Experience(actor=1, attempt=2, sequence=7,
+                      frames=rng.integers(0, 255, (rows, streams, *SHAPE), dtype=np.uint8),
+                      actions=rng.integers(0, 3, (rows, streams)), rewards=rng.random((rows, streams)),
+                      terminated=rng.random((rows, streams)) < 0.3, continues=rng.random((rows, streams)) < 0.8,
+                      td_errors=rng.random((rows, streams)).astype(np.float32) if td else None,
+                      weights_version=42, epsilon=0.25)
+
+
+def test_a_message_round_trips_with_each_frame_once_in_its_own_dtype():
+    sent = _experience()
+    message = encode("run-a", sent)
+    steps = 3 * 2
+    assert len(message) == HEADER.size + steps * (20 + 4 + 4 + 1 + 1 + 4)  # uint8 frames, no s' copy
+    got = decode(message, EXPECT)
+    assert got.frames.dtype == np.uint8
+    for name in ("frames", "actions", "rewards", "terminated", "continues", "td_errors"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(sent, name).astype(getattr(got, name).dtype))
+    assert (got.actor, got.attempt, got.sequence, got.weights_version) == (1, 2, 7, 42)
+    assert got.epsilon == pytest.approx(0.25) and got.env_steps == int(sent.continues.sum())
+    assert decode(encode("run-a", _experience(td=False)), EXPECT).td_errors is None
+
+
+@pytest.mark.parametrize("spoil, reason", [
+    (lambda m: encode("run-b", _experience()), "run"),
+    (lambda m: m[:30], "truncated"),
+    (lambda m: m + b"\0", "size"),
+    (lambda m: b"XXXX" + m[4:], "bad_header"),
+    (lambda m: encode("run-a", Experience(**{**_experience().__dict__, "actions": np.full((3, 2), 3)})), "action"),
+    (lambda m: encode("run-a", Experience(**{**_experience().__dict__, "rewards": np.full((3, 2), np.nan)})),
+     "non_finite"),
+    (lambda m: encode("run-a", Experience(**{**_experience().__dict__,
+                                            "frames": np.zeros((3, 2, 5, 4), np.uint8)})), "shape"),
+    (lambda m: encode("run-a", Experience(**{**_experience().__dict__,
+                                            "frames": np.zeros((3, 2, *SHAPE), np.float32)})), "dtype"),
+])
+def test_a_message_that_is_not_this_runs_experience_is_refused(spoil, reason):
+    with pytest.raises(ExperienceError) as error:
+        decode(spoil(encode("run-a", _experience())), EXPECT)
+    assert error.value.reason == reason
+
+
+class Tee:
+    """Records an actor's steps both in its own replay memory and in an outbox."""
+
+    def __init__(self, *sinks):
+        self.sinks = sinks
+
+    def start(self, frames):
+        for sink in self.sinks:
+            sink.start(frames)
+
+    def add(self, *args):
+        for sink in self.sinks:
+            sink.add(*args)
+
+
+def test_the_learner_rebuilds_the_actors_replay_memory_from_its_messages():
+    config = TrainConfig(env="CartPole-v1", num_envs=3)
+    own = ReplayMemory(500, 3, (4,), np.dtype(np.float32), 2, seed=0)
+    rebuilt = ReplayMemory(500, 3, (4,), np.dtype(np.float32), 2, seed=0)
+    outbox = Outbox(gamma=0.99)
+    actor = Actor(make_vector_env(config.env, 3, config.env_options), Tee(own, outbox), 2,
+                  np.random.default_rng(0), "cpu")
+    net = build_q_network("mlp", (8,), 2, [16])
+    actor.reset(seed=0)
+    expect = ExpectExperience("r", (4,), np.dtype(np.float32), 2)
+    for step in range(1, 101):
+        actor.step(net, 0.5)
+        outbox.settle(actor.q_values)
+        if step % 16 == 0:
+            (frames, actions, rewards, terminated, continues), td = outbox.take()
+            got = decode(encode("r", Experience(0, 0, step, frames, actions, rewards, terminated, continues, td)),
+                         expect)
+            assert (got.td_errors[~got.continues] == -1).all() and (got.td_errors[got.continues] >= 0).all()
+            for row in range(len(got.frames)):
+                rebuilt.add(got.frames[row], got.actions[row], got.rewards[row], got.terminated[row],
+                            got.continues[row])
+    (frames, actions, rewards, terminated, continues), td = outbox.take(everything=True)
+    for row in range(len(frames)):
+        rebuilt.add(frames[row], actions[row], rewards[row], terminated[row], continues[row])
+    assert rebuilt.written == own.written == 101
+    for name in ReplayMemory._ARRAYS:
+        np.testing.assert_array_equal(getattr(rebuilt, name), getattr(own, name), err_msg=name)
