@@ -1,0 +1,134 @@
+"""Actor-learner training end to end: real Spark tasks as actors, a real learner process, real Redis.
+
+Actors only play and send experience; one learner trains at the replay ratio and publishes weights.
+The tests check that it learns (a return within a number of env steps), that the learner keeps the
+replay ratio whatever the actors do, and that it survives what downpour survives: a killed learner
+(restarted from its snapshot), a killed actor (retried by Spark), Ctrl-C and --resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from conftest import run_ddq, summary_of
+from ddq.transport.keys import RunKeys
+from ddq.transport.redis_server import EmbeddedRedis
+from test_downpour import processes_mentioning
+from test_failures import finish, wait_for_progress
+
+pytestmark = pytest.mark.slow  # each test starts a JVM
+
+RUN = ["--mode", "actor-learner", "--workers", "2", "--env", "CartPole-v1", "--no-progress", "--eval-every", "4000",
+       "--eval-episodes", "3", "--no-dashboard", "--no-celery"]
+
+
+@pytest.fixture
+def start():
+    """Starts `ddq train` of RUN into a run folder; whatever the test's outcome, stops what it started."""
+    started: list[subprocess.Popen] = []
+
+    def start_training(run_dir: Path, *flags: str) -> tuple[subprocess.Popen, Path]:
+        log = run_dir.parent / "train.log"
+        process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, *flags, "--run-dir", str(run_dir)],
+                                   stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+                                   env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        started.append(process)
+        return process, log
+
+    yield start_training
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def assert_the_replay_ratio_held(summary: dict, since_steps: int = 0) -> None:
+    """Updates are replay_ratio (1.0 for CartPole) per env step received after learning_starts (1000),
+    give or take one training round (16 steps) per actor and the steps of a message a kill lost."""
+    trained_steps = summary["env_steps"] - since_steps - 1000
+    assert 0.9 * trained_steps <= summary["updates"] - summary.get("updates_before", 0) <= trained_steps + 200
+
+
+def test_ctrl_c_then_resume_with_prioritized_replay_and_the_ratio_holds(tmp_path, start):
+    run_dir = tmp_path / "run"
+    process, log = start(run_dir, "--total-steps", "40000", "--prioritized")
+    wait_for_progress(run_dir, process, log, 3_000)
+    process.send_signal(signal.SIGINT)
+    code, _ = finish(process, log, timeout=60)
+    assert code == 130, log.read_text()[-3000:]
+    stopped = summary_of(run_dir)
+    assert stopped["mode"] == "actor-learner" and stopped["stop_reason"] == "stopped by the user"
+    assert 3_000 < stopped["env_steps"] < 40_000 and (run_dir / "learner.pt").exists()
+    assert_the_replay_ratio_held(stopped)
+    assert [line for line in log.read_text().splitlines() if not line.startswith("ddq: ")] == []
+    assert "learner stopped at version" in (run_dir / "learner.log").read_text()
+    assert processes_mentioning(str(run_dir)) == []
+
+    resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", str(stopped["env_steps"] + 4000))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = summary_of(run_dir)
+    assert after["env_steps"] >= stopped["env_steps"] + 4000 and after["updates"] > stopped["updates"]
+    assert "resumed from its snapshot" in (run_dir / "learner.log").read_text()
+    # the replay memory refilled from the actors: learning_starts again, then the ratio
+    assert_the_replay_ratio_held({**after, "updates_before": stopped["updates"]}, since_steps=stopped["env_steps"])
+    episodes = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {e["worker"] for e in episodes if e["kind"] == "episode"} == {0, 1}
+    assert processes_mentioning(str(run_dir)) == []
+
+
+def test_a_killed_learner_and_a_killed_actor_are_replaced_and_the_run_completes(tmp_path):
+    run_dir = tmp_path / "run"
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        log = tmp_path / "train.log"
+        driver = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, "--total-steps", "14000",
+                                   "--redis-url", server.url, "--run-dir", str(run_dir)],
+                                  stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+        try:
+            wait_for_progress(run_dir, driver, log, 3_000)
+            wait_for_file(run_dir / "learner.pt", driver)  # its first snapshot (every 1000 updates)
+            keys = RunKeys(next(client.scan_iter("ddq:*:workers")).decode().split(":")[1])
+            learner = json.loads(client.get(keys.shard(0).metrics))["pid"]
+            os.kill(learner, signal.SIGKILL)
+            wait_for_progress(run_dir, driver, log, 7_000)  # the actors waited for the new learner, then went on
+            actor = json.loads(client.hget(keys.workers, "0:0"))["pid"]
+            os.kill(actor, signal.SIGKILL)
+            code, _ = finish(driver, log)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+        assert code == 0, log.read_text()[-3000:]
+        summary = summary_of(run_dir)
+        assert summary["env_steps"] >= 14_000 and summary["stop_reason"] == "step budget spent"
+        assert summary["restarts"] == {"the learner": 1} and "restarting it (1 of 3)" in log.read_text()
+        assert "resumed from its snapshot" in (run_dir / "learner.log").read_text()
+        workers = {(w["worker"], w["attempt"]): w for w in summary["workers"]}
+        assert workers[(0, 0)]["state"] == "replaced" and (0, 1) in workers  # Spark retried the killed actor
+        metrics = json.loads(client.get(keys.shard(0).metrics))
+        assert metrics["rejected_total"] == 0 and metrics["version"] == summary["updates"]
+    assert processes_mentioning(str(run_dir)) == []
+
+
+def wait_for_file(path: Path, process: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None and time.monotonic() < deadline, f"no {path.name} was written"
+        time.sleep(0.1)
+
+
+def test_cartpole_reaches_475_with_two_actors(tmp_path):
+    run_dir = tmp_path / "cartpole"
+    result = run_ddq("train", "--mode", "actor-learner", "--workers", "2", "--env", "CartPole-v1", "--seed", "21",
+                     "--target-return", "475", "--total-steps", "60000", "--no-progress", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(run_dir)
+    assert summary["reached_target"] and summary["steps_to_target"] <= 60000
