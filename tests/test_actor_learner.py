@@ -118,6 +118,24 @@ def test_a_killed_learner_and_a_killed_actor_are_replaced_and_the_run_completes(
     assert processes_mentioning(str(run_dir)) == []
 
 
+def test_sync_rounds_meet_at_a_spark_barrier_and_start_with_the_same_weights(tmp_path):
+    run_dir = tmp_path / "run"
+    with EmbeddedRedis() as server:
+        result = run_ddq("train", *RUN, "--sync", "--sync-every", "2", "--total-steps", "3000", "--redis-url",
+                         server.url, "--run-dir", str(run_dir))
+        assert result.returncode == 0, result.stderr[-3000:]
+        client = redis.Redis.from_url(server.url)
+        keys = RunKeys(next(client.scan_iter("ddq:*:workers")).decode().split(":")[1])
+        rounds_done = int(client.get(keys.round_done)) + 1
+    summary = summary_of(run_dir)
+    assert summary["env_steps"] >= 3000 and rounds_done >= 3
+    # every actor played every round, and ended acting with the weights of the last round
+    assert [w["rounds"] for w in summary["workers"]] == [rounds_done, rounds_done]
+    assert len({w["weights_version"] for w in summary["workers"]}) == 1
+    assert_the_replay_ratio_held(summary)
+    assert processes_mentioning(str(run_dir)) == []
+
+
 def wait_for_file(path: Path, process: subprocess.Popen, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():

@@ -95,6 +95,10 @@ class TrainConfig:
     workers: int = field(default=2, metadata={"help": "Barista workers (Spark tasks) in distributed modes"})
     publish_every: int = field(default=10, metadata={"help": "actor-learner: learner updates between weight publications"})
     send_every: int = field(default=16, metadata={"help": "actor-learner: vector steps an actor sends per message"})
+    sync: bool = field(default=False, metadata={"help": "actor-learner in rounds: every sync_every episodes each actor "
+                                                         "waits at a Spark barrier, the learner trains on what arrived "
+                                                         "and all start the next round with the same weights"})
+    sync_every: int = field(default=2, metadata={"help": "actor-learner --sync: episodes each actor plays per round"})
     spark_master: str | None = field(default=None, metadata={"help": "Spark master URL (default local[WORKERS])"})
     celery: bool = field(default=True, metadata={"help": "run a Celery worker for background greedy evaluation "
                                                          "of snapshots (distributed modes)"})
@@ -114,7 +118,7 @@ class TrainConfig:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         for name in ("total_steps", "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update",
                      "eval_episodes", "buffer_size", "workers", "threads", "eval_every", "log_every",
-                     "checkpoint_every", "replay_ratio", "publish_every", "send_every"):
+                     "checkpoint_every", "replay_ratio", "publish_every", "send_every", "sync_every"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("learning_starts", "epsilon_steps"):
@@ -128,6 +132,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be positive (or none), got {getattr(self, name)}")
         if self.priority_alpha < 0:
             raise ValueError(f"priority_alpha must be at least 0, got {self.priority_alpha}")
+        if self.sync and self.mode != "actor-learner":
+            raise ValueError(f"sync rounds are a way of actor-learner training, not of {self.mode} mode")
         if self.mode == "actor-learner" and self.server.shards != 1:
             raise ValueError(f"shards must be 1 in actor-learner mode (its one learner owns the weights), "
                              f"got {self.server.shards}")

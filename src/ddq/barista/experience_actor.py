@@ -39,6 +39,9 @@ from ddq.transport.keys import RunKeys
 
 # Builds an actor's weights source around its network's flat parameters (kept current by `sync`).
 WeightsFactory = Callable[[FlatParameters], WeightsSource]
+# --sync: every actor's message in, every actor's messages out, once all of them called it (Spark's
+# BarrierTaskContext.allGather: a barrier that also exchanges a word).
+Meeting = Callable[[str], list[str]]
 BACKLOG_DEADLINE_S = 120.0  # an actor waiting for the learner to take its messages gives up after this
 
 
@@ -96,7 +99,8 @@ class ExperienceActor:
     """One actor: its envs and a copy of the online network, sending to the run's experience list."""
 
     def __init__(self, config: TrainConfig, redis_url: str, run: str, actor: int, connect: WeightsFactory,
-                 attempt: int = 0):
+                 attempt: int = 0, meet: Meeting | None = None):
+        """`meet`: the barrier of --sync rounds (required then)."""
         self.config, self.run_id, self.index = config, run, actor
         seed = config.seed + WORKER_SEED_STRIDE * (actor + 1) + 101 * attempt
         seed_everything(seed, config.threads)
@@ -120,6 +124,9 @@ class ExperienceActor:
         self.global_steps, self.trained_steps, self.sent_steps = 0, 0, 0
         self.stopped = False
         self.backlog_limit = config.server.max_backlog * config.workers
+        if config.sync and meet is None:
+            raise ValueError("sync rounds need a barrier to meet at (a Spark barrier stage)")
+        self.meet = meet
 
     def epsilon(self) -> float:
         if self.config.per_actor_epsilon:
@@ -168,7 +175,7 @@ class ExperienceActor:
 
     def heartbeat(self, state: str) -> None:
         self.stats.state, self.stats.heartbeat = state, time.time()
-        self.stats.env_steps = self.sent_steps
+        self.stats.env_steps, self.stats.weights_version = self.sent_steps, self.source.version
         self.window = self.window.close(self.stats)
         self.redis.hset(self.keys.workers, f"{self.index}:{self.stats.attempt}", json.dumps(asdict(self.stats)))
 
@@ -181,20 +188,10 @@ class ExperienceActor:
         try:
             self.source.sync()
             self.heartbeat("running")
-            next_beat, steps_since_send = time.monotonic() + HEARTBEAT_S, 0
-            while not self.finished():
-                self.stats.epsilon = self.epsilon()
-                self.episodes += self.actor.step(self.network, self.stats.epsilon)
-                assert self.actor.q_values is not None
-                self.outbox.settle(self.actor.q_values)
-                steps_since_send += 1
-                if steps_since_send >= self.config.send_every:
-                    self.send()
-                    self.source.sync()
-                    steps_since_send = 0
-                if time.monotonic() >= next_beat:
-                    self.heartbeat("running")
-                    next_beat = time.monotonic() + HEARTBEAT_S
+            if self.config.sync:
+                self._play_in_rounds()
+            else:
+                self._play(rounds=False)
             if not self.stopped:
                 self.send(everything=True)
             self.stats.wall_time_s += time.time() - started
@@ -202,3 +199,59 @@ class ExperienceActor:
             return self.stats
         finally:
             self.actor.envs.close()
+
+    def _play(self, rounds: bool) -> None:
+        """Steps, sending every `send_every` vector steps, until the run is finished, or (`rounds`) until
+        this actor finished `sync_every` episodes."""
+        next_beat, steps_since_send, episodes = time.monotonic() + HEARTBEAT_S, 0, 0
+        while not self.finished() and not (rounds and episodes >= self.config.sync_every):
+            self.stats.epsilon = self.epsilon()
+            finished = self.actor.step(self.network, self.stats.epsilon)
+            self.episodes += finished
+            episodes += len(finished)
+            assert self.actor.q_values is not None
+            self.outbox.settle(self.actor.q_values)
+            steps_since_send += 1
+            if steps_since_send >= self.config.send_every:
+                self.send()
+                if not rounds:  # in rounds, weights change only between rounds
+                    self.source.sync()
+                steps_since_send = 0
+            if time.monotonic() >= next_beat:
+                self.heartbeat("running")
+                next_beat = time.monotonic() + HEARTBEAT_S
+
+    def _play_in_rounds(self) -> None:
+        """The collective variant: play a round, send all of it, meet every other actor at the barrier, let the
+        learner train on the round, start the next with the same new weights. Whether to go on is decided
+        together at the barrier, so that no actor waits there for one that left."""
+        assert self.meet is not None
+        done_before = int(self.redis.get(self.keys.round_done) or -1)
+        number = max(int(word) for word in self.meet(str(done_before + 1)))  # a retried stage agrees where it is
+        while True:
+            self._play(rounds=True)
+            self.send(everything=True)
+            if "stop" in self.meet("stop" if self.finished() else "go"):
+                return
+            if self.index == 0:
+                self.redis.set(self.keys.round_ready, number)
+            self._wait_for_round(number)
+            self.source.sync()
+            self.stats.rounds += 1
+            number += 1
+
+    def _wait_for_round(self, number: int) -> None:
+        """Until the learner has trained on round `number` and published its weights (or the run stopped)."""
+        started = time.monotonic()
+        while not self.stopped:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.get(self.keys.round_done)
+            pipe.get(self.keys.control)
+            pipe.get(self.keys.trained_steps)
+            done, control, trained = pipe.execute()
+            self.stopped, self.trained_steps = is_stop(control), int(trained or 0)
+            if done is not None and int(done) >= number:
+                return
+            if time.monotonic() - started > BACKLOG_DEADLINE_S:
+                raise RuntimeError(f"the learner finished no round for {BACKLOG_DEADLINE_S:.0f} s (is it running?)")
+            time.sleep(0.005)

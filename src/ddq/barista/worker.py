@@ -52,6 +52,8 @@ class WorkerStats:
     loss: float | None = None
     mean_max_q: float | None = None
     epsilon: float = 1.0
+    weights_version: int = 0  # of the weights it acts with
+    rounds: int = 0  # actor-learner --sync: rounds played and trained on
 
 
 class StatsWindow:

@@ -82,6 +82,8 @@ class LearnerServer:
         self.outbox: list[bytes] | None = None  # the newest weights (and target) messages not yet published
         self.outbox_ready = threading.Condition()
         self.stopping = threading.Event()
+        self.receiving = threading.Lock()  # held while a message is between Redis and the inbox
+        self.round_done = int(self.redis.get(self.keys.round_done) or -1)  # --sync
         self.owed = 0  # updates the experience taken so far has earned and that are not done yet
         self.ingested = 0  # env steps received since this process started
         self.trained_before = int(self.redis.get(self.keys.trained_steps) or 0)  # by earlier learner processes
@@ -117,18 +119,19 @@ class LearnerServer:
             if self.inbox.qsize() >= INBOX_MESSAGES:
                 time.sleep(0.002)
                 continue
-            try:
-                first = client.brpop([self.keys.experience], timeout=HOUSEKEEPING_S)
-                more = client.rpop(self.keys.experience, TAKE_BATCH - 1) if first else None
-            except redis.RedisError as error:
-                log.error("learner lost Redis while receiving (%s)", error)
-                self.stopping.set()
-                return
-            for message in ([first[1]] if first else []) + list(more or []):
+            with self.receiving:
                 try:
-                    self.inbox.put(decode(typing.cast(bytes, message), self.expect))
-                except ExperienceError as error:
-                    self.metrics.reject(error.reason, str(error), 0)
+                    first = client.brpop([self.keys.experience], timeout=0.05 if self.config.sync else HOUSEKEEPING_S)
+                    more = client.rpop(self.keys.experience, TAKE_BATCH - 1) if first else None
+                except redis.RedisError as error:
+                    log.error("learner lost Redis while receiving (%s)", error)
+                    self.stopping.set()
+                    return
+                for message in ([first[1]] if first else []) + list(more or []):
+                    try:
+                        self.inbox.put(decode(typing.cast(bytes, message), self.expect))
+                    except ExperienceError as error:
+                        self.metrics.reject(error.reason, str(error), 0)
 
     def ingest(self, experience: Experience) -> None:
         """Records a message's vector steps in its actor's memory; a message that does not follow the
@@ -228,11 +231,29 @@ class LearnerServer:
             try:
                 experience = self.inbox.get(timeout=0.05)
             except queue.Empty:
+                if self.config.sync:
+                    self._finish_round()
                 return False
             self.ingest(experience)
             return True
         self.train(min(self.owed, UPDATES_PER_ROUND))
         return True
+
+    def _finish_round(self) -> None:
+        """--sync: once every actor has sent a round (`round_ready`) and all of it is trained on, publishes the
+        weights and says the round is done; the actors then start the next one with these weights."""
+        ready = int(self.redis.get(self.keys.round_ready) or -1)
+        if ready <= self.round_done:
+            return
+        with self.receiving:  # nothing between Redis and the inbox: an empty list and inbox hold it all
+            if self.redis.llen(self.keys.experience) or not self.inbox.empty() or self.owed > 0:
+                return
+        self._send_weights(self.redis, self._weights_messages(target_too=True))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.trained_steps, self.trained_steps)
+        pipe.set(self.keys.round_done, ready)
+        pipe.execute()
+        self.round_done = ready
 
     def housekeeping(self) -> bool:
         """Publishes metrics and the trained steps; False once the run was told to stop."""

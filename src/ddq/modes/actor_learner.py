@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
+from typing import Any
 
 from ddq.learner_process.launch import start_learner
 from ddq.modes.downpour import DownpourTrainer
@@ -38,6 +39,11 @@ class ActorLearnerTrainer(DownpourTrainer):
                                              restart=restart)]  # type: ignore[arg-type]
         stack.callback(lambda: stop_shards(self.redis, self.run, [entry.process for entry in self.shards]))
         wait_until_serving(self.redis, self.run, 1, [entry.process for entry in self.shards])
+
+    def _stage(self, rdd: Any) -> Any:
+        """--sync: a barrier stage (Spark's barrier execution): its tasks start together, meet at the barrier
+        between rounds, and a failed one restarts them all, as the collective variant wants."""
+        return rdd.barrier() if self.config.sync else rdd
 
     def _wait_for_drained_queues(self, timeout: float = 120.0) -> None:
         """Until the learner has trained on everything the actors sent and exited, as it does once the run

@@ -162,6 +162,10 @@ class DownpourTrainer:
         stack.callback(lambda: stop_shards(self.redis, self.run, [entry.process for entry in self.shards]))
         wait_until_serving(self.redis, self.run, self.config.server.shards, [entry.process for entry in self.shards])
 
+    def _stage(self, rdd: Any) -> Any:
+        """The RDD whose partitions the tasks run on (a mode that needs a barrier stage says so here)."""
+        return rdd
+
     # What each Spark task runs (a module-level function: Spark ships it to the executors, not the driver).
     SPARK_TASK = staticmethod(barista_task)
 
@@ -173,7 +177,7 @@ class DownpourTrainer:
 
         def job() -> None:
             try:
-                rdd = spark.sparkContext.parallelize(range(c.workers), c.workers)
+                rdd = self._stage(spark.sparkContext.parallelize(range(c.workers), c.workers))
                 rdd.mapPartitionsWithIndex(lambda index, rows: task(index, rows, settings, url, run)).collect()
             except Exception as error:  # reported by the driver loop below
                 results["error"] = error

@@ -32,17 +32,19 @@ def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run
 
 def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str) -> Iterator[dict]:
     """What a Spark task runs in actor-learner mode: one actor, sending experience to the learner until
-    the run ends. Its weights come from the learner through the parameter server's client."""
-    from pyspark import TaskContext
+    the run ends. Its weights come from the learner through the parameter server's client. With --sync the
+    tasks form a barrier stage, and the actors meet at its barrier between rounds."""
+    from pyspark import BarrierTaskContext, TaskContext
 
     from ddq.barista.experience_actor import ExperienceActor
     from ddq.param_server.client import ParameterClient
 
-    context = TaskContext.get()
-    attempt = context.attemptNumber() if context else 0
     config = decode_settings(settings, "the driver's settings")
+    context = BarrierTaskContext.get() if config.sync else TaskContext.get()
+    attempt = context.attemptNumber() if context else 0
+    meet = context.allGather if config.sync and isinstance(context, BarrierTaskContext) else None
     actor = ExperienceActor(config, redis_url, run, index,
-                            lambda flat: ParameterClient(redis_url, run, flat, 1, index), attempt)
+                            lambda flat: ParameterClient(redis_url, run, flat, 1, index), attempt, meet)
     yield dataclasses.asdict(actor.run())
 
 

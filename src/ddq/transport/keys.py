@@ -112,6 +112,16 @@ class RunKeys:
         return f"{self.prefix}:trained_steps"
 
     @property
+    def round_ready(self) -> str:
+        """Integer: actor-learner --sync: the last round every actor has sent (set after their barrier)."""
+        return f"{self.prefix}:round_ready"
+
+    @property
+    def round_done(self) -> str:
+        """Integer: actor-learner --sync: the last round the learner has trained on and published weights for."""
+        return f"{self.prefix}:round_done"
+
+    @property
     def workers(self) -> str:
         """Hash: worker id -> JSON of its latest statistics and heartbeat."""
         return f"{self.prefix}:workers"
