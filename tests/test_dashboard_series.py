@@ -72,8 +72,15 @@ def test_server_merge_takes_the_slowest_shard_and_adds_rejections():
     w, b = merged["layers"]
     assert w["weight_norm"] == pytest.approx(5.0) and w["update_ratio"] == pytest.approx(0.1)
     assert b["update_ratio"] is None  # a zero weight norm has no ratio
-    assert merged["mean_loss"] == 1.0
+    assert merged["mean_loss"] == 1.0 and merged["learner"] is None
     assert merge_server([])["version"] == 0
+
+
+def test_an_actor_learner_runs_learner_numbers_come_through():
+    merged = merge_server([{"role": "learner", "version": 300, "applied": 300, "ingested": 1200, "replay_size": 1100,
+                            "publications": 30, "policy_lag": "junk"}])
+    assert merged["learner"]["updates_per_env_step"] == 0.25 and merged["learner"]["replay_size"] == 1100
+    assert merged["learner"]["policy_lag"] is None and merged["learner"]["publications"] == 30
 
 
 def test_layers_ignore_rows_that_are_not_layers():

@@ -112,4 +112,4 @@ def test_bench_scaling_measures_each_worker_count():
     rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert [row[1].strip() for row in rows] == ["1", "2"]
     steps = [float(row[2].replace(",", "")) for row in rows]
-    assert rows[0][4].strip() == "1.00x" and steps[1] > steps[0] > 0  # two slow workers play more than one
+    assert rows[0][5].strip() == "1.00x" and steps[1] > steps[0] > 0  # two slow workers play more than one

@@ -10,16 +10,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ddq.benchmarks.commands import add_bench_commands
 from ddq.config import REDIS_URL_ENV, build_config, has_masked_secret, read_settings
 from ddq.flags import add_config_flags
 from ddq.preflight import check_redis, check_run
-
-if TYPE_CHECKING:
-    from ddq.modes.downpour import DownpourTrainer
-    from ddq.modes.serial import SerialTrainer
 
 
 def _default_run_dir(env_id: str) -> str:
@@ -29,8 +24,8 @@ def _default_run_dir(env_id: str) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ddq.core import checkpoint as ckpt
+    from ddq.modes import run_training
     from ddq.modes.bookkeeping import write_summary
-    from ddq.modes.serial import SerialTrainer
     from ddq.services.plot import plot_run
 
     cli_values = {k: v for k, v in vars(args).items()
@@ -56,25 +51,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     config.run_dir = run_dir
     check_run(config)  # before a folder or a process exists: a mistake costs one line
     print(f"ddq: training {config.env} ({config.mode}) into {run_dir}", file=sys.stderr)
-    trainer: DownpourTrainer | SerialTrainer
-    if config.mode == "downpour":
-        from ddq.modes.downpour import DownpourTrainer
-
-        trainer = DownpourTrainer(config, run_dir, args.started_at, resume=saved)
-        summary = trainer.train()
-    elif config.mode == "actor-learner":
-        from ddq.modes.actor_learner import ActorLearnerTrainer
-
-        trainer = ActorLearnerTrainer(config, run_dir, args.started_at, resume=saved)
-        summary = trainer.train()
-    else:
-        trainer = SerialTrainer(config, run_dir, args.started_at, resume=saved)
-        summary = trainer.run()
+    summary, exit_code = run_training(config, run_dir, args.started_at, resume=saved)
     summary["learning_curve"] = str(plot_run(run_dir))
     write_summary(run_dir, summary)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
     print(f"ddq: the same summary, with every setting, is in {Path(run_dir) / 'summary.json'}", file=sys.stderr)
-    return trainer.exit_code  # 0 only for a run that finished: 1 when it failed, 128+N when a signal stopped it
+    return exit_code  # 0 only for a run that finished: 1 when it failed, 128+N when a signal stopped it
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -250,7 +232,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    train = commands.add_parser("train", help="train a DQN agent (serial, or downpour on Spark)",
+    train = commands.add_parser("train", help="train a DQN agent (serial; downpour or actor-learner on Spark)",
                                 description="Train a DQN agent. Settings: defaults < the env's preset < "
                                             "--config FILE (TOML) < flags.",
                                 epilog=None if full_help else "These are the settings people change most; "

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from ddq.config import MODES
+
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from ddq.benchmarks.serial import run_seeds, serial_table
@@ -39,7 +41,7 @@ def cmd_bench_ps(args: argparse.Namespace) -> int:
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
     from ddq.benchmarks.scaling import run_bench, table
 
-    print(table(run_bench(args.workers, args.latency_ms, args.steps_per_worker), args.latency_ms))
+    print(table(run_bench(args.workers, args.latency_ms, args.steps_per_worker, args.mode), args.latency_ms, args.mode))
     return 0
 
 
@@ -60,7 +62,7 @@ def add_bench_commands(commands: Any) -> None:
     serial = kinds.add_parser("train", aliases=["serial"],
                               help="steps and wall time to a target return over several seeds (`serial` runs "
                                    "serial mode; `train --mode downpour --workers N` the distributed one)")
-    serial.add_argument("--mode", default="serial", choices=("serial", "downpour"), help="training mode")
+    serial.add_argument("--mode", default="serial", choices=MODES, help="training mode")
     serial.add_argument("--workers", type=int, default=2, help="downpour workers")
     serial.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
     serial.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run, one after another")
@@ -83,6 +85,7 @@ def add_bench_commands(commands: Any) -> None:
     scaling = kinds.add_parser("scaling", help="downpour env steps/s and pushes/s by worker count, on an env "
                                                "whose steps take a fixed (slept) time")
     scaling.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="worker counts (first: base)")
+    scaling.add_argument("--mode", default="downpour", choices=MODES[1:], help="distributed mode to measure")
     scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
     scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
     scaling.set_defaults(func=cmd_bench_scaling)

@@ -1,4 +1,4 @@
-"""`ddq bench scaling`: downpour throughput with 1, 2, 4, ... workers on an env with a slow simulator.
+"""`ddq bench scaling`: distributed throughput with 1, 2, 4, ... workers on an env with a slow simulator.
 
 Each env step sleeps a fixed latency (a stand-in for an expensive simulator,
 like seed 004's 3D one), so the workers' waiting leaves the cores free and
@@ -26,9 +26,10 @@ class ScalingRow:
     updates: int
 
 
-def run_workers(workers: int, latency_ms: float, steps_per_worker: int, folder: Path) -> ScalingRow:
+def run_workers(workers: int, latency_ms: float, steps_per_worker: int, folder: Path,
+                mode: str = "downpour") -> ScalingRow:
     run_dir = folder / f"workers{workers}"
-    command = [sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", str(workers),
+    command = [sys.executable, "-m", "ddq", "train", "--mode", mode, "--workers", str(workers),
                "--env", "CartPole-v1", "--num-envs", "1", "--step-latency-ms", str(latency_ms),
                "--total-steps", str(workers * steps_per_worker), "--learning-starts", "100",
                "--train-frequency", "10", "--replay-ratio", "0.1", "--eval-every", str(10**9),
@@ -48,22 +49,24 @@ def worker_rates(summary: dict) -> tuple[float, float]:
             sum(w["pushes"] / w["wall_time_s"] for w in stats))
 
 
-def run_bench(worker_counts: list[int], latency_ms: float = 10.0, steps_per_worker: int = 1000) -> list[ScalingRow]:
+def run_bench(worker_counts: list[int], latency_ms: float = 10.0, steps_per_worker: int = 1000,
+              mode: str = "downpour") -> list[ScalingRow]:
     with tempfile.TemporaryDirectory(prefix="ddq-bench-scaling-") as tmp:
         rows = []
         for workers in worker_counts:
-            rows.append(run_workers(workers, latency_ms, steps_per_worker, Path(tmp)))
+            rows.append(run_workers(workers, latency_ms, steps_per_worker, Path(tmp), mode))
             print(f"ddq: measured {workers} workers", file=sys.stderr)
         return rows
 
 
-def table(rows: list[ScalingRow], latency_ms: float) -> str:
+def table(rows: list[ScalingRow], latency_ms: float, mode: str = "downpour") -> str:
     base = rows[0].env_steps_per_s / rows[0].workers
-    lines = ["| workers | env steps/s | gradient pushes/s | speedup vs 1 worker | efficiency |",
-             "|---|---|---|---|---|"]
+    sent = "gradient pushes/s" if mode == "downpour" else "experience messages/s"
+    lines = [f"| workers | env steps/s | {sent} | updates | speedup vs 1 worker | efficiency |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         speedup = r.env_steps_per_s / base
-        lines.append(f"| {r.workers} | {r.env_steps_per_s:,.0f} | {r.pushes_per_s:,.1f} | {speedup:.2f}x | "
-                     f"{speedup / r.workers:.0%} |")
-    return (f"Downpour on CartPole-v1 with {latency_ms:g} ms per env step (slept), 1 env per worker, "
+        lines.append(f"| {r.workers} | {r.env_steps_per_s:,.0f} | {r.pushes_per_s:,.1f} | {r.updates:,} | "
+                     f"{speedup:.2f}x | {speedup / r.workers:.0%} |")
+    return (f"{mode.capitalize()} on CartPole-v1 with {latency_ms:g} ms per env step (slept), 1 env per worker, "
             "replay ratio 0.1\n\n" + "\n".join(lines))

@@ -9,22 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import build_config
-from ddq.modes.serial import SerialTrainer
+from ddq.modes import run_training
 
 
 def run_seeds(env_id: str, seeds: list[int], overrides: dict[str, Any]) -> list[dict[str, Any]]:
-    """One quiet run per seed (in this process, one after another), serial or downpour."""
+    """One quiet run per seed (in this process, one after another), in any mode."""
     summaries = []
     with tempfile.TemporaryDirectory(prefix="ddq-bench-") as tmp:
         for seed in seeds:
             config = build_config({**overrides, "env": env_id, "seed": seed, "progress": False})
             run_dir = Path(tmp) / f"seed{seed}"
-            if config.mode == "downpour":
-                from ddq.modes.downpour import DownpourTrainer
-
-                summaries.append(DownpourTrainer(config, run_dir, started_at=time.time()).train())
-            else:
-                summaries.append(SerialTrainer(config, run_dir, started_at=time.time()).run())
+            summaries.append(run_training(config, run_dir, time.time())[0])
     return summaries
 
 
@@ -50,5 +45,5 @@ def serial_table(env_id: str, summaries: list[dict[str, Any]]) -> str:
                 f"{statistics.median(s['final_eval_return'] for s in summaries):.1f} | "
                 f"{statistics.median(s['final_eval_rewarded_steps'] for s in summaries):.2f} |")
     config = summaries[0]["config"]
-    mode = "serial mode" if config["mode"] == "serial" else f"downpour, {config['workers']} workers"
+    mode = "serial mode" if config["mode"] == "serial" else f"{config['mode']}, {config['workers']} workers"
     return f"{env_id}, {mode}\n\n" + "\n".join(rows)

@@ -68,7 +68,7 @@ def merge_server(reports: list[dict]) -> dict:
     if not reports:
         return {"shards": 0, "version": 0, "applied": 0, "updates_per_s": 0.0, "dropped_stale": 0,
                 "rejected": {}, "rejected_total": 0, "staleness": {}, "layers": [], "learning_rate": None,
-                "mean_loss": None}
+                "mean_loss": None, "learner": None}
     rejected: Counter[str] = Counter()
     staleness: Counter[str] = Counter()
     for report in reports:
@@ -86,7 +86,21 @@ def merge_server(reports: list[dict]) -> dict:
             "staleness": dict(sorted(staleness.items(), key=lambda item: int(item[0]))),
             "layers": merge_layers([r.get("layers") or [] for r in reports]),
             "learning_rate": _number(reports[0].get("learning_rate")),
-            "mean_loss": sum(losses) / len(losses) if losses else None}
+            "mean_loss": sum(losses) / len(losses) if losses else None,
+            "learner": _learner(reports[0])}
+
+
+LEARNER_FIELDS = ("replay_size", "ingested", "messages", "publications", "trained_steps", "policy_lag", "owed_updates")
+
+
+def _learner(report: dict) -> dict | None:
+    """An actor-learner run's learner numbers (its report stands where shard 0's would), else None."""
+    if report.get("role") != "learner":
+        return None
+    numbers = {key: _number(report.get(key)) for key in LEARNER_FIELDS}
+    ingested, applied = numbers["ingested"], _number(report.get("applied"))
+    numbers["updates_per_env_step"] = applied / ingested if ingested and applied is not None else None
+    return numbers
 
 
 def worker_rows(client: redis.Redis, keys: RunKeys, now: float | None = None) -> list[dict]:

@@ -187,6 +187,23 @@ function showProgress(progress) {
   }
 }
 
+// actor-learner: the learner stands where the parameter server's shard would
+function learnerRows(learner) {
+  if (!learner) return [];
+  return [
+    [{ text: "learner: replay size", title: "transitions the learner can sample, over all actors' memories" },
+     fmt(learner.replay_size)],
+    [{ text: "env steps received", title: "transitions the actors' messages brought since the learner started" },
+     fmt(learner.ingested)],
+    [{ text: "updates per env step", title: "gradient updates per env step received: --replay-ratio, whatever " +
+       "the number of actors (until --learning-starts steps arrived, none)" }, fmt(learner.updates_per_env_step)],
+    [{ text: "weight publications", title: "times the learner published its weights (every --publish-every updates)" },
+     fmt(learner.publications)],
+    [{ text: "policy lag", title: "updates between the weights an actor acted with and the learner's when the " +
+       "experience arrived (mean over the last messages)" }, fmt(learner.policy_lag)],
+  ];
+}
+
 function showServer(server) {
   const staleness = Object.entries(server.staleness).map(([k, n]) => [Number(k), n]).sort((a, b) => a[0] - b[0]);
   const total = staleness.reduce((sum, [, n]) => sum + n, 0) || 1;
@@ -205,6 +222,7 @@ function showServer(server) {
      fmt(server.rejected_total)],
     ...reasons.map(([reason, n]) => [`  ${reason}`, fmt(n)]),
     [{ text: "dropped as stale", title: "gradients older than --max-staleness, not applied" }, fmt(server.dropped_stale)],
+    ...learnerRows(server.learner),
   ]);
   fillTable(document.querySelector("#layers tbody"), server.layers.map((layer) => {
     const ratio = layer.update_ratio;
