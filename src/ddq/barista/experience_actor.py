@@ -21,12 +21,13 @@ from dataclasses import asdict
 
 import numpy as np
 import redis
+import torch
 from torch import nn
 
 from ddq.barista.worker import HEARTBEAT_S, WORKER_SEED_STRIDE, StatsWindow, WorkerStats
 from ddq.config import TrainConfig
 from ddq.core.actor import Actor, Episode
-from ddq.core.agent import env_shapes, epsilon_schedule, resolve_device, seed_everything
+from ddq.core.agent import env_shapes, epsilon_schedule, seed_everything
 from ddq.core.dqn import per_actor_epsilon
 from ddq.core.prioritized import initial_td_errors
 from ddq.core.replay import state_shape
@@ -104,7 +105,7 @@ class ExperienceActor:
         self.config, self.run_id, self.index = config, run, actor
         seed = config.seed + WORKER_SEED_STRIDE * (actor + 1) + 101 * attempt
         seed_everything(seed, config.threads)
-        self.device = resolve_device(config.device)
+        self.device = torch.device("cpu")  # acting is small batches of inference; --device is the learner's
         frame_shape, _, num_actions = env_shapes(config)
         self.network: nn.Module = build_q_network(config.model, state_shape(frame_shape, config.frame_stack),
                                                   num_actions, config.hidden).to(self.device)

@@ -14,6 +14,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     overrides = {"total_steps": args.total_steps} if args.total_steps else {}
     overrides.update(mode=args.mode, workers=args.workers)
+    overrides.update({name: True for name in ("prioritized", "per_actor_epsilon", "sync") if getattr(args, name)})
     if args.target_return is not None:
         overrides["target_return"] = args.target_return
     print(serial_table(args.env, run_seeds(args.env, args.seeds, overrides)))
@@ -45,6 +46,14 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_learner(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.learner import run_bench, table
+
+    rows = run_bench(args.env, args.devices, args.batch_sizes, args.updates, args.model, args.workers)
+    print(table(args.env, rows))
+    return 0
+
+
 def cmd_bench_dashboard(args: argparse.Namespace) -> int:
     from ddq.benchmarks.dashboard import run_bench, table
 
@@ -63,7 +72,10 @@ def add_bench_commands(commands: Any) -> None:
                               help="steps and wall time to a target return over several seeds (`serial` runs "
                                    "serial mode; `train --mode downpour --workers N` the distributed one)")
     serial.add_argument("--mode", default="serial", choices=MODES, help="training mode")
-    serial.add_argument("--workers", type=int, default=2, help="downpour workers")
+    serial.add_argument("--workers", type=int, default=2, help="workers (actors) of a distributed mode")
+    serial.add_argument("--prioritized", action="store_true", help="prioritized replay")
+    serial.add_argument("--per-actor-epsilon", action="store_true", help="actor-learner: Ape-X's epsilon per actor")
+    serial.add_argument("--sync", action="store_true", help="actor-learner: collective rounds at a Spark barrier")
     serial.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
     serial.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run, one after another")
     serial.add_argument("--target-return", type=float, default=None, help="stop each run once reached")
@@ -89,6 +101,16 @@ def add_bench_commands(commands: Any) -> None:
     scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
     scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
     scaling.set_defaults(func=cmd_bench_scaling)
+    learner = kinds.add_parser("learner", help="the actor-learner learner's updates/s by device and batch size, "
+                                               "uniform and prioritized replay")
+    learner.add_argument("--env", default="ddq/Snake-v0", help="Gymnasium env id (its frames' layout)")
+    learner.add_argument("--devices", nargs="+", default=["cpu"], help="torch devices to measure (cpu, cuda)")
+    learner.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128], help="minibatch sizes")
+    learner.add_argument("--updates", type=int, default=500, help="timed updates per row")
+    learner.add_argument("--model", default=None, help="Q-network (default: the env's preset)")
+    learner.add_argument("--workers", type=int, default=2, help="actors (one replay memory each)")
+    learner.set_defaults(func=cmd_bench_learner)
+
     watch = kinds.add_parser("dashboard", help="downpour throughput bare against with Celery evaluating and the "
                                                "dashboard open in headless Chromium")
     watch.add_argument("--repeats", type=int, default=2, help="pairs of runs (bare, watched), alternating")

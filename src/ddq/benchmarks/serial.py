@@ -46,4 +46,6 @@ def serial_table(env_id: str, summaries: list[dict[str, Any]]) -> str:
                 f"{statistics.median(s['final_eval_rewarded_steps'] for s in summaries):.2f} |")
     config = summaries[0]["config"]
     mode = "serial mode" if config["mode"] == "serial" else f"{config['mode']}, {config['workers']} workers"
+    mode += "".join(f", {name.replace('_', ' ')}" for name in ("prioritized", "per_actor_epsilon", "sync")
+                    if config.get(name))
     return f"{env_id}, {mode}\n\n" + "\n".join(rows)
