@@ -135,4 +135,7 @@ def test_a_time_budget_ends_the_run_before_its_step_budget(tmp_path):
     result = run_ddq("train", *SHORT, "--total-steps", "10000000", "--time-budget-s", "4", "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr
     summary = summary_of(run_dir)
-    assert 0 < summary["env_steps"] < 10_000_000 and summary["final_eval_return"] is not None
+    # the budget counts from the command's start: a loaded machine may spend all of it starting up, so the
+    # number of steps played is not asserted, only that the time budget, not the step budget, ended the run
+    assert summary["env_steps"] < 10_000_000 and summary["stop_reason"] == "time budget spent"
+    assert summary["final_eval_return"] is not None
