@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ddq.core.dqn import per_actor_epsilon
 from ddq.learner_process.launch import start_learner
 from ddq.modes.downpour import DownpourTrainer
 from ddq.modes.spark import actor_task
@@ -44,6 +45,14 @@ class ActorLearnerTrainer(DownpourTrainer):
         """--sync: a barrier stage (Spark's barrier execution): its tasks start together, meet at the barrier
         between rounds, and a failed one restarts them all, as the collective variant wants."""
         return rdd.barrier() if self.config.sync else rdd
+
+    def _workers_epsilon(self, env_steps: int) -> float:
+        """The schedule at the env steps the learner has trained on (what the actors read), or the mean of
+        Ape-X's fixed per-actor values."""
+        if self.config.per_actor_epsilon:
+            actors = self.config.workers
+            return sum(per_actor_epsilon(i, actors) for i in range(actors)) / actors
+        return self.epsilon(int(self.redis.get(self.keys.trained_steps) or 0))
 
     def _wait_for_drained_queues(self, timeout: float = 120.0) -> None:
         """Until the learner has trained on everything the actors sent and exited, as it does once the run

@@ -218,9 +218,10 @@ class DownpourTrainer:
                 self.counters.env_steps = steps
                 self.counters.wall_time_s = time.time() - self.origin
                 self._drain_episodes()
-                self.reporter.record_progress(steps, self.epsilon(steps))
+                epsilon = self._workers_epsilon(steps)
+                self.reporter.record_progress(steps, epsilon)
                 recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
-                bar.set_postfix(progress_values(recent, self.epsilon(steps), self.last_eval), refresh=False)
+                bar.set_postfix(progress_values(recent, epsilon, self.last_eval), refresh=False)
                 if steps >= next_eval and not stopping:
                     next_eval = (steps // c.eval_every + 1) * c.eval_every
                     reached = self._evaluate() or reached
@@ -228,6 +229,10 @@ class DownpourTrainer:
                                      user_stopped=self.signals.received is not None)
                 if reason is not None and not stopping:
                     self.control.stop(reason)
+
+    def _workers_epsilon(self, env_steps: int) -> float:
+        """The exploration rate the workers act with now (reported): the schedule at the global env steps."""
+        return self.epsilon(env_steps)
 
     def _wait_for_drained_queues(self, timeout: float = 60.0) -> None:
         """Until every shard has applied what was pushed, so the final evaluation and summary see the last
@@ -284,7 +289,8 @@ class DownpourTrainer:
         with contextlib.suppress(redis.RedisError):
             workers = worker_rows(self.redis, self.keys)
             self._drain_episodes()
-            self.reporter.record_progress(self.counters.env_steps, self.epsilon(self.counters.env_steps), force=True)
+            self.reporter.record_progress(self.counters.env_steps, self._workers_epsilon(self.counters.env_steps),
+                                          force=True)
         path = self._save_checkpoint()
         reason = f"{StopReason.FAILURE.value}: {self.failure}" if self.failure else self.control.reason()
         summary = run_summary(self.config, self.counters, self.last_eval, self.client.version, path, reason)
