@@ -46,6 +46,14 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_actors(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.actors import run_bench, table
+
+    results = run_bench(args.env, args.actors, args.seeds, args.target_return, args.step_latency_ms, args.total_steps)
+    print(table(args.env, args.target_return, args.step_latency_ms, results))
+    return 0
+
+
 def cmd_bench_learner(args: argparse.Namespace) -> int:
     from ddq.benchmarks.learner import run_bench, table
 
@@ -101,6 +109,16 @@ def add_bench_commands(commands: Any) -> None:
     scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
     scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
     scaling.set_defaults(func=cmd_bench_scaling)
+    actors = kinds.add_parser("actors", help="serial against actor-learner with N actors: time and env steps to "
+                                             "a target, side by side, on an optionally slow simulator")
+    actors.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
+    actors.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4], help="actor counts to run")
+    actors.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (each runs every configuration)")
+    actors.add_argument("--target-return", type=float, required=True, help="the greedy return each run stops at")
+    actors.add_argument("--step-latency-ms", type=float, default=0.0, help="time each env step takes (slept)")
+    actors.add_argument("--total-steps", type=int, default=None, help="step budget per run (default: the preset's)")
+    actors.set_defaults(func=cmd_bench_actors)
+
     learner = kinds.add_parser("learner", help="the actor-learner learner's updates/s by device and batch size, "
                                                "uniform and prioritized replay")
     learner.add_argument("--env", default="ddq/Snake-v0", help="Gymnasium env id (its frames' layout)")

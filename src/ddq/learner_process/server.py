@@ -1,4 +1,4 @@
-"""The learner of actor-learner training (the 2015 Stanford ddq project's successor wiring, and Ape-X's).
+"""The learner of actor-learner training (the wiring of Grandio's MPI-based distributed DQN, and Ape-X's).
 
 Actors only play: they send their experience to the run's experience list in
 Redis and read weights back. This one process owns the replay memory (one per

@@ -1,7 +1,8 @@
 """Actor-learner training driven by Spark: N tasks only play and send experience, one learner trains.
 
-The wiring the 2015 Stanford ddq project's successors (the multi-process DQN
-that shares experience, and Ape-X) use, built from the same parts as
+The wiring of Grandio's "Distributed Deep Q-Learning algorithm based on MPI"
+(one process trains, the others simulate and share experience) and of Ape-X
+(Horgan et al. 2018), built from the same parts as
 downpour: the driver is downpour's (services, supervision, evaluation, stop
 reasons, summary, resume); what differs is who owns the weights (one
 `ddq learner` process instead of parameter-server shards, restarted from its
