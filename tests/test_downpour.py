@@ -97,9 +97,10 @@ def test_a_killed_worker_is_retried_and_the_run_completes(tmp_path):
         assert metrics["rejected_total"] == 0 and metrics["applied"] == summary["updates"]
 
 
-def test_cartpole_reaches_475_with_two_workers(tmp_path):
+@pytest.mark.parametrize("mode", ["downpour", "actor-learner"])
+def test_cartpole_reaches_475_with_two_workers(tmp_path, mode):
     run_dir = tmp_path / "cartpole"
-    result = run_ddq("train", "--mode", "downpour", "--workers", "2", "--env", "CartPole-v1", "--seed", "21",
+    result = run_ddq("train", "--mode", mode, "--workers", "2", "--env", "CartPole-v1", "--seed", "21",
                      "--target-return", "475", "--total-steps", "60000", "--no-progress", "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr
     summary = summary_of(run_dir)
