@@ -95,6 +95,8 @@ class TrainConfig:
     workers: int = field(default=2, metadata={"help": "Barista workers (Spark tasks) in distributed modes"})
     publish_every: int = field(default=10, metadata={"help": "actor-learner: learner updates between weight publications"})
     send_every: int = field(default=16, metadata={"help": "actor-learner: vector steps an actor sends per message"})
+    actor_backlog: int = field(default=1, metadata={"help": "actor-learner: messages per actor waiting for the learner "
+                                                            "beyond which actors wait (more lets them act on older weights)"})
     sync: bool = field(default=False, metadata={"help": "actor-learner in rounds: every sync_every episodes each actor "
                                                          "waits at a Spark barrier, the learner trains on what arrived "
                                                          "and all start the next round with the same weights"})
@@ -118,7 +120,7 @@ class TrainConfig:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         for name in ("total_steps", "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update",
                      "eval_episodes", "buffer_size", "workers", "threads", "eval_every", "log_every",
-                     "checkpoint_every", "replay_ratio", "publish_every", "send_every", "sync_every"):
+                     "checkpoint_every", "replay_ratio", "publish_every", "send_every", "sync_every", "actor_backlog"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("learning_starts", "epsilon_steps"):

@@ -29,7 +29,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                   "optim"),
     "exploration": ("epsilon_start", "epsilon_end", "epsilon_steps", "per_actor_epsilon"),
     "evaluation": ("eval_every", "eval_episodes", "eval_epsilon", "log_every", "checkpoint_every", "save_replay"),
-    "distributed": ("workers", "spark_master", "redis_url", "publish_every", "send_every", "sync", "sync_every",
+    "distributed": ("workers", "spark_master", "redis_url", "publish_every", "send_every", "actor_backlog", "sync",
+                    "sync_every",
                     "server"),
     "services": ("celery", "dashboard", "dashboard_port"),
 }
