@@ -9,7 +9,7 @@ stacking happens at sampling time on the learner, and frames keep their own
 dtype (uint8 images stay uint8). A 64-byte typed header names the run, the
 actor, its attempt and the message's sequence number (a gap tells the
 learner that messages were lost); the body is raw little-endian arrays.
-Nothing is unpickled or evaluated; every size is checked before it is read.
+No object is deserialized and nothing is evaluated; every size is checked before it is read.
 """
 
 from __future__ import annotations
