@@ -128,6 +128,7 @@ class Barista:
     def heartbeat(self, state: str) -> None:
         self.stats.state, self.stats.heartbeat = state, time.time()
         self.stats.env_steps, self.stats.backlog_waits = self.actor.env_steps, self.source.waits
+        self.stats.weights_version = self.source.version
         self.window = self.window.close(self.stats)
         # one row per attempt: a killed attempt's steps and pushes still count once Spark retried it
         self.redis.hset(self.keys.workers, f"{self.worker}:{self.stats.attempt}", json.dumps(asdict(self.stats)))
