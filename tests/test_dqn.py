@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ddq.core.dqn import LinearSchedule, double_dqn_targets, epsilon_greedy, td_loss
+from ddq.core.dqn import LinearSchedule, double_dqn_targets, epsilon_greedy, n_step_returns, td_loss
 
 
 def test_double_dqn_target_uses_online_argmax_and_target_value():
@@ -23,6 +23,33 @@ def test_truncated_transitions_still_bootstrap():
     targets = double_dqn_targets(torch.tensor([0.0]), torch.tensor([False]), torch.tensor([[2.0]]),
                                  torch.tensor([[2.0]]), gamma=0.9)
     assert targets.item() == pytest.approx(1.8)
+
+
+def test_n_step_returns_stop_at_a_termination_and_at_missing_transitions():
+    rewards = np.array([[1.0, 2.0, 3.0]] * 3)
+    terminated = np.array([[False, False, False], [False, True, False], [False, False, True]])
+    available = np.array([[True, True, True], [True, True, True], [True, True, False]])
+    returns, steps, done = n_step_returns(rewards, terminated, available, gamma=0.5)
+    # Row 0: 1 + 0.5*2 + 0.25*3, bootstrapping from s_{t+3}. Row 1 terminates at its second
+    # transition: 1 + 0.5*2, no bootstrap. Row 2's third transition was not recorded (a time limit
+    # cut the episode, or it is the newest data): 1 + 0.5*2, then bootstrap from s_{t+2}.
+    assert returns.tolist() == [2.75, 2.0, 2.0]
+    assert steps.tolist() == [3, 2, 2]
+    assert done.tolist() == [False, True, False]
+
+
+def test_one_step_returns_are_the_one_step_target_inputs():
+    returns, steps, done = n_step_returns(np.array([[0.5], [-1.0]]), np.array([[False], [True]]),
+                                          np.array([[True], [True]]), gamma=0.99)
+    assert returns.tolist() == [0.5, -1.0] and steps.tolist() == [1, 1] and done.tolist() == [False, True]
+
+
+def test_targets_take_each_transitions_own_discount():
+    # n-step: row 0 bootstraps after 2 steps (gamma^2 = 0.25), row 1 after 1 (0.5).
+    targets = double_dqn_targets(torch.tensor([1.0, 1.0]), torch.tensor([False, False]),
+                                 torch.tensor([[0.0, 1.0], [1.0, 0.0]]), torch.tensor([[4.0, 8.0], [4.0, 8.0]]),
+                                 gamma=torch.tensor([0.25, 0.5]))
+    assert targets.tolist() == [3.0, 3.0]
 
 
 def test_huber_loss_is_quadratic_near_zero_and_linear_far_away():

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from ddq.models import FlatParameters, build_q_network
+from ddq.models.layers import DuelingHead
 
 
 def count(net):
@@ -62,3 +63,27 @@ def test_layout_hash_tells_layouts_apart():
     b = FlatParameters(build_q_network("mlp", (4,), 2, hidden=(8,)))
     c = FlatParameters(build_q_network("mlp", (4,), 2, hidden=(9,)))
     assert a.layout_hash() == b.layout_hash() != c.layout_hash()
+
+
+def test_dueling_head_adds_the_value_to_the_advantages_minus_their_mean():
+    head = DuelingHead(2, 3)
+    with torch.no_grad():
+        head.value.weight.copy_(torch.tensor([[1.0, 0.0]]))
+        head.value.bias.fill_(0.5)
+        head.advantage.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]))
+        head.advantage.bias.zero_()
+    features = torch.tensor([[2.0, 5.0]])
+    # V = 2 + 0.5 = 2.5; A = (2, 5, 0), mean 7/3; Q = V + A - mean A.
+    expected = [2.5 + a - 7 / 3 for a in (2.0, 5.0, 0.0)]
+    assert head(features)[0].tolist() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name,shape", [("mlp", (4,)), ("small-conv", (1, 12, 12)), ("deepq16", (4, 16, 16))])
+def test_every_network_takes_dueling_heads_in_place_of_its_last_layer(name, shape):
+    plain = build_q_network(name, shape, 4)
+    dueling = build_q_network(name, shape, 4, dueling=True)
+    assert isinstance(dueling[-1], DuelingHead)
+    assert dueling(torch.zeros(2, *shape)).shape == (2, 4)
+    # One more output unit (the value) than the plain network's last layer.
+    assert sum(p.numel() for p in dueling.parameters()) == sum(p.numel() for p in plain.parameters()) + 1 + \
+        plain[-1].in_features

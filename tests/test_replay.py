@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
+import torch
 
-from ddq.core.replay import FrameStacker, ReplayMemory, state_shape
+from ddq.core.replay import Batch, FrameStacker, ReplayMemory, state_shape
 
 
 def frames_of(values):
@@ -108,3 +109,46 @@ def test_save_and_load_round_trip(tmp_path):
     restored.load(str(tmp_path / "replay.npz"))
     assert restored.written == memory.written and len(restored) == len(memory)
     np.testing.assert_array_equal(restored.sample(50).states, memory.sample(50).states)
+
+
+def test_n_step_transitions_sum_discounted_rewards_within_their_episode():
+    memory = ReplayMemory(100, 1, (2, 2), np.uint8, frame_stack=1, seed=0, n_step=3, gamma=0.5)
+    # Frame t has value t and the step into it earned reward t; frame 4 is terminal, 5 starts anew.
+    run_episode_stream(memory, episode_ends={4}, steps=12)
+    batch = memory.sample(3000)
+    first, nxt = batch.states[:, 0, 0, 0].astype(int), batch.next_states[:, 0, 0, 0].astype(int)
+    expected = {  # first frame: (n-step return, next frame, discount gamma^m, terminated)
+        0: (1 + 0.5 * 2 + 0.25 * 3, 3, 0.125, False),
+        2: (3 + 0.5 * 4, 4, 0.25, True),  # the window stops at the termination
+        3: (4, 4, 0.5, True),
+        5: (6 + 0.5 * 7 + 0.25 * 8, 8, 0.125, False),
+        9: (10 + 0.5 * 11, 11, 0.25, False),  # frame 11 is the newest: nothing beyond it yet
+        10: (11, 11, 0.5, False),
+    }
+    assert set(first) == {0, 1, 2, 3, 5, 6, 7, 8, 9, 10}
+    for frame, (ret, next_frame, discount, terminated) in expected.items():
+        rows = first == frame
+        assert np.allclose(batch.rewards[rows], ret) and np.all(nxt[rows] == next_frame)
+        assert np.allclose(batch.discounts[rows], discount) and np.all(batch.terminated[rows] == terminated)
+
+
+def test_the_learner_bootstraps_with_each_transitions_discount():
+    from torch import nn
+
+    from ddq.core.learner import Learner
+    from ddq.core.optimizers import OptimizerConfig
+
+    def gradient(**batch_fields):
+        torch.manual_seed(0)
+        learner = Learner(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), OptimizerConfig(), 0.9, 10)
+        learner.compute_gradient(Batch(**batch_fields))
+        return learner.flat.grad.clone()
+
+    states = np.arange(16, dtype=np.float32).reshape(4, 2, 2) / 16
+    common = dict(states=states, actions=np.array([0, 1, 0, 1]), rewards=np.ones(4, np.float32),
+                  next_states=states[::-1].copy())
+    # A discount of 0 cuts the bootstrap as a termination does; a discount of 0.9 is the learner's gamma.
+    assert torch.allclose(gradient(**common, terminated=np.zeros(4, bool), discounts=np.zeros(4, np.float32)),
+                          gradient(**common, terminated=np.ones(4, bool)))
+    assert torch.allclose(gradient(**common, terminated=np.zeros(4, bool), discounts=np.full(4, 0.9, np.float32)),
+                          gradient(**common, terminated=np.zeros(4, bool)))

@@ -9,7 +9,7 @@ from gymnasium.utils.env_checker import check_env
 
 import ddq  # noqa: F401
 from ddq.gamesim.snake import SnakeEnv, SnakeVectorEnv
-from ddq.gamesim.snake_engine import APPLE, BODY, EAST, HEAD, NORTH, SOUTH, WALL, WEST, SnakeEngine
+from ddq.gamesim.snake_engine import APPLE, EAST, HEAD, NECK, NORTH, SOUTH, TAIL, WALL, WEST, SnakeEngine
 
 
 def place(engine: SnakeEngine, cells: list[tuple[int, int]], direction: int, apple: tuple[int, int], game=0):
@@ -41,8 +41,23 @@ def test_reset_puts_a_length_three_snake_and_one_apple_on_an_empty_cell():
     engine = fresh()
     board = engine.render()[0]
     assert engine.length[0] == 3
-    assert (board == HEAD).sum() == 1 and (board == BODY).sum() == 2 and (board == APPLE).sum() == 1
+    assert (board == HEAD).sum() == 1 and (board == APPLE).sum() == 1
+    assert (board == NECK).sum() == 1 and (board == TAIL).sum() == 1
     assert (board[0] == WALL).all() and (board[:, -1] == WALL).all()
+
+
+def test_one_frame_tells_head_neck_body_tail_and_apple_apart():
+    engine = fresh(size=6)
+    snake = [(2, 3), (2, 2), (2, 1), (3, 1), (4, 1)]  # head at (2, 3), moving east; tail at (4, 1)
+    place(engine, snake, EAST, apple=(0, 0))
+    board = engine.render()[0, 1:-1, 1:-1]
+    levels = [int(board[r, c]) for r, c in snake]
+    # Head, then the body fading from the neck to the tail: (160 - 96) / 3 per cell.
+    assert levels == [HEAD, NECK, 96 + 2 * 64 // 3, 96 + 64 // 3, TAIL]
+    assert board[0, 0] == APPLE and len(set(levels) | {APPLE, WALL, 0}) == 8
+    # The direction of travel is the step from the neck (the brightest body cell) to the head.
+    neck = np.argwhere(board == NECK)[0]
+    assert tuple(np.argwhere(board == HEAD)[0] - neck) == (0, 1)
 
 
 def test_moving_keeps_length_and_earns_nothing():
@@ -134,7 +149,7 @@ def test_render_modes_show_the_board():
     env = gym.make("ddq/Snake-v0", render_mode="ansi")
     env.reset(seed=3)
     text = env.render()
-    assert text.count("O") == 1 and text.count("*") == 1 and text.count("o") == 2
+    assert text.count("O") == 1 and text.count("*") == 1 and text.count("o") == 1 and text.count(".") == 1
     rgb = gym.make("ddq/Snake-v0", render_mode="rgb_array")
     obs, _ = rgb.reset(seed=3)
     frame = rgb.render()

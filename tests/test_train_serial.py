@@ -44,6 +44,7 @@ def test_short_run_writes_metrics_checkpoint_summary_and_curve(tmp_path):
     kinds = {point["kind"] for point in read_metrics(run_dir)}
     assert kinds == {"episode", "train", "eval"}
     assert (run_dir / "learning_curve.png").stat().st_size > 5000
+    assert summary["animation"] == str(run_dir / "replay.gif") and _gif_frames(run_dir / "replay.gif") >= 9
     saved = torch.load(run_dir / "checkpoint.pt")  # plain torch.load, weights_only by default
     assert saved["counters"]["env_steps"] == summary["env_steps"]
     assert saved["learner"]["updates"] == summary["updates"] == saved["learner"]["optimizer"]["steps"]
@@ -78,6 +79,28 @@ def test_evaluate_prints_the_greedy_mean_return(tmp_path):
     report = json.loads(result.stdout)
     assert len(report["returns"]) == 3 and report["mean_return"] == pytest.approx(sum(report["returns"]) / 3)
     assert report["mean_return"] >= 8  # a CartPole episode lasts at least 8 steps
+
+
+def _gif_frames(path) -> int:
+    from PIL import Image
+
+    with Image.open(path) as gif:
+        assert gif.format == "GIF"
+        return int(gif.n_frames)
+
+
+def test_evaluate_speaks_of_apples_for_snake_and_renders_an_episode(tmp_path):
+    run_dir = tmp_path / "snake"
+    result = run_ddq("train", "--mode", "serial", "--env", "ddq/Snake-v0", "--total-steps", "600",
+                     "--learning-starts", "300", "--eval-every", "600", "--eval-episodes", "3", "--no-progress",
+                     "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    assert summary_of(run_dir)["final_eval_mean_apples"] == summary_of(run_dir)["final_eval_rewarded_steps"]
+    result = run_ddq("evaluate", str(run_dir), "--episodes", "4", "--render", str(tmp_path / "episode.gif"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["mean_apples"] == sum(report["apples"]) / 4 and len(report["apples"]) == 4
+    assert report["animation"] == str(tmp_path / "episode.gif") and _gif_frames(tmp_path / "episode.gif") >= 2
 
 
 def test_bad_input_gets_a_clear_error(tmp_path):

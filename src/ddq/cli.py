@@ -14,6 +14,7 @@ from pathlib import Path
 from ddq.benchmarks.commands import add_bench_commands
 from ddq.config import REDIS_URL_ENV, build_config, has_masked_secret, read_settings
 from ddq.flags import add_config_flags
+from ddq.gamesim import eats_apples
 from ddq.preflight import check_redis, check_run
 
 
@@ -52,11 +53,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_run(config)  # before a folder or a process exists: a mistake costs one line
     print(f"ddq: training {config.env} ({config.mode}) into {run_dir}", file=sys.stderr)
     summary, exit_code = run_training(config, run_dir, args.started_at, resume=saved)
-    summary["learning_curve"] = str(plot_run(run_dir))
+    summary["learning_curve"] = str(plot_run(run_dir, env_id=config.env))
+    summary["animation"] = _animate_run(summary)
     write_summary(run_dir, summary)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
     print(f"ddq: the same summary, with every setting, is in {Path(run_dir) / 'summary.json'}", file=sys.stderr)
     return exit_code  # 0 only for a run that finished: 1 when it failed, 128+N when a signal stopped it
+
+
+def _animate_run(summary: dict) -> str | None:
+    """replay.gif beside the run's final checkpoint: one greedy episode, for a person to watch."""
+    checkpoint = Path(str(summary.get("checkpoint")))
+    if not checkpoint.is_file():
+        return None
+    from ddq.core.animation import animate_checkpoint
+
+    try:
+        return str(animate_checkpoint(checkpoint, checkpoint.parent / "replay.gif"))
+    except ValueError as error:  # an env that draws no pictures
+        print(f"ddq: no replay.gif: {error}", file=sys.stderr)
+        return None
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -74,9 +90,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     net = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.frame_stack), num_actions, device)
     result = evaluate(net, config.env, args.episodes, config.frame_stack, config.env_options,
                        seed=args.seed, epsilon=args.epsilon, device=device)
-    print(json.dumps({"env": config.env, "episodes": args.episodes, "mean_return": result.mean_return,
-                      "std_return": float(np.std(result.returns)), "returns": result.returns,
-                      "mean_rewarded_steps": result.mean_rewarded_steps}))
+    report = {"env": config.env, "episodes": args.episodes, "mean_return": result.mean_return,
+              "std_return": float(np.std(result.returns)), "returns": result.returns,
+              "mean_rewarded_steps": result.mean_rewarded_steps}
+    if eats_apples(config.env):
+        report = {**report, "mean_apples": result.mean_rewarded_steps, "apples": result.rewarded_steps}
+    if args.render:
+        from ddq.core.animation import animate_checkpoint
+
+        report["animation"] = str(animate_checkpoint(args.checkpoint, args.render, args.seed, device))
+    print(json.dumps(report))
     return 0
 
 
@@ -308,6 +331,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=None, help="seed of the evaluation episodes")
     ev.add_argument("--epsilon", type=float, default=0.0, help="exploration rate while evaluating")
     ev.add_argument("--device", default="cpu", help="torch device")
+    ev.add_argument("--render", metavar="FILE", help="also write a GIF of one greedy episode to FILE")
     ev.set_defaults(func=cmd_evaluate)
 
     models = commands.add_parser("models", help="list the Q-networks ddq ships, or show one (a Caffe "

@@ -72,6 +72,9 @@ class TrainConfig:
     replay_ratio: float = field(default=0.5, metadata={"help": "gradient updates per env step (independent of workers)"})
     target_update: int = field(default=100, metadata={"help": "updates between target-network refreshes (C)"})
     double_dqn: bool = field(default=True, metadata={"help": "Double-DQN targets (off: the original max over the target net)"})
+    n_step: int = field(default=1, metadata={"help": "n-step returns: rewards summed over this many steps before "
+                                                     "bootstrapping (1: the original one-step target)"})
+    dueling: bool = field(default=False, metadata={"help": "dueling heads: Q = V(s) + A(s, a) - mean A (Wang et al. 2016)"})
     precision: str = field(default="fp32", metadata={"help": "gradient arithmetic: fp32, or bf16 autocast"})
     max_grad_norm: float | None = field(default=10.0, metadata={"help": "clip the gradient's global norm (none: off)"})
     prioritized: bool = field(default=False, metadata={"help": "prioritized replay (proportional, Schaul et al. 2016)"})
@@ -120,7 +123,7 @@ class TrainConfig:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         for name in ("total_steps", "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update",
                      "eval_episodes", "buffer_size", "workers", "threads", "eval_every", "log_every",
-                     "checkpoint_every", "replay_ratio", "publish_every", "send_every", "sync_every", "actor_backlog"):
+                     "checkpoint_every", "replay_ratio", "n_step", "publish_every", "send_every", "sync_every", "actor_backlog"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("learning_starts", "epsilon_steps"):

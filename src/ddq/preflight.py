@@ -59,7 +59,7 @@ def check_model(config: TrainConfig, state: tuple[int, ...], actions: int) -> No
     from ddq.models import build_q_network
 
     try:
-        build_q_network(config.model, state, actions, config.hidden)
+        build_q_network(config.model, state, actions, config.hidden, config.dueling)
     except (ValueError, FileNotFoundError) as error:
         raise SettingError(f"--model {config.model!r}: {error}") from error
 

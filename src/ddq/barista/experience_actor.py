@@ -27,14 +27,13 @@ from torch import nn
 from ddq.barista.worker import HEARTBEAT_S, WORKER_SEED_STRIDE, StatsWindow, WorkerStats
 from ddq.config import TrainConfig
 from ddq.core.actor import Actor, Episode
-from ddq.core.agent import env_shapes, epsilon_schedule, seed_everything
+from ddq.core.agent import env_shapes, epsilon_schedule, q_network, seed_everything
 from ddq.core.dqn import per_actor_epsilon
 from ddq.core.prioritized import initial_td_errors
-from ddq.core.replay import state_shape
 from ddq.core.weights import WeightsSource
 from ddq.gamesim.envs import make_vector_env
 from ddq.lifecycle import is_stop
-from ddq.models import FlatParameters, build_q_network
+from ddq.models import FlatParameters
 from ddq.transport.experience import Experience, encode
 from ddq.transport.keys import RunKeys
 
@@ -107,8 +106,7 @@ class ExperienceActor:
         seed_everything(seed, config.threads)
         self.device = torch.device("cpu")  # acting is small batches of inference; --device is the learner's
         frame_shape, _, num_actions = env_shapes(config)
-        self.network: nn.Module = build_q_network(config.model, state_shape(frame_shape, config.frame_stack),
-                                                  num_actions, config.hidden).to(self.device)
+        self.network: nn.Module = q_network(config, frame_shape, num_actions).to(self.device)
         self.flat = FlatParameters(self.network)
         self.source = connect(self.flat)
         self.outbox = Outbox(config.gamma if config.prioritized else None)

@@ -47,10 +47,15 @@ def env_shapes(config: TrainConfig) -> tuple[tuple[int, ...], np.dtype, int]:
         probe.close()
 
 
+def q_network(config: TrainConfig, frame_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
+    """The run's Q-network (model, hidden widths, dueling heads) for frames of `frame_shape`."""
+    return build_q_network(config.model, state_shape(frame_shape, config.frame_stack), num_actions,
+                           config.hidden, config.dueling)
+
+
 def make_learner(config: TrainConfig, frame_shape: tuple[int, ...], num_actions: int,
                  device: torch.device) -> Learner:
-    network = build_q_network(config.model, state_shape(frame_shape, config.frame_stack),
-                              num_actions, config.hidden)
+    network = q_network(config, frame_shape, num_actions)
     return Learner(network, config.optim, config.gamma, config.target_update,
                    config.max_grad_norm, device, config.double_dqn, config.precision)
 
@@ -70,7 +75,7 @@ def importance_beta(config: TrainConfig, env_steps: int) -> float:
 def make_replay(config: TrainConfig, frame_shape: tuple[int, ...], dtype: np.dtype, seed: int,
                 capacity: int | None = None) -> ReplayMemory:
     return ReplayMemory(capacity or config.buffer_size, config.num_envs, frame_shape, dtype, config.frame_stack,
-                        seed, priority_settings(config))
+                        seed, priority_settings(config), config.n_step, config.gamma)
 
 
 def epsilon_schedule(config: TrainConfig) -> LinearSchedule:
@@ -85,8 +90,7 @@ def model_parameters(config: TrainConfig) -> FlatParameters:
     """The run's Q-network as flat parameters, initialised exactly as every process of the run does."""
     seed_everything(config.seed, config.threads)
     frame_shape, _, num_actions = env_shapes(config)
-    return FlatParameters(build_q_network(config.model, state_shape(frame_shape, config.frame_stack),
-                                          num_actions, config.hidden))
+    return FlatParameters(q_network(config, frame_shape, num_actions))
 
 
 @dataclass

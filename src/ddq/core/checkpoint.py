@@ -19,7 +19,7 @@ import torch
 from ddq.config import TrainConfig, config_from_document, merge, settings_document
 from ddq.core.learner import Learner
 from ddq.models import build_q_network, model_definition
-from ddq.models.networks import network_from_definition
+from ddq.models.networks import network_from_definition, with_dueling_head
 
 CHECKPOINT_NAME = "checkpoint.pt"
 REPLAY_NAME = "replay.npz"
@@ -72,7 +72,8 @@ def q_network_from_checkpoint(saved: dict[str, Any], state_shape: tuple[int, ...
     config = config_from_checkpoint(saved)
     if "model_definition" in saved:
         net = network_from_definition(saved["model_definition"], config.model, state_shape, num_actions)
+        net = with_dueling_head(net, config.model) if config.dueling else net
     else:
-        net = build_q_network(config.model, state_shape, num_actions, config.hidden)
+        net = build_q_network(config.model, state_shape, num_actions, config.hidden, config.dueling)
     net.load_state_dict(saved["q_network"])
     return net.to(device)

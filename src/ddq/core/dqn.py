@@ -11,11 +11,12 @@ from torch.nn import functional as F
 
 
 def double_dqn_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_online_q: torch.Tensor,
-                       next_target_q: torch.Tensor, gamma: float) -> torch.Tensor:
+                       next_target_q: torch.Tensor, gamma: float | torch.Tensor) -> torch.Tensor:
     """r + gamma * Q_target(s', argmax_a Q_online(s', a)), without bootstrapping past a termination.
 
     A time-limit truncation is not a termination: those transitions bootstrap,
-    since the state after them still has a future.
+    since the state after them still has a future. With n-step returns, r is the
+    discounted n-step return and `gamma` each transition's gamma^m (`n_step_returns`).
     """
     best = next_online_q.argmax(dim=1, keepdim=True)
     next_value = next_target_q.gather(1, best).squeeze(1)
@@ -23,9 +24,35 @@ def double_dqn_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_onl
 
 
 def dqn_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_target_q: torch.Tensor,
-                gamma: float) -> torch.Tensor:
+                gamma: float | torch.Tensor) -> torch.Tensor:
     """r + gamma * max_a Q_target(s', a): the original DQN target (and the original ddq's)."""
     return rewards + gamma * (1.0 - terminated.float()) * next_target_q.max(dim=1).values
+
+
+def n_step_returns(rewards: np.ndarray, terminated: np.ndarray, available: np.ndarray,
+                   gamma: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n-step returns (Sutton & Barto 7.1; Rainbow's multi-step targets) from the next n transitions.
+
+    Row b holds transitions t, t+1, ..., t+n-1 of one episode: their `rewards`, whether each
+    `terminated`, and whether each is `available` (recorded in the same episode; t itself always is).
+    The window stops after a termination or before the first unavailable transition (an episode cut
+    by a time limit, or the newest data), so it spans m <= n transitions. Returns, per row:
+    R = sum_{k<m} gamma^k r_{t+k}; the steps m (the next state is s_{t+m}); and whether the window
+    ended in a termination, so that the target R + gamma^m max_a Q(s_{t+m}, a) does not bootstrap.
+    With n = 1 this is the one-step target's r, 1 and terminated.
+    """
+    rows, n = rewards.shape
+    returns = np.zeros(rows, dtype=np.float32)
+    steps = np.zeros(rows, dtype=np.int64)
+    ended = np.zeros(rows, dtype=bool)
+    done = np.zeros(rows, dtype=bool)
+    for k in range(n):
+        live = ~ended & (available[:, k] if k else True)
+        returns += np.where(live, gamma ** k * rewards[:, k], 0).astype(np.float32)
+        steps += live
+        done |= live & terminated[:, k]
+        ended |= ~live | terminated[:, k]
+    return returns, steps, done
 
 
 def td_loss(q_values: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor,

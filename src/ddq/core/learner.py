@@ -63,13 +63,14 @@ class Learner:
         states, next_states = self.to_tensor(batch.states), self.to_tensor(batch.next_states)
         actions, rewards = self.to_tensor(batch.actions), self.to_tensor(batch.rewards)
         terminated = self.to_tensor(batch.terminated)
+        gamma = self.gamma if batch.discounts is None else self.to_tensor(batch.discounts)  # n-step: gamma^m
         with torch.no_grad(), self._autocast():
             next_target_q = self.target(next_states).float()
             if self.double_dqn:
                 targets = double_dqn_targets(rewards, terminated, self.online(next_states).float(),
-                                             next_target_q, self.gamma)
+                                             next_target_q, gamma)
             else:
-                targets = dqn_targets(rewards, terminated, next_target_q, self.gamma)
+                targets = dqn_targets(rewards, terminated, next_target_q, gamma)
         with self._autocast():
             q_values = self.online(states).float()
         weights = None if batch.weights is None else self.to_tensor(batch.weights)

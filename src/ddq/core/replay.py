@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ddq.core.dqn import n_step_returns
 from ddq.core.prioritized import PrioritySettings, SumTree, importance_weights, priority
 
 
@@ -42,16 +43,17 @@ class Batch:
     terminated: np.ndarray
     weights: np.ndarray | None = None  # importance weights (prioritized replay), else None
     positions: np.ndarray | None = None  # (memory, slot * streams + stream) of each, to update priorities
-
+    discounts: np.ndarray | None = None  # gamma^m of each n-step return (None: one-step, the learner's gamma)
 
 
 class ReplayMemory:
     """A fixed-capacity circular buffer of transitions from lockstep env streams; with `prioritized`
-    settings, it also keeps each transition's priority (`ddq.core.prioritized`) in a sum tree."""
+    settings, it also keeps each transition's priority (`ddq.core.prioritized`) in a sum tree. With
+    `n_step` > 1 a sampled transition carries the discounted return of the next n (`n_step_returns`)."""
 
     def __init__(self, capacity: int, num_streams: int, frame_shape: tuple[int, ...],
                  frame_dtype: np.dtype, frame_stack: int = 1, seed: int | None = None,
-                 prioritized: PrioritySettings | None = None):
+                 prioritized: PrioritySettings | None = None, n_step: int = 1, gamma: float = 0.99):
         self.slots = max(2 + frame_stack, -(-capacity // num_streams))
         self.num_streams = num_streams
         self.frame_shape = tuple(frame_shape)
@@ -68,6 +70,7 @@ class ReplayMemory:
         self.prioritized = prioritized
         self.tree = SumTree(self.slots * num_streams) if prioritized else None
         self.max_priority = 1.0  # a new transition's priority when none is given: sampled soon, as in PER
+        self.n_step, self.gamma = n_step, gamma
 
     def __len__(self) -> int:
         """Transitions that can be sampled now."""
@@ -138,10 +141,17 @@ class ReplayMemory:
     def gather(self, index: np.ndarray, stream: np.ndarray) -> Batch:
         """The transitions leaving frame `index` (absolute, or a slot) of each `stream`."""
         states = self._stacked(index, stream)
-        next_states = self._stacked(index + 1, stream)
         slot = index % self.slots
-        return Batch(states, self.actions[slot, stream], self.rewards[slot, stream],
-                     next_states, self.terminated[slot, stream])
+        if self.n_step == 1:
+            return Batch(states, self.actions[slot, stream], self.rewards[slot, stream],
+                         self._stacked(index + 1, stream), self.terminated[slot, stream])
+        # The window never passes the newest frame: its has_next is False until a successor is written.
+        ahead = (index[:, None] + np.arange(self.n_step)) % self.slots
+        returns, steps, terminated = n_step_returns(self.rewards[ahead, stream[:, None]],
+                                                    self.terminated[ahead, stream[:, None]],
+                                                    self.has_next[ahead, stream[:, None]], self.gamma)
+        return Batch(states, self.actions[slot, stream], returns, self._stacked(index + steps, stream), terminated,
+                     discounts=(self.gamma ** steps).astype(np.float32))
 
     def _sample_indices(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         # Oldest frame whose whole stack is still stored; the newest frame has no successor yet.
@@ -231,8 +241,11 @@ def sample_batch(memories: Sequence[ReplayMemory], batch_size: int, beta: float 
 
 
 def _joined(parts: list[Batch]) -> Batch:
-    return Batch(*(np.concatenate([getattr(part, name) for part in parts]) for name in
-                   ("states", "actions", "rewards", "next_states", "terminated")))
+    batch = Batch(*(np.concatenate([getattr(part, name) for part in parts]) for name in
+                    ("states", "actions", "rewards", "next_states", "terminated")))
+    if parts[0].discounts is not None:
+        batch.discounts = np.concatenate([part.discounts for part in parts if part.discounts is not None])
+    return batch
 
 
 def update_priorities(memories: Sequence[ReplayMemory], positions: np.ndarray, td_errors: np.ndarray) -> None:

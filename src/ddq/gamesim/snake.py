@@ -9,9 +9,29 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from ddq.gamesim.snake_engine import SnakeEngine
+from ddq.gamesim.snake_engine import APPLE, EMPTY, HEAD, NECK, TAIL, WALL, SnakeEngine
 
-_RGB_SCALE = 4  # pixels per cell in rgb_array frames, so a person can see them
+_RGB_SCALE = 16  # pixels per cell in rgb_array frames, so a person can see them
+
+
+def _board_colors() -> np.ndarray:
+    """The RGB color of every gray level of the board: how people see it (animations, the dashboard).
+    The body is a green that darkens towards the tail; other levels stay gray."""
+    colors = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)
+    colors[[EMPTY, WALL, HEAD, APPLE]] = [(0x10, 0x15, 0x1c), (0x56, 0x60, 0x6e), (0x9b, 0xe3, 0x6e),
+                                          (0xe8, 0x47, 0x3f)]
+    for level in range(TAIL, NECK + 1):
+        colors[level] = (0x2a + (level - TAIL) // 4, 0x7a + (level - TAIL) // 2, 0x45)
+    return colors
+
+
+BOARD_COLORS = _board_colors()
+
+
+def board_palette() -> dict[str, str]:
+    """BOARD_COLORS of the board's levels as {"gray level": "#rrggbb"}, as the dashboard's replay paints them."""
+    levels = [EMPTY, WALL, HEAD, APPLE, *range(TAIL, NECK + 1)]
+    return {str(level): "#" + "".join(f"{int(v):02x}" for v in BOARD_COLORS[level]) for level in levels}
 
 
 def _spaces(size: int) -> tuple[spaces.Box, spaces.Discrete]:
@@ -58,8 +78,8 @@ class SnakeEnv(gym.Env):
             return self.engine.text(0)
         if self.render_mode == "rgb_array":
             gray = self.engine.render()[0]
-            big = np.kron(gray, np.ones((_RGB_SCALE, _RGB_SCALE), dtype=np.uint8))
-            return np.repeat(big[:, :, None], 3, axis=2)
+            big = gray.repeat(_RGB_SCALE, axis=0).repeat(_RGB_SCALE, axis=1)
+            return BOARD_COLORS[big]
         return None
 
 

@@ -26,8 +26,10 @@ NORTH, SOUTH, EAST, WEST = 0, 1, 2, 3
 ACTION_NAMES = ("north", "south", "east", "west")
 _DELTAS = np.array([[-1, 0], [1, 0], [0, 1], [0, -1]], dtype=np.int64)
 
-# Gray levels of the rendered board (the network sees these pixels).
-EMPTY, WALL, BODY, HEAD, APPLE = 0, 64, 128, 192, 255
+# Gray levels of the rendered board (the network sees these pixels). The body fades from NECK next to
+# the head down to TAIL at its end, so one frame tells head, body, tail and apple apart and the
+# direction of travel (from the neck to the head) can be read off it.
+EMPTY, WALL, TAIL, NECK, HEAD, APPLE = 0, 64, 96, 160, 208, 255
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -153,7 +155,11 @@ class SnakeEngine:
         n = self.size
         board = self._board
         interior = board[:, 1:-1, 1:-1]
-        interior[...] = (self.body.reshape(-1, n, n) > 0) * np.uint8(BODY)
+        # Countdown c runs from 1 (tail) to length - 1 (neck): scale it onto TAIL..NECK.
+        span = np.maximum(self.length.astype(np.int32) - 2, 1)[:, None]
+        body = self.body.astype(np.int32)
+        levels = TAIL + (body - 1) * (NECK - TAIL) // span
+        interior[...] = np.where(body > 0, np.minimum(levels, NECK), EMPTY).reshape(-1, n, n)
         hr, hc = np.divmod(self.head, n)
         board[self._games, hr + 1, hc + 1] = HEAD
         has_apple = self.apple >= 0
@@ -162,7 +168,7 @@ class SnakeEngine:
         return board.copy()
 
     def text(self, game: int = 0) -> str:
-        """A text picture of one board: # wall, O head, o body, * apple."""
-        symbols = {EMPTY: " ", WALL: "#", BODY: "o", HEAD: "O", APPLE: "*"}
+        """A text picture of one board: # wall, O head, o body, . tail, * apple."""
+        symbols = {EMPTY: " ", WALL: "#", TAIL: ".", HEAD: "O", APPLE: "*"}
         board = self.render()[game]
-        return "\n".join("".join(symbols[int(v)] for v in row) for row in board) + "\n"
+        return "\n".join("".join(symbols.get(int(v), "o") for v in row) for row in board) + "\n"

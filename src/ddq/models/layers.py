@@ -18,3 +18,18 @@ class ScaleBytes(nn.Module):
         if x.dtype == torch.uint8:
             return x.to(torch.float32, memory_format=layout).mul_(1.0 / 255.0)  # a fresh tensor: safe in place
         return x.to(torch.float32, memory_format=layout)
+
+
+class DuelingHead(nn.Module):
+    """Q(s, a) = V(s) + A(s, a) - mean_a A(s, a) (Wang et al. 2016): a state's value is learned from every
+    action taken in it, which helps where most actions matter little (Snake's open board). Subtracting
+    the mean makes V and A identifiable without changing the greedy action."""
+
+    def __init__(self, features: int, num_actions: int):
+        super().__init__()
+        self.value = nn.Linear(features, 1)
+        self.advantage = nn.Linear(features, num_actions)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        advantage = self.advantage(x)
+        return self.value(x) + advantage - advantage.mean(dim=1, keepdim=True)

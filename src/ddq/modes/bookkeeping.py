@@ -16,6 +16,7 @@ from torch import nn
 
 from ddq.config import TrainConfig, without_secrets
 from ddq.core.evaluate import evaluate
+from ddq.gamesim import eats_apples
 
 
 def _plain(value: Any) -> Any:
@@ -77,13 +78,15 @@ class RunCounters:
 
 def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int, float, float] | None, updates: int,
                 checkpoint: Path, reason: str | None) -> dict[str, Any]:
-    """The summary.json of a finished run, the same for every mode; `reason`: why it stopped."""
+    """The summary.json of a finished run, the same for every mode; `reason`: why it stopped. Snake's
+    also says how many apples the final greedy evaluation ate per episode."""
+    apples = {"final_eval_mean_apples": last_eval[2] if last_eval else None} if eats_apples(config.env) else {}
     return {
         "env": config.env, "mode": config.mode, "seed": config.seed, "stop_reason": reason,
         "wall_time_s": counters.wall_time_s, "env_steps": counters.env_steps,
         "updates": updates, "episodes": counters.episodes,
         "final_eval_return": last_eval[1] if last_eval else None,
-        "final_eval_rewarded_steps": last_eval[2] if last_eval else None,
+        "final_eval_rewarded_steps": last_eval[2] if last_eval else None, **apples,
         "target_return": config.target_return,
         "reached_target": counters.steps_to_target is not None,
         "time_to_target_s": counters.time_to_target_s,
@@ -117,10 +120,12 @@ def evaluate_and_record(network: nn.Module, config: TrainConfig, log: RunLog, co
 
 
 def progress_values(recent_return: float | None, epsilon: float,
-                    last_eval: tuple[int, float, float] | None) -> dict[str, str]:
+                    last_eval: tuple[int, float, float] | None, apples: bool = False) -> dict[str, str]:
     """What a progress bar shows beside the steps: the recent training return, epsilon, and the newest
-    greedy evaluation with the env step it was taken at."""
+    greedy evaluation with the env step it was taken at (for Snake, `apples`: its apples per episode)."""
     values = {"return": f"{recent_return:.1f}" if recent_return is not None else "-", "eps": f"{epsilon:.2f}"}
     if last_eval:
         values["greedy"] = f"{last_eval[1]:.1f}@{last_eval[0]:,}"
+        if apples:
+            values["greedy"] = f"{last_eval[2]:.1f} apples@{last_eval[0]:,}"
     return values

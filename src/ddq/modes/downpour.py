@@ -33,6 +33,7 @@ from ddq.core import checkpoint as ckpt
 from ddq.core.agent import env_shapes, epsilon_schedule, make_learner, resolve_device, seed_everything
 from ddq.core.replay import state_shape
 from ddq.dashboard.launch import serve_dashboard
+from ddq.gamesim import eats_apples
 from ddq.lifecycle import RunControl, StopReason, StopSignals, stop_reason
 from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, progress_values, run_summary
 from ddq.modes.spark import barista_task, launched_by_spark_submit, local_master, spark_session
@@ -221,7 +222,8 @@ class DownpourTrainer:
                 epsilon = self._workers_epsilon(steps)
                 self.reporter.record_progress(steps, epsilon)
                 recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
-                bar.set_postfix(progress_values(recent, epsilon, self.last_eval), refresh=False)
+                bar.set_postfix(progress_values(recent, epsilon, self.last_eval, eats_apples(self.config.env)),
+                                refresh=False)
                 if steps >= next_eval and not stopping:
                     next_eval = (steps // c.eval_every + 1) * c.eval_every
                     reached = self._evaluate() or reached

@@ -19,6 +19,7 @@ from ddq.config import TrainConfig
 from ddq.core import checkpoint as ckpt
 from ddq.core.agent import build_agent, importance_beta
 from ddq.core.weights import LocalParameters, train_from_replay
+from ddq.gamesim import eats_apples
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, progress_values, run_summary
 
@@ -115,7 +116,8 @@ class SerialTrainer:
         return float(np.mean(self.recent_returns)) if self.recent_returns else None
 
     def _bar_values(self) -> dict[str, str]:
-        return progress_values(self._recent_return(), self.epsilon(self.actor.env_steps), self.last_eval)
+        return progress_values(self._recent_return(), self.epsilon(self.actor.env_steps), self.last_eval,
+                               eats_apples(self.config.env))
 
     def _evaluate_and_check(self) -> bool:
         self.last_eval, reached = evaluate_and_record(

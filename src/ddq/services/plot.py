@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
+from ddq.gamesim import eats_apples
 from ddq.modes.bookkeeping import read_metrics
 
 
-def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
+def _env_of(run_dir: Path) -> str | None:
+    try:
+        return str(json.loads((run_dir / "summary.json").read_text())["env"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def plot_run(run_dir: str | Path, output: str | Path | None = None, env_id: str | None = None) -> Path:
+    """The curve as `output` (default RUN_DIR/learning_curve.png). For Snake (`env_id`, else the run's
+    summary.json says) the greedy evaluations show apples eaten per episode."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     run_dir = Path(run_dir)
+    apples = eats_apples(env_id or _env_of(run_dir) or "")
     points = read_metrics(run_dir)
     episodes = [p for p in points if p["kind"] == "episode"]
     evals = [p for p in points if p["kind"] == "eval"]
@@ -30,10 +42,11 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
         smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
         ax.plot(steps[window - 1:], smooth, color="tab:blue", label=f"training mean of {window}")
     if evals:
-        ax.plot([p["env_steps"] for p in evals], [p["mean_return"] for p in evals], "o-",
-                color="tab:red", label="greedy evaluation")
+        key, label = ("mean_rewarded_steps", "greedy apples per episode") if apples else \
+            ("mean_return", "greedy evaluation")
+        ax.plot([p["env_steps"] for p in evals], [p[key] for p in evals], "o-", color="tab:red", label=label)
     ax.set_xlabel("env steps")
-    ax.set_ylabel("return")
+    ax.set_ylabel("return; apples per greedy episode" if apples else "return")
     ax.set_title(run_dir.name)
     ax.grid(alpha=0.3)
     ax.legend(loc="best")

@@ -31,7 +31,7 @@ import torch
 from celery import Celery
 
 from ddq.config import TrainConfig, read_settings
-from ddq.gamesim.snake_engine import APPLE, BODY, EMPTY, HEAD, WALL
+from ddq.gamesim.snake import board_palette
 from ddq.models import FlatParameters
 from ddq.param_server import snapshots
 from ddq.services.telemetry import record_evaluation
@@ -39,8 +39,7 @@ from ddq.transport.keys import RunKeys, shard_bounds
 from ddq.transport.wire import layout_bytes
 
 EPISODE_FRAMES_LIMIT = 2000  # frames kept of the recorded Snake episode
-PALETTE = {str(EMPTY): "#10151c", str(WALL): "#56606e", str(BODY): "#3fae5a", str(HEAD): "#9be36e",
-           str(APPLE): "#e8473f"}  # the board's gray levels as the dashboard paints them
+PALETTE = board_palette()  # the board's gray levels as the dashboard paints them
 
 
 def celery_url(redis_url: str) -> str:

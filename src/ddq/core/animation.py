@@ -1,0 +1,75 @@
+"""A greedy episode as an animated GIF: what the agent does, for a person to watch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ddq.core.dqn import epsilon_greedy
+from ddq.core.replay import FrameStacker
+from ddq.gamesim.envs import EnvOptions, make_env
+
+FRAMES_PER_SECOND = 10
+
+
+def greedy_episode_pictures(q_net: nn.Module, env_id: str, frame_stack: int = 1,
+                            env_options: EnvOptions | None = None, seed: int | None = None,
+                            max_frames: int = 1000, device: torch.device | str = "cpu") -> list[np.ndarray]:
+    """The env's own `rgb_array` pictures of one greedy episode, the first and the last included (at most
+    `max_frames`). Raises ValueError for an env that cannot draw itself."""
+    env = make_env(env_id, env_options, render_mode="rgb_array")
+    was_training = q_net.training
+    q_net.train(False)
+    try:
+        observation, _ = env.reset(seed=seed)
+        stacker = FrameStacker.for_space(1, env.observation_space, frame_stack)
+        states = stacker.reset(observation[None])
+        pictures = [_picture(env.render(), env_id)]
+        rng = np.random.default_rng(seed)
+        while len(pictures) < max_frames:
+            action = int(epsilon_greedy(q_net, torch.from_numpy(states).to(device), 0.0, rng)[0])
+            observation, _, terminated, truncated, _ = env.step(action)
+            pictures.append(_picture(env.render(), env_id))
+            if terminated or truncated:
+                break
+            states = stacker.push(observation[None], np.zeros(1, dtype=bool))
+        return pictures
+    finally:
+        q_net.train(was_training)
+        env.close()
+
+
+def _picture(frame: object, env_id: str) -> np.ndarray:
+    if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
+        raise ValueError(f"{env_id} does not draw rgb_array pictures, so no animation can be made of it")
+    return frame
+
+
+def write_gif(pictures: list[np.ndarray], path: str | Path, fps: int = FRAMES_PER_SECOND) -> Path:
+    """`pictures` (height, width, 3 uint8) as a looping GIF; the last one is held for a second."""
+    from PIL import Image
+
+    images = [Image.fromarray(picture) for picture in pictures]
+    durations = [1000 // fps] * (len(images) - 1) + [1000]
+    path = Path(path)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=durations, loop=0, optimize=False)
+    return path
+
+
+def animate_checkpoint(checkpoint: str | Path, output: str | Path, seed: int | None = None,
+                       device: torch.device | str = "cpu") -> Path:
+    """A GIF of one greedy episode of a checkpoint's Q-network, written to `output`."""
+    from ddq.core import checkpoint as ckpt
+    from ddq.core.agent import env_shapes
+    from ddq.core.replay import state_shape
+
+    saved = ckpt.load_checkpoint(checkpoint)
+    config = ckpt.config_from_checkpoint(saved)
+    frame_shape, _, num_actions = env_shapes(config)
+    net = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.frame_stack), num_actions, device)
+    pictures = greedy_episode_pictures(net, config.env, config.frame_stack, config.env_options,
+                                       seed=config.seed + 7 if seed is None else seed, device=device)
+    return write_gif(pictures, output)
