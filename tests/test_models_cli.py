@@ -54,8 +54,9 @@ def test_bench_grad_prints_ours_beside_the_original():
     result = run_ddq("bench", "grad", "--sizes", "16", "24", "--repeats", "2")
     assert result.returncode == 0, result.stderr
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
-            for line in result.stdout.splitlines() if line.startswith("| 16x16") or line.startswith("| 24x24")}
+            for line in result.stdout.splitlines() if line.startswith(("| 16x16", "| 24x24", "| MLP"))}
     assert rows["16x16"][1] == "228,132" and rows["16x16"][2] == "0.91" and rows["16x16"][10] == "81.6"
     assert rows["24x24"][1] == "391,972" and rows["24x24"][10] == "160.4"
+    assert rows["MLP 4-256-256-2"][1] == "67,586" and rows["MLP 4-256-256-2"][10] == "—"  # no original figure
     for row in rows.values():
         assert float(row[5]) > 0 and float(row[6]) > 0 and row[7].endswith("%")

@@ -16,6 +16,7 @@ from ddq.config import REDIS_URL_ENV, build_config, has_masked_secret, read_sett
 from ddq.flags import add_config_flags
 from ddq.gamesim import eats_apples
 from ddq.preflight import check_redis, check_run
+from ddq.processes import process_started_at
 
 
 def _default_run_dir(env_id: str) -> str:
@@ -354,7 +355,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Runs one `ddq` command. A mistake the user can fix (a setting, a file, an unreachable server) is
     one line and exit 2; anything else one line and exit 1; `--debug` shows the traceback instead."""
-    started_at = time.time()  # before torch is imported: time_to_target_s counts from here
+    started_at = process_started_at()  # the process's start: time_to_target_s and budgets count from here
     argv = list(sys.argv[1:] if argv is None else argv)
     debug, full_help = "--debug" in argv, "--help-all" in argv
     argv = ["--help" if arg == "--help-all" else arg for arg in argv if arg != "--debug"]

@@ -25,10 +25,10 @@ def cmd_bench_grad(args: argparse.Namespace) -> int:
     from ddq.benchmarks.grad import measure, table
 
     rows = []
-    for size in args.sizes:
-        rows.append(measure(size, args.repeats))
-        print(f"ddq: measured {size}x{size}", file=sys.stderr)
-    print(table(rows))
+    for size in ([0] if args.mlp else []) + args.sizes:
+        rows.append(measure(size, args.repeats, device=args.device))
+        print(f"ddq: measured {f'{size}x{size}' if size else 'the MLP'} on {args.device}", file=sys.stderr)
+    print(table(rows, args.device))
     return 0
 
 
@@ -59,6 +59,13 @@ def cmd_bench_learner(args: argparse.Namespace) -> int:
 
     rows = run_bench(args.env, args.devices, args.batch_sizes, args.updates, args.model, args.workers)
     print(table(args.env, rows))
+    return 0
+
+
+def cmd_bench_peers(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.peers import run_bench, table
+
+    print(table(run_bench(args.seeds, args.ddq_flags.split() if args.ddq_flags else [])))
     return 0
 
 
@@ -93,6 +100,8 @@ def add_bench_commands(commands: Any) -> None:
                                          "costs against bare PyTorch and the original's figures")
     grad.add_argument("--sizes", type=int, nargs="+", default=list(range(16, 129, 8)), help="input sizes")
     grad.add_argument("--repeats", type=int, default=5, help="timed repetitions per figure (medians)")
+    grad.add_argument("--device", default="cpu", help="torch device to time on (cpu, cuda)")
+    grad.add_argument("--no-mlp", dest="mlp", action="store_false", help="leave out CartPole's MLP row")
     grad.set_defaults(func=cmd_bench_grad)
     ps = kinds.add_parser("ps", help="parameter-server pull and push latency and updates/s by model size, "
                                      "beside the original's latency")
@@ -118,6 +127,12 @@ def add_bench_commands(commands: Any) -> None:
     actors.add_argument("--step-latency-ms", type=float, default=0.0, help="time each env step takes (slept)")
     actors.add_argument("--total-steps", type=int, default=None, help="step budget per run (default: the preset's)")
     actors.set_defaults(func=cmd_bench_actors)
+
+    peers = kinds.add_parser("peers", help="CartPole-v1 time to 475: ddq serial beside Stable-Baselines3's tuned "
+                                           "DQN, run together, seed by seed (needs pip install 'ddq[peers]')")
+    peers.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (each runs both)")
+    peers.add_argument("--ddq-flags", default="", help="extra `ddq train` flags for ddq's runs, in quotes")
+    peers.set_defaults(func=cmd_bench_peers)
 
     learner = kinds.add_parser("learner", help="the actor-learner learner's updates/s by device and batch size, "
                                                "uniform and prioritized replay")

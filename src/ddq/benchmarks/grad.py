@@ -1,12 +1,12 @@
 """`ddq bench grad`: the original's cost-versus-image-size table, re-measured with ddq's gradient path.
 
-For the DeepQ network at each input size: parameters, message size, time to
-serialize a gradient message and to load a weights message into the network,
-and time per minibatch gradient (batch 32: Q(s) forward and backward plus the
-target network's forward on s', the original's plain DQN target). ddq's
-gradient (Learner over flat parameters, then the message) is timed against a
-bare PyTorch step of the same network in the same run; the difference is
-ddq's overhead.
+For the DeepQ network at each input size, and for the MLP ddq trains CartPole with (4 inputs,
+256x256, 2 actions): parameters, message size, time to serialize a gradient message and to load a
+weights message into the network, and time per minibatch gradient (batch 32: Q(s) forward and
+backward plus the target network's forward on s', the original's plain DQN target). ddq's gradient
+(Learner over flat parameters, then the message) is timed against a bare PyTorch step of the same
+network in the same run, alternately; the difference is ddq's overhead. `--device cuda` times both
+on a GPU (synchronising after each step).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from torch.nn import functional as F
 from ddq.core.learner import Learner
 from ddq.core.optimizers import OptimizerConfig
 from ddq.core.replay import Batch
-from ddq.models.networks import deepq
+from ddq.models.networks import deepq, mlp
 from ddq.transport.wire import GRADIENT, WEIGHTS, Expect, Header, MessageBuffer, decode, layout_bytes
 
 BATCH, FRAMES, ACTIONS, GAMMA = 32, 4, 4, 0.99
@@ -39,9 +39,13 @@ ORIGINAL = {
 }
 
 
+MLP_INPUTS, MLP_ACTIONS = 4, 2  # CartPole's
+CPU = torch.device("cpu")
+
+
 @dataclass
 class GradRow:
-    size: int
+    size: int  # DeepQ input side; 0 for the MLP
     params: int
     serialize_ms: float
     load_ms: float
@@ -55,53 +59,71 @@ class GradRow:
         return self.ddq_ms / self.bare_ms - 1.0
 
 
-def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
+def _timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds `fn` takes, its GPU work included."""
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2,
+               device: torch.device = CPU) -> float:
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return statistics.median(_timed(fn, device) for _ in range(repeats)) * 1e3
+
+
+def _network(size: int) -> torch.nn.Module:
+    """DeepQ at `size`x`size`, or (size 0) CartPole's MLP."""
+    return mlp(MLP_INPUTS, MLP_ACTIONS) if size == 0 else deepq(FRAMES, size, size, ACTIONS)
 
 
 def _batch(size: int, rng: np.random.Generator) -> Batch:
-    frames = lambda: rng.integers(0, 256, (BATCH, FRAMES, size, size), dtype=np.uint8)  # noqa: E731
-    return Batch(states=frames(), actions=rng.integers(0, ACTIONS, BATCH), rewards=rng.random(BATCH, dtype=np.float32),
-                 next_states=frames(), terminated=np.zeros(BATCH, dtype=bool))
+    if size == 0:
+        def states() -> np.ndarray:
+            return rng.standard_normal((BATCH, MLP_INPUTS), dtype=np.float32)
+    else:
+        def states() -> np.ndarray:
+            return rng.integers(0, 256, (BATCH, FRAMES, size, size), dtype=np.uint8)
+    actions = MLP_ACTIONS if size == 0 else ACTIONS
+    return Batch(states=states(), actions=rng.integers(0, actions, BATCH), rewards=rng.random(BATCH, dtype=np.float32),
+                 next_states=states(), terminated=np.zeros(BATCH, dtype=bool))
 
 
-def _bare_step(size: int, batch: Batch) -> Callable[[], None]:
+def _bare_step(size: int, batch: Batch, device: torch.device) -> Callable[[], None]:
     """The same computation as plain PyTorch: two modules, no flat buffers, no message."""
-    online, target = deepq(FRAMES, size, size, ACTIONS), deepq(FRAMES, size, size, ACTIONS)
-    states, next_states = torch.from_numpy(batch.states), torch.from_numpy(batch.next_states)
-    actions, rewards = torch.from_numpy(batch.actions), torch.from_numpy(batch.rewards)
+    online, target = _network(size).to(device), _network(size).to(device)
+    states, next_states, actions, rewards = (torch.from_numpy(batch.states), torch.from_numpy(batch.next_states),
+                                             torch.from_numpy(batch.actions), torch.from_numpy(batch.rewards))
 
     def step() -> None:
+        s, s2, a, r = (t.to(device, non_blocking=True) for t in (states, next_states, actions, rewards))
         with torch.no_grad():
-            targets = rewards + GAMMA * target(next_states).max(dim=1).values
-        chosen = online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
+            targets = r + GAMMA * target(s2).max(dim=1).values
+        chosen = online(s).gather(1, a.unsqueeze(1)).squeeze(1)
         online.zero_grad()
         F.smooth_l1_loss(chosen, targets).backward()
     return step
 
 
-def _ddq_step(size: int, batch: Batch, precision: str) -> tuple[Callable[[], None], Learner]:
+def _ddq_step(size: int, batch: Batch, precision: str, device: torch.device) -> tuple[Callable[[], None], Learner]:
     """What a worker does per gradient: the learner's gradient, then the gradient message."""
-    learner = Learner(deepq(FRAMES, size, size, ACTIONS), OptimizerConfig(optimizer="sgd"), GAMMA,
-                      target_update=10**9, max_grad_norm=None, double_dqn=False, precision=precision)
+    learner = Learner(_network(size), OptimizerConfig(optimizer="sgd"), GAMMA, target_update=10**9,
+                      max_grad_norm=None, device=device, double_dqn=False, precision=precision)
     buffer = MessageBuffer(learner.flat.size)
     layout = layout_bytes(learner.flat.layout_hash())
 
     def step() -> None:
         stats = learner.compute_gradient(batch)
         buffer.pack(Header(GRADIENT, layout, 0, learner.flat.size, samples=BATCH, loss=stats.loss),
-                    learner.flat.grad.numpy())
+                    learner.flat.grad.cpu().numpy())
     return step, learner
 
 
-def _interleaved(first: Callable[[], None], second: Callable[[], None], repeats: int) -> tuple[float, float]:
+def _interleaved(first: Callable[[], None], second: Callable[[], None], repeats: int,
+                 device: torch.device) -> tuple[float, float]:
     """Median ms of two steps measured alternately, so drifting machine load hits both alike."""
     a: list[float] = []
     b: list[float] = []
@@ -109,35 +131,35 @@ def _interleaved(first: Callable[[], None], second: Callable[[], None], repeats:
         fn()
     for _ in range(repeats):
         for fn, times in ((first, a), (second, b)):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
+            times.append(_timed(fn, device))
     return statistics.median(a) * 1e3, statistics.median(b) * 1e3
 
 
-def measure(size: int, repeats: int = 5, seed: int = 0) -> GradRow:
+def measure(size: int, repeats: int = 5, seed: int = 0, device: str = "cpu") -> GradRow:
+    """One row: DeepQ at `size`x`size` (0: CartPole's MLP) on `device`."""
+    dev = torch.device(device)
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     batch = _batch(size, rng)
     torch.set_num_threads(1)
-    ddq_step, learner = _ddq_step(size, batch, "fp32")
-    bare_ms, ddq_ms = _interleaved(_bare_step(size, batch), ddq_step, repeats)
-    bf16_step, _ = _ddq_step(size, batch, "bf16")
-    bf16_ms = _median_ms(bf16_step, repeats, warmup=1)
+    ddq_step, learner = _ddq_step(size, batch, "fp32", dev)
+    bare_ms, ddq_ms = _interleaved(_bare_step(size, batch, dev), ddq_step, repeats, dev)
+    bf16_step, _ = _ddq_step(size, batch, "bf16", dev)
+    bf16_ms = _median_ms(bf16_step, repeats, warmup=1, device=dev)
     torch.set_num_threads(2)
-    two_ms = _median_ms(ddq_step, repeats, warmup=1)
+    two_ms = _median_ms(ddq_step, repeats, warmup=1, device=dev)
     torch.set_num_threads(1)
 
     n, layout = learner.flat.size, layout_bytes(learner.flat.layout_hash())
     buffer = MessageBuffer(n)
-    weights = bytes(buffer.pack(Header(WEIGHTS, layout, 1, n), learner.flat.data.numpy()))
+    weights = bytes(buffer.pack(Header(WEIGHTS, layout, 1, n), learner.flat.data.cpu().numpy()))
     expect = Expect(WEIGHTS, layout, 0, n)
-    serialize_ms = _median_ms(lambda: buffer.pack(Header(GRADIENT, layout, 1, n), learner.flat.grad.numpy()), 30)
+    serialize_ms = _median_ms(lambda: buffer.pack(Header(GRADIENT, layout, 1, n), learner.flat.grad.cpu().numpy()), 30)
     load_ms = _median_ms(lambda: learner.flat.assign(decode(weights, expect)[1]), 30)
     return GradRow(size, n, serialize_ms, load_ms, bare_ms, ddq_ms, two_ms, bf16_ms)
 
 
-def table(rows: list[GradRow]) -> str:
+def table(rows: list[GradRow], device: str = "cpu") -> str:
     lines = [
         "| input | parameters | message MB | serialize ms (orig.) | load ms (orig.) | bare PyTorch ms | "
         "ddq ms | ddq overhead | ddq 2 threads ms | ddq bf16 ms | original ms | ddq vs original |",
@@ -146,11 +168,11 @@ def table(rows: list[GradRow]) -> str:
     for r in rows:
         orig = ORIGINAL.get(r.size)
         beside = (lambda ours, theirs: f"{ours:.2f} ({theirs:g})") if orig else (lambda ours, _: f"{ours:.2f}")
-        cells = [f"{r.size}x{r.size}", f"{r.params:,}", f"{4 * r.params / 1e6:.2f}",
+        cells = [f"{r.size}x{r.size}" if r.size else "MLP 4-256-256-2", f"{r.params:,}", f"{4 * r.params / 1e6:.2f}",
                  beside(r.serialize_ms, orig and orig[1]), beside(r.load_ms, orig and orig[2]),
                  f"{r.bare_ms:.1f}", f"{r.ddq_ms:.1f}", f"{100 * r.overhead:+.1f}%", f"{r.ddq_2threads_ms:.1f}",
                  f"{r.ddq_bf16_ms:.1f}", f"{orig[3]:,.1f}" if orig else "—",
                  f"{orig[3] / r.ddq_ms:.1f}x" if orig else "—"]
         lines.append("| " + " | ".join(cells) + " |")
-    return ("DeepQ network, batch 32, 4 frames, 4 actions; times are medians, 1 torch thread unless "
-            "stated\n\n" + "\n".join(lines))
+    return (f"DeepQ network (4 frames, 4 actions) and CartPole's MLP, batch 32, on {device}; times are medians, "
+            "1 torch thread unless stated\n\n" + "\n".join(lines))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +14,15 @@ from ddq.core.replay import FrameStacker
 from ddq.gamesim.envs import EnvOptions, make_env
 
 FRAMES_PER_SECOND = 10
+LONGEST_SIDE = 320  # pixels: larger pictures (CartPole's 600x400) are thinned, so GIFs stay small and quick
 
 
 def greedy_episode_pictures(q_net: nn.Module, env_id: str, frame_stack: int = 1,
                             env_options: EnvOptions | None = None, seed: int | None = None,
-                            max_frames: int = 1000, device: torch.device | str = "cpu") -> list[np.ndarray]:
+                            max_frames: int = 600, device: torch.device | str = "cpu") -> list[np.ndarray]:
     """The env's own `rgb_array` pictures of one greedy episode, the first and the last included (at most
     `max_frames`). Raises ValueError for an env that cannot draw itself."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame-drawn envs: no display, no warning about one
     env = make_env(env_id, env_options, render_mode="rgb_array")
     was_training = q_net.training
     q_net.train(False)
@@ -45,7 +48,8 @@ def greedy_episode_pictures(q_net: nn.Module, env_id: str, frame_stack: int = 1,
 def _picture(frame: object, env_id: str) -> np.ndarray:
     if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
         raise ValueError(f"{env_id} does not draw rgb_array pictures, so no animation can be made of it")
-    return frame
+    stride = -(-max(frame.shape[:2]) // LONGEST_SIDE)
+    return frame[::stride, ::stride]
 
 
 def write_gif(pictures: list[np.ndarray], path: str | Path, fps: int = FRAMES_PER_SECOND) -> Path:
