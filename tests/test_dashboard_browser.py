@@ -91,6 +91,7 @@ def test_dashboard_follows_a_live_run_then_serves_it_finished(tmp_path, output_d
             page.wait_for_function(PAGE_FILLED, arg=2, timeout=60_000)
             assert page.locator("#run-state").inner_text() == "finished"
             page.screenshot(path=str(output_dir / "finished.png"), full_page=True)
+            assert "greedy apples per episode" in page.locator("#chart-returns").inner_text()  # Snake
             assert page.problems == []
     finally:
         _stop(dashboard)

@@ -18,6 +18,7 @@ import redis
 
 from ddq.config import TrainConfig, config_from_document
 from ddq.dashboard.series import Columns, downsample
+from ddq.gamesim import eats_apples
 from ddq.services.telemetry import ListCursor, json_object, merge_server, shard_reports, worker_rows
 from ddq.transport.keys import RunKeys, readable_names, shard_bounds
 from ddq.transport.wire import BODY_DTYPE, HEADER, WireError, layout_bytes, read_weights_header
@@ -98,7 +99,8 @@ class RunReader:
         server = self.server(info)
         return {"run": self.run, "state": info.get("state"), "started": info.get("started"),
                 "finished": info.get("finished"), "run_dir": info.get("run_dir"),
-                "env": config.env, "mode": config.mode, "model": config.model,
+                "env": config.env, "eats_apples": eats_apples(config.env), "mode": config.mode,
+                "model": config.model,
                 "workers": config.workers, "shards": config.server.shards,
                 "total_steps": config.total_steps, "target_return": config.target_return,
                 "env_steps": int(steps or 0), "pushes": int(pushes or 0), "updates": server["version"],
@@ -123,7 +125,8 @@ class RunReader:
                     points, spread=("episode_return",))},
                 "evaluations": {"count": evaluations.size, **downsample({
                     "wall_time_s": evaluations.get("time") - started, "env_steps": evaluations.get("env_steps"),
-                    "version": evaluations.get("version"), "mean_return": evaluations.get("mean_return")},
+                    "version": evaluations.get("version"), "mean_return": evaluations.get("mean_return"),
+                    "mean_rewarded_steps": evaluations.get("mean_rewarded_steps")},
                     points)}}
 
     def progress(self, points: int) -> dict:

@@ -271,7 +271,7 @@ class DownpourTrainer:
             self.learner.online, self.config, self.log, self.counters, self.counters.env_steps,
             self.client.version, self.origin, self.device)
         record_evaluation(self.redis, self.keys, "driver", self.client.version, self.last_eval[0],
-                          self.last_eval[1], [])
+                          self.last_eval[1], [], mean_rewarded_steps=self.last_eval[2])
         self._save_checkpoint()  # so a run whose driver is killed can still be resumed from here
         return reached
 

@@ -123,7 +123,10 @@ function buildCharts() {
     { label: "max", stroke: "rgba(37,99,235,0.25)", width: 1 },
     { label: "min", stroke: "rgba(37,99,235,0.25)", width: 1 },
     { label: "greedy evaluation", stroke: COLORS[1], width: 2, points: { show: true, size: 6 } },
-  ], { bands: [{ series: [2, 3], fill: "rgba(37,99,235,0.10)" }], height: 260 });
+    { label: "greedy apples per episode", scale: "apples", stroke: COLORS[3], width: 2,
+      points: { show: true, size: 6 } },
+  ], { bands: [{ series: [2, 3], fill: "rgba(37,99,235,0.10)" }], height: 260,
+       axes: [rightAxis("apples", "apples per greedy episode")] });
   makeChart("loss", [{ label: "loss" }], { scales: { y: { distr: 3, log: 10 } } });
   makeChart("q", [{ label: "mean max-Q" }, { label: "epsilon", scale: "eps", stroke: COLORS[2] }],
             { scales: { eps: { range: [0, 1] } }, axes: [rightAxis("eps", "epsilon")] });
@@ -169,9 +172,15 @@ function showRun(run) {
 
 function showReturns(returns) {
   const x = ddq.xAxis, e = returns.episodes, v = returns.evaluations;
-  ddq.charts.returns.setData(align([
+  const apples = Boolean(ddq.run && ddq.run.eats_apples);  // Snake: its rewarded steps are apples eaten
+  const chart = ddq.charts.returns;
+  if (chart.series[5].show !== apples) {
+    chart.axes[2].show = apples;  // the apples axis only where there are apples
+    chart.setSeries(5, { show: apples });
+  }
+  chart.setData(align([
     { x: e[x], ys: [e.episode_return, e.episode_return_max, e.episode_return_min] },
-    { x: v[x], ys: [v.mean_return] },
+    { x: v[x], ys: [v.mean_return, apples && v.mean_rewarded_steps ? v.mean_rewarded_steps : v.mean_return.map(() => null)] },
   ]));
 }
 
