@@ -9,15 +9,29 @@ from typing import Any
 from ddq.config import MODES
 
 
+def parse_setting(text: str) -> tuple[str, Any]:
+    """KEY=VALUE of `--set`: the value read as TOML would read it (true, 3, 2.5e-4, [64, 64]), else as text."""
+    import tomllib
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--set {text!r}: expected KEY=VALUE, e.g. n_step=3")
+    try:
+        return key.strip(), tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key.strip(), value.strip()
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from ddq.benchmarks.serial import run_seeds, serial_table
 
     overrides = {"total_steps": args.total_steps} if args.total_steps else {}
+    overrides.update(dict(args.settings))
     overrides.update(mode=args.mode, workers=args.workers)
     overrides.update({name: True for name in ("prioritized", "per_actor_epsilon", "sync") if getattr(args, name)})
     if args.target_return is not None:
         overrides["target_return"] = args.target_return
-    print(serial_table(args.env, run_seeds(args.env, args.seeds, overrides)))
+    print(serial_table(args.env, run_seeds(args.env, args.seeds, overrides), dict(args.settings)))
     return 0
 
 
@@ -95,6 +109,9 @@ def add_bench_commands(commands: Any) -> None:
     serial.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run, one after another")
     serial.add_argument("--target-return", type=float, default=None, help="stop each run once reached")
     serial.add_argument("--total-steps", type=int, default=None, help="step budget per run (default: the preset's)")
+    serial.add_argument("--set", dest="settings", metavar="KEY=VALUE", type=parse_setting, action="append",
+                        default=[], help="any other setting for every run, as in a config file (n_step=3, "
+                                         "dueling=true, hidden=[64, 64]); repeatable")
     serial.set_defaults(func=cmd_bench)
     grad = kinds.add_parser("grad", help="the original's cost-vs-image-size table: DeepQ gradient and message "
                                          "costs against bare PyTorch and the original's figures")

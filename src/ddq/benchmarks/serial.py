@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import build_config
+from ddq.gamesim import eats_apples
 from ddq.modes import run_training
 
 
@@ -32,9 +33,11 @@ def _median(values: list[float | None]) -> str:
     return f"{statistics.median(known):,.1f}" if isinstance(known[0], float) else f"{statistics.median(known):,}"
 
 
-def serial_table(env_id: str, summaries: list[dict[str, Any]]) -> str:
+def serial_table(env_id: str, summaries: list[dict[str, Any]], settings: dict[str, Any] | None = None) -> str:
+    """One row per seed and their medians; `settings`, what the runs set beyond the preset, in the title."""
+    rewarded = "final greedy apples" if eats_apples(env_id) else "final rewarded steps"
     rows = ["| seed | steps to target | time to target (s) | env steps | updates | final greedy return | "
-            "final rewarded steps |", "|---|---|---|---|---|---|---|"]
+            f"{rewarded} |", "|---|---|---|---|---|---|---|"]
     for s in summaries:
         time_s = f"{s['time_to_target_s']:.1f}" if s["time_to_target_s"] is not None else "—"
         steps = f"{s['steps_to_target']:,}" if s["steps_to_target"] is not None else "—"
@@ -48,4 +51,5 @@ def serial_table(env_id: str, summaries: list[dict[str, Any]]) -> str:
     mode = "serial mode" if config["mode"] == "serial" else f"{config['mode']}, {config['workers']} workers"
     mode += "".join(f", {name.replace('_', ' ')}" for name in ("prioritized", "per_actor_epsilon", "sync")
                     if config.get(name))
+    mode += "".join(f", {key} = {value}" for key, value in (settings or {}).items())
     return f"{env_id}, {mode}\n\n" + "\n".join(rows)

@@ -19,7 +19,7 @@ LONGEST_SIDE = 320  # pixels: larger pictures (CartPole's 600x400) are thinned, 
 
 def greedy_episode_pictures(q_net: nn.Module, env_id: str, frame_stack: int = 1,
                             env_options: EnvOptions | None = None, seed: int | None = None,
-                            max_frames: int = 600, device: torch.device | str = "cpu") -> list[np.ndarray]:
+                            max_frames: int = 400, device: torch.device | str = "cpu") -> list[np.ndarray]:
     """The env's own `rgb_array` pictures of one greedy episode, the first and the last included (at most
     `max_frames`). Raises ValueError for an env that cannot draw itself."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame-drawn envs: no display, no warning about one
