@@ -1,4 +1,4 @@
-"""`ddq bench peers`: its table and ratio from known results, and the one line it gives without Stable-Baselines3."""
+"""`ddq bench peers` (its table and ratio from known results, its one line without Stable-Baselines3) and `ddq bench train --set`."""
 
 import os
 import subprocess
@@ -31,3 +31,19 @@ def test_without_stable_baselines3_the_bench_says_how_to_get_it(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [
         "ddq: error: ddq bench peers needs Stable-Baselines3: pip install 'ddq[peers]' (or stable-baselines3)"]
+
+
+def test_bench_train_set_reads_values_as_a_config_file_would():
+    import argparse
+
+    import pytest
+
+    from ddq.benchmarks.commands import parse_setting
+
+    assert parse_setting("n_step=3") == ("n_step", 3)
+    assert parse_setting("dueling = true") == ("dueling", True)
+    assert parse_setting("hidden=[64, 64]") == ("hidden", [64, 64])
+    assert parse_setting("lr=2.5e-4") == ("lr", 2.5e-4)
+    assert parse_setting("model=small-conv") == ("model", "small-conv")
+    with pytest.raises(argparse.ArgumentTypeError, match="KEY=VALUE"):
+        parse_setting("dueling")

@@ -114,6 +114,15 @@ def test_an_episode_is_truncated_after_too_many_steps_without_an_apple():
     assert results[2] == (0.0, False, True)
 
 
+def test_a_snake_that_starves_dies_when_asked_to():
+    engine = SnakeEngine(1, 6, 3, starving_dies=True)
+    engine.seed(np.array([0]), [1])
+    engine.reset(np.array([0]))
+    place(engine, [(2, 2), (2, 1), (2, 0)], SOUTH, apple=(0, 5))
+    results = [step(engine, a) for a in (SOUTH, EAST, NORTH)]
+    assert results == [(0.0, False, False), (0.0, False, False), (-1.0, True, False)]
+
+
 def test_filling_the_board_wins_the_game():
     engine = fresh(size=4)
     n = 4

@@ -19,6 +19,9 @@ class EnvOptions:
     snake_size: int = field(default=10, metadata={"help": "Snake grid side n (the board image is n+2 with walls)"})
     snake_max_steps_without_apple: int | None = field(
         default=None, metadata={"help": "truncate a Snake episode after this many steps without eating (default n*n)"})
+    snake_starving_dies: bool = field(default=False, metadata={
+        "help": "Snake: after snake_max_steps_without_apple steps without eating the snake dies (-1, episode "
+                "over) instead of the episode being cut off"})
     atari_terminal_on_life_loss: bool = field(default=False, metadata={"help": "Atari: end episodes on a lost life"})
     atari_noop_max: int = field(default=30, metadata={"help": "Atari: most no-op actions at an episode's start"})
     step_latency_ms: float = field(default=0.0, metadata={
@@ -39,7 +42,8 @@ def make_env(env_id: str, options: EnvOptions | None = None, render_mode: str | 
     options = options or EnvOptions()
     if env_id == SNAKE_ID:
         return gym.make(env_id, size=options.snake_size, render_mode=render_mode,
-                        max_steps_without_apple=options.snake_max_steps_without_apple)
+                        max_steps_without_apple=options.snake_max_steps_without_apple,
+                        starving_dies=options.snake_starving_dies)
     if is_atari(env_id):
         import ale_py  # the wheel carries the ROMs: nothing is downloaded
 
@@ -59,7 +63,8 @@ def make_vector_env(env_id: str, num_envs: int, options: EnvOptions | None = Non
     """`num_envs` copies of an env with next-step autoreset (Gymnasium's default)."""
     options = options or EnvOptions()
     if env_id == SNAKE_ID:
-        envs: VectorEnv = SnakeVectorEnv(num_envs, options.snake_size, options.snake_max_steps_without_apple)
+        envs: VectorEnv = SnakeVectorEnv(num_envs, options.snake_size, options.snake_max_steps_without_apple,
+                                         options.snake_starving_dies)
     else:
         envs = SyncVectorEnv([lambda: make_env(env_id, options) for _ in range(num_envs)])
     return SlowSimulator(envs, options.step_latency_ms / 1000) if options.step_latency_ms > 0 else envs

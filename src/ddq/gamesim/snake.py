@@ -47,10 +47,10 @@ class SnakeEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array", "ansi"], "render_fps": 10}
 
     def __init__(self, size: int = 10, max_steps_without_apple: int | None = None,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, starving_dies: bool = False):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
-        self.engine = SnakeEngine(1, size, max_steps_without_apple)
+        self.engine = SnakeEngine(1, size, max_steps_without_apple, starving_dies)
         self.observation_space, self.action_space = _spaces(size)
         self.render_mode = render_mode
         self._stream_started = False
@@ -93,9 +93,10 @@ class SnakeVectorEnv(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def __init__(self, num_envs: int, size: int = 10, max_steps_without_apple: int | None = None):
+    def __init__(self, num_envs: int, size: int = 10, max_steps_without_apple: int | None = None,
+                 starving_dies: bool = False):
         self.num_envs = num_envs
-        self.engine = SnakeEngine(num_envs, size, max_steps_without_apple)
+        self.engine = SnakeEngine(num_envs, size, max_steps_without_apple, starving_dies)
         self.single_observation_space, self.single_action_space = _spaces(size)
         self.observation_space = spaces.Box(0, 255, (num_envs, size + 2, size + 2, 1), dtype=np.uint8)
         self.action_space = spaces.MultiDiscrete(np.full(num_envs, 4))

@@ -5,7 +5,8 @@ a time on a uniformly random empty cell, +1 for an apple (the snake grows by
 one), -1 and the episode ends when the head leaves the grid or hits the body,
 0 otherwise. Actions are north/south/east/west; an action that would reverse
 into the neck keeps the current direction. An episode is truncated after
-`max_steps_without_apple` steps without eating.
+`max_steps_without_apple` steps without eating; with `starving_dies`, the
+snake starves instead: -1 and the episode ends, as when it hits something.
 
 The body is stored as a per-cell countdown: the head cell holds the snake's
 length, the tail cell holds 1, empty cells 0. A step without eating decrements
@@ -50,12 +51,14 @@ def stream_state_from_seed(seed: int | None) -> np.uint64:
 class SnakeEngine:
     """State and rules of `num_games` Snake games on `size` x `size` grids."""
 
-    def __init__(self, num_games: int, size: int = 10, max_steps_without_apple: int | None = None):
+    def __init__(self, num_games: int, size: int = 10, max_steps_without_apple: int | None = None,
+                 starving_dies: bool = False):
         if size < 4:
             raise ValueError(f"Snake needs a grid of at least 4x4, got {size}")
         self.num_games = num_games
         self.size = size
         self.max_steps_without_apple = max_steps_without_apple or size * size
+        self.starving_dies = starving_dies
         cells = size * size
         self.body = np.zeros((num_games, cells), dtype=np.int16)
         self.head = np.zeros(num_games, dtype=np.int64)  # flat cell index
@@ -134,10 +137,11 @@ class SnakeEngine:
         eaters = self._games[eats]
         if eaters.size:
             won[eaters] = ~self._place_apples(eaters)
-        reward = eats.astype(np.float32) - dies.astype(np.float32)
-        terminated = dies | won
-        truncated = moves & ~won & (self.steps_since_apple >= self.max_steps_without_apple)
-        return reward, terminated, truncated
+        hungry = moves & ~won & (self.steps_since_apple >= self.max_steps_without_apple)
+        starves = hungry if self.starving_dies else np.zeros_like(hungry)
+        reward = eats.astype(np.float32) - (dies | starves).astype(np.float32)
+        terminated = dies | won | starves
+        return reward, terminated, hungry & ~starves
 
     def _place_apples(self, games: np.ndarray) -> np.ndarray:
         """Put a new apple on a uniformly random empty cell; False where none is left."""
