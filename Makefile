@@ -1,4 +1,5 @@
-# make run: the main job (downpour Snake training: 2 workers on local Spark, embedded Redis);
+# make run: the main job (downpour Snake training with configs/smart-snake.toml: 2 workers on local Spark,
+# embedded Redis, at most 25 minutes);
 # make test: the linter and type checker, then the whole suite; its browser tests need Debian's chromium,
 # installed here when missing.
 # Both create .venv on first use. torch==2.13.0 is installed before the package
@@ -21,7 +22,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	rm -rf runs/snake  # each `make run` is a fresh run
-	$(BIN)/ddq train --mode downpour --workers 2 --env ddq/Snake-v0 --run-dir runs/snake
+	$(BIN)/ddq train --mode downpour --workers 2 --env ddq/Snake-v0 --config configs/smart-snake.toml --run-dir runs/snake
 
 test: lint chromium
 	$(BIN)/python -m pytest
