@@ -348,3 +348,6 @@ def test_layers_are_named_for_a_person_not_by_sequential_index():
     assert readable_names(nature) == ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
                                       "fc3.weight", "fc3.bias", "fc4.weight", "fc4.bias"]
     assert readable_names([("ip1.weight", (2, 3)), ("ip1.bias", (2,))]) == ["ip1.weight", "ip1.bias"]  # a prototxt's
+    dueling = [("1.weight", (16, 1, 3, 3)), ("4.weight", (128, 1152)), ("6.value.weight", (1, 128)),
+               ("6.advantage.bias", (4,))]
+    assert readable_names(dueling) == ["conv1.weight", "fc2.weight", "fc3.value.weight", "fc3.advantage.bias"]

@@ -20,18 +20,19 @@ def shard_bounds(size: int, shards: int) -> list[tuple[int, int]]:
 
 def readable_names(layout: list[tuple[str, tuple[int, ...]]]) -> list[str]:
     """Names a person reads: torch's `nn.Sequential` indices ("2.weight") become the layer's kind and
-    its place among the layers with parameters ("fc2.weight", "conv1.bias"); names a definition gave
-    (a prototxt's layer names) stay as they are."""
+    its place among the layers with parameters ("fc2.weight", "conv1.bias"; a dueling head's
+    "8.value.weight" becomes "fc4.value.weight"); names a definition gave (a prototxt's layer names)
+    stay as they are."""
     names: list[str] = []
     layers: dict[str, str] = {}  # module index -> readable layer name
     for name, shape in layout:
-        module, _, kind = name.rpartition(".")
-        if not module.isdigit():
+        module, _, rest = name.partition(".")
+        if not module.isdigit() or not rest:
             names.append(name)
             continue
         if module not in layers:
             layers[module] = f"{'conv' if len(shape) == 4 else 'fc'}{len(layers) + 1}"
-        names.append(f"{layers[module]}.{kind}")
+        names.append(f"{layers[module]}.{rest}")
     return names
 
 
