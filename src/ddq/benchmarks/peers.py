@@ -99,7 +99,9 @@ def run_pair(seed: int, folder: Path, ddq_flags: list[str]) -> tuple[dict[str, A
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_pinned(ddq_core))
     sb3 = subprocess.Popen([sys.executable, "-m", "ddq.benchmarks.peers", str(seed), str(sb3_file)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           preexec_fn=_pinned(sb3_core))
+                           preexec_fn=_pinned(sb3_core),
+                           # SB3's logger otherwise leaves a dated folder in the system's /tmp per run.
+                           env={**os.environ, "SB3_LOGDIR": str(folder / f"sb3-log-{seed}")})
     ddq_err, sb3_err = ddq.communicate()[1], sb3.communicate()[1]
     if ddq.returncode != 0:
         raise RuntimeError(f"ddq run of seed {seed} failed: {ddq_err.strip().splitlines()[-1:]}")
