@@ -85,3 +85,28 @@ def test_epsilon_greedy_is_greedy_at_zero_and_uniform_at_one():
     assert (epsilon_greedy(net, states, 0.0, rng) == 1).all()
     counts = np.bincount(epsilon_greedy(net, states, 1.0, rng), minlength=3)
     assert counts.min() > 900
+
+
+def test_bf16_precision_gives_the_fp32_gradient_to_bfloat16_accuracy():
+    """precision="bf16" really runs under autocast (the gradient differs) and stays close to float32's."""
+    import copy
+
+    from torch import nn
+
+    from ddq.core.learner import Learner
+    from ddq.core.optimizers import OptimizerConfig
+    from ddq.core.replay import Batch
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    network = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 2))
+    batch = Batch(states=rng.standard_normal((16, 4), dtype=np.float32), actions=rng.integers(0, 2, 16),
+                  rewards=rng.random(16, dtype=np.float32), next_states=rng.standard_normal((16, 4), dtype=np.float32),
+                  terminated=np.zeros(16, dtype=bool))
+    gradients = {}
+    for precision in ("fp32", "bf16"):
+        learner = Learner(copy.deepcopy(network), OptimizerConfig(), 0.9, 10, precision=precision)
+        learner.compute_gradient(batch)
+        gradients[precision] = learner.flat.grad.clone()
+    assert not torch.equal(gradients["fp32"], gradients["bf16"])
+    assert torch.nn.functional.cosine_similarity(gradients["fp32"], gradients["bf16"], dim=0) > 0.99

@@ -118,7 +118,8 @@ def add_bench_commands(commands: Any) -> None:
     grad.add_argument("--sizes", type=int, nargs="+", default=list(range(16, 129, 8)), help="input sizes")
     grad.add_argument("--repeats", type=int, default=5, help="timed repetitions per figure (medians)")
     grad.add_argument("--device", default="cpu", help="torch device to time on (cpu, cuda)")
-    grad.add_argument("--no-mlp", dest="mlp", action="store_false", help="leave out CartPole's MLP row")
+    grad.add_argument("--no-mlp", dest="mlp", action="store_false",
+                      help="leave out the MLP row (256x256 on CartPole's shapes)")
     grad.set_defaults(func=cmd_bench_grad)
     ps = kinds.add_parser("ps", help="parameter-server pull and push latency and updates/s by model size, "
                                      "beside the original's latency")

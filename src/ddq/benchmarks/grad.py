@@ -1,12 +1,12 @@
 """`ddq bench grad`: the original's cost-versus-image-size table, re-measured with ddq's gradient path.
 
-For the DeepQ network at each input size, and for the MLP ddq trains CartPole with (4 inputs,
-256x256, 2 actions): parameters, message size, time to serialize a gradient message and to load a
-weights message into the network, and time per minibatch gradient (batch 32: Q(s) forward and
-backward plus the target network's forward on s', the original's plain DQN target). ddq's gradient
-(Learner over flat parameters, then the message) is timed against a bare PyTorch step of the same
-network in the same run, alternately; the difference is ddq's overhead. `--device cuda` times both
-on a GPU (synchronising after each step).
+For the DeepQ network at each input size, and for ddq's default MLP on CartPole's shapes (4 inputs,
+256x256, 2 actions; the CartPole preset itself uses 64x64): parameters, message size, time to
+serialize a gradient message and to load a weights message into the network, and time per
+minibatch gradient (batch 32: Q(s) forward and backward plus the target network's forward on s',
+the original's plain DQN target). ddq's gradient (Learner over flat parameters, then the message)
+is timed against a bare PyTorch step of the same network in the same run, alternately; the
+difference is ddq's overhead. `--device cuda` times both on a GPU (synchronising after each step).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ ORIGINAL = {
 }
 
 
-MLP_INPUTS, MLP_ACTIONS = 4, 2  # CartPole's
+MLP_INPUTS, MLP_ACTIONS = 4, 2  # CartPole's shapes, with the default 256x256 hidden layers
 CPU = torch.device("cpu")
 
 
@@ -76,7 +76,7 @@ def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2,
 
 
 def _network(size: int) -> torch.nn.Module:
-    """DeepQ at `size`x`size`, or (size 0) CartPole's MLP."""
+    """DeepQ at `size`x`size`, or (size 0) the default MLP on CartPole's shapes."""
     return mlp(MLP_INPUTS, MLP_ACTIONS) if size == 0 else deepq(FRAMES, size, size, ACTIONS)
 
 
@@ -136,7 +136,7 @@ def _interleaved(first: Callable[[], None], second: Callable[[], None], repeats:
 
 
 def measure(size: int, repeats: int = 5, seed: int = 0, device: str = "cpu") -> GradRow:
-    """One row: DeepQ at `size`x`size` (0: CartPole's MLP) on `device`."""
+    """One row: DeepQ at `size`x`size` (0: the default MLP) on `device`."""
     dev = torch.device(device)
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
@@ -174,5 +174,5 @@ def table(rows: list[GradRow], device: str = "cpu") -> str:
                  f"{r.ddq_bf16_ms:.1f}", f"{orig[3]:,.1f}" if orig else "—",
                  f"{orig[3] / r.ddq_ms:.1f}x" if orig else "—"]
         lines.append("| " + " | ".join(cells) + " |")
-    return (f"DeepQ network (4 frames, 4 actions) and CartPole's MLP, batch 32, on {device}; times are medians, "
-            "1 torch thread unless stated\n\n" + "\n".join(lines))
+    return (f"DeepQ network (4 frames, 4 actions) and the default MLP (CartPole's shapes), batch 32, on {device}; "
+            "times are medians, 1 torch thread unless stated\n\n" + "\n".join(lines))
