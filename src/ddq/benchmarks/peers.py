@@ -33,6 +33,9 @@ SB3_ZOO_SETTINGS: dict[str, Any] = dict(
     learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1_000, gamma=0.99,
     target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
     exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]))
+# ddq's side: the CartPole preset with a 64x64 MLP, ddq's fastest serial choice on a CPU (the preset keeps
+# 256x256, which the distributed modes need); SB3's side: the zoo's tuned settings. --ddq-flags adds to it.
+DDQ_SETTINGS = ["--hidden", "64", "64"]
 INSTALL_HINT = "ddq bench peers needs Stable-Baselines3: pip install 'ddq[peers]' (or stable-baselines3)"
 
 
@@ -95,7 +98,7 @@ def run_pair(seed: int, folder: Path, ddq_flags: list[str]) -> tuple[dict[str, A
     ddq = subprocess.Popen(
         [sys.executable, "-m", "ddq", "train", "--mode", "serial", "--env", ENV_ID, "--seed", str(seed),
          "--target-return", str(TARGET), "--eval-every", str(EVAL_EVERY), "--eval-episodes", str(EVAL_EPISODES),
-         "--threads", "1", "--no-progress", "--run-dir", str(run_dir), *ddq_flags],
+         "--threads", "1", "--no-progress", "--run-dir", str(run_dir), *DDQ_SETTINGS, *ddq_flags],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_pinned(ddq_core))
     sb3 = subprocess.Popen([sys.executable, "-m", "ddq.benchmarks.peers", str(seed), str(sb3_file)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -140,7 +143,8 @@ def table(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
                  f"{_cell(medians[3])} |")
     ratio = f"{medians[1] / medians[3]:.2f}" if medians[1] and medians[3] else "—"
     cores = "each pinned to its own core" if len(os.sched_getaffinity(0)) >= 2 else "sharing one core"
-    return (f"{ENV_ID}: ddq serial and Stable-Baselines3 DQN (rl-baselines3-zoo settings) to a greedy mean of "
+    return (f"{ENV_ID}: ddq serial ({' '.join(DDQ_SETTINGS)}) and Stable-Baselines3 DQN (rl-baselines3-zoo "
+            f"settings) to a greedy mean of "
             f"{TARGET:g} over {EVAL_EPISODES} episodes, evaluated every {EVAL_EVERY:,} env steps; each seed's "
             f"pair ran at the same time, {cores}, one torch thread each; time counts from each process's "
             f"start\n\n" + "\n".join(lines) + f"\n\nddq's median time / Stable-Baselines3's: {ratio}")
