@@ -110,3 +110,28 @@ def test_bf16_precision_gives_the_fp32_gradient_to_bfloat16_accuracy():
         gradients[precision] = learner.flat.grad.clone()
     assert not torch.equal(gradients["fp32"], gradients["bf16"])
     assert torch.nn.functional.cosine_similarity(gradients["fp32"], gradients["bf16"], dim=0) > 0.99
+
+
+def test_the_learner_measures_its_telemetry_every_kth_gradient_and_clips_every_one():
+    from torch import nn
+
+    from ddq.core.learner import Learner
+    from ddq.core.optimizers import OptimizerConfig
+    from ddq.core.replay import Batch
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    batch = Batch(states=rng.standard_normal((8, 3), dtype=np.float32), actions=rng.integers(0, 2, 8),
+                  rewards=100 * rng.random(8, dtype=np.float32), next_states=rng.standard_normal((8, 3), dtype=np.float32),
+                  terminated=np.zeros(8, dtype=bool))
+    learner = Learner(nn.Sequential(nn.Linear(3, 2)), OptimizerConfig(), 0.9, 10, max_grad_norm=0.5,
+                      statistics_every=3)
+    measured = []
+    for _ in range(7):
+        stats = learner.compute_gradient(batch)
+        measured.append(stats.mean_max_q is not None and stats.grad_norm is not None)
+        assert float(learner.flat.grad.norm()) == pytest.approx(0.5)  # rewards of ~50: every gradient is clipped
+    assert measured == [True, False, False, True, False, False, True]
+    with torch.no_grad():  # no update was applied: the weights are those the 7th gradient saw
+        q_values = learner.online(torch.from_numpy(batch.states)).max(dim=1).values.mean()
+    assert stats.mean_max_q == pytest.approx(float(q_values)) and stats.grad_norm > 0.5  # before clipping

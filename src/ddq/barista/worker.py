@@ -61,12 +61,15 @@ class StatsWindow:
 
     def __init__(self) -> None:
         self.started, self.env_steps, self.pushes = time.monotonic(), 0, 0
-        self.loss_sum, self.max_q_sum, self.gradients = 0.0, 0.0, 0
+        self.loss_sum, self.max_q_sum, self.gradients, self.max_q_readings = 0.0, 0.0, 0, 0
 
-    def add_gradient(self, loss: float, mean_max_q: float) -> None:
+    def add_gradient(self, loss: float, mean_max_q: float | None) -> None:
+        """One gradient's loss, and its mean max-Q when the learner measured it."""
         self.loss_sum += loss
-        self.max_q_sum += mean_max_q
         self.gradients += 1
+        if mean_max_q is not None:
+            self.max_q_sum += mean_max_q
+            self.max_q_readings += 1
 
     def close(self, stats: WorkerStats) -> StatsWindow:
         """Writes the window's rates and means into `stats`; returns the next window."""
@@ -74,7 +77,9 @@ class StatsWindow:
         stats.env_steps_per_s = (stats.env_steps - self.env_steps) / seconds
         stats.pushes_per_s = (stats.pushes - self.pushes) / seconds
         if self.gradients:
-            stats.loss, stats.mean_max_q = self.loss_sum / self.gradients, self.max_q_sum / self.gradients
+            stats.loss = self.loss_sum / self.gradients
+        if self.max_q_readings:
+            stats.mean_max_q = self.max_q_sum / self.max_q_readings
         following = StatsWindow()
         following.env_steps, following.pushes = stats.env_steps, stats.pushes
         return following

@@ -4,9 +4,10 @@ For the DeepQ network at each input size, and for ddq's default MLP on CartPole'
 256x256, 2 actions, as CartPole's preset): parameters, message size, time to
 serialize a gradient message and to load a weights message into the network, and time per
 minibatch gradient (batch 32: Q(s) forward and backward plus the target network's forward on s',
-the original's plain DQN target). ddq's gradient (Learner over flat parameters, then the message)
-is timed against a bare PyTorch step of the same network in the same run, alternately; the
-difference is ddq's overhead. `--device cuda` times both on a GPU (synchronising after each step).
+the original's plain DQN target). ddq's gradient (Learner over flat parameters, then the message as
+the parameter server's client sends it) is timed against a bare PyTorch step of the same arithmetic
+in the same run, alternately; the difference is ddq's overhead. `--device cuda` times both on a GPU
+(synchronising after each block of steps).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ddq.core.learner import Learner
 from ddq.core.optimizers import OptimizerConfig
 from ddq.core.replay import Batch
 from ddq.models.networks import deepq, mlp
-from ddq.transport.wire import GRADIENT, WEIGHTS, Expect, Header, MessageBuffer, decode, layout_bytes
+from ddq.transport.wire import GRADIENT, WEIGHTS, Expect, Header, MessageBuffer, decode, layout_bytes, pack_header
 
 BATCH, FRAMES, ACTIONS, GAMMA = 32, 4, 4, 0.99
 
@@ -41,6 +42,7 @@ ORIGINAL = {
 
 MLP_INPUTS, MLP_ACTIONS = 4, 2  # CartPole's, with the preset's 256x256 hidden layers
 CPU = torch.device("cpu")
+BLOCK_S = 0.02  # seconds of steps per timed sample in the bare-against-ddq comparison
 
 
 @dataclass
@@ -95,43 +97,54 @@ def _batch(size: int, rng: np.random.Generator) -> Batch:
 def _bare_step(size: int, batch: Batch, device: torch.device) -> Callable[[], None]:
     """The same computation as plain PyTorch: two modules, no flat buffers, no message."""
     online, target = _network(size).to(device), _network(size).to(device)
-    states, next_states, actions, rewards = (torch.from_numpy(batch.states), torch.from_numpy(batch.next_states),
-                                             torch.from_numpy(batch.actions), torch.from_numpy(batch.rewards))
+    states, next_states, actions, rewards, terminated = (
+        torch.from_numpy(batch.states), torch.from_numpy(batch.next_states), torch.from_numpy(batch.actions),
+        torch.from_numpy(batch.rewards), torch.from_numpy(batch.terminated))
 
     def step() -> None:
-        s, s2, a, r = (t.to(device, non_blocking=True) for t in (states, next_states, actions, rewards))
+        s, s2, a, r, done = (t.to(device, non_blocking=True) for t in (states, next_states, actions, rewards,
+                                                                        terminated))
         with torch.no_grad():
-            targets = r + GAMMA * target(s2).max(dim=1).values
+            targets = r + GAMMA * (1.0 - done.float()) * target(s2).max(dim=1).values
         chosen = online(s).gather(1, a.unsqueeze(1)).squeeze(1)
         online.zero_grad()
         F.smooth_l1_loss(chosen, targets).backward()
     return step
 
 
-def _ddq_step(size: int, batch: Batch, precision: str, device: torch.device) -> tuple[Callable[[], None], Learner]:
-    """What a worker does per gradient: the learner's gradient, then the gradient message."""
+def _ddq_step(size: int, batch: Batch, precision: str,
+              device: torch.device) -> tuple[Callable[[], object], Learner]:
+    """What a worker does per gradient: the learner's gradient, then the gradient message as the parameter
+    server's client sends it (a packed header and a view of the flat gradient, which the socket write copies)."""
     learner = Learner(_network(size), OptimizerConfig(optimizer="sgd"), GAMMA, target_update=10**9,
                       max_grad_norm=None, device=device, double_dqn=False, precision=precision)
-    buffer = MessageBuffer(learner.flat.size)
     layout = layout_bytes(learner.flat.layout_hash())
 
-    def step() -> None:
+    def step() -> tuple[bytes, memoryview]:
         stats = learner.compute_gradient(batch)
-        buffer.pack(Header(GRADIENT, layout, 0, learner.flat.size, samples=BATCH, loss=stats.loss),
-                    learner.flat.grad.cpu().numpy())
+        header = pack_header(Header(GRADIENT, layout, 0, learner.flat.size, samples=BATCH, loss=stats.loss))
+        return header, learner.flat.grad.cpu().numpy().data.cast("B")
     return step, learner
 
 
-def _interleaved(first: Callable[[], None], second: Callable[[], None], repeats: int,
+def _repeated(fn: Callable[[], object], times: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(times):
+            fn()
+    return run
+
+
+def _interleaved(first: Callable[[], object], second: Callable[[], object], repeats: int,
                  device: torch.device) -> tuple[float, float]:
-    """Median ms of two steps measured alternately, so drifting machine load hits both alike."""
+    """Median ms of two steps measured alternately, so drifting machine load hits both alike. Each sample
+    times a block of steps lasting about BLOCK_S, so a millisecond step is not lost in timer and scheduler noise."""
     a: list[float] = []
     b: list[float] = []
-    for fn in (first, second):
-        fn()
+    steps = max(1, round(BLOCK_S / max(_timed(first, device), _timed(second, device), 1e-6)))
+    blocks = [_repeated(fn, steps) for fn in (first, second)]
     for _ in range(repeats):
-        for fn, times in ((first, a), (second, b)):
-            times.append(_timed(fn, device))
+        for run_block, times in zip(blocks, (a, b)):
+            times.append(_timed(run_block, device) / steps)
     return statistics.median(a) * 1e3, statistics.median(b) * 1e3
 
 

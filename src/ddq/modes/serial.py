@@ -101,7 +101,8 @@ class SerialTrainer:
         for stats in train_from_replay(self.learner, self.replay, self.weights, due, self.config.batch_size,
                                        importance_beta(self.config, self.counters.env_steps)):
             for key in self._window:
-                self._window[key].append(getattr(stats, key))
+                if (value := getattr(stats, key)) is not None:  # mean max-Q, gradient norm: measured 1 in 8
+                    self._window[key].append(value)
 
     # --------------------------------------------------------------- logging
     def _log_training(self) -> None:
