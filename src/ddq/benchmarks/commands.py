@@ -63,7 +63,8 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
 def cmd_bench_actors(args: argparse.Namespace) -> int:
     from ddq.benchmarks.actors import run_bench, table
 
-    results = run_bench(args.env, args.actors, args.seeds, args.target_return, args.step_latency_ms, args.total_steps)
+    results = run_bench(args.env, args.actors, args.seeds, args.target_return, args.step_latency_ms, args.total_steps,
+                        args.sync)
     print(table(args.env, args.target_return, args.step_latency_ms, results))
     return 0
 
@@ -144,6 +145,7 @@ def add_bench_commands(commands: Any) -> None:
     actors.add_argument("--target-return", type=float, required=True, help="the greedy return each run stops at")
     actors.add_argument("--step-latency-ms", type=float, default=0.0, help="time each env step takes (slept)")
     actors.add_argument("--total-steps", type=int, default=None, help="step budget per run (default: the preset's)")
+    actors.add_argument("--sync", action="store_true", help="also run each actor count in collective rounds (--sync)")
     actors.set_defaults(func=cmd_bench_actors)
 
     peers = kinds.add_parser("peers", help="CartPole-v1 time to 475: ddq serial beside Stable-Baselines3's tuned "
