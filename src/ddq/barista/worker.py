@@ -78,7 +78,7 @@ class StatsWindow:
         stats.pushes_per_s = (stats.pushes - self.pushes) / seconds
         if self.gradients:
             stats.loss = self.loss_sum / self.gradients
-        if self.max_q_readings:
+        if self.max_q_readings:  # else the last window's value stands: the learner reads it every 8th gradient
             stats.mean_max_q = self.max_q_sum / self.max_q_readings
         following = StatsWindow()
         following.env_steps, following.pushes = stats.env_steps, stats.pushes

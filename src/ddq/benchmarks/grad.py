@@ -70,13 +70,6 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2,
-               device: torch.device = CPU) -> float:
-    for _ in range(warmup):
-        fn()
-    return statistics.median(_timed(fn, device) for _ in range(repeats)) * 1e3
-
-
 def _network(size: int) -> torch.nn.Module:
     """DeepQ at `size`x`size`, or (size 0) the default MLP on CartPole's shapes."""
     return mlp(MLP_INPUTS, MLP_ACTIONS) if size == 0 else deepq(FRAMES, size, size, ACTIONS)
@@ -115,7 +108,9 @@ def _bare_step(size: int, batch: Batch, device: torch.device) -> Callable[[], No
 def _ddq_step(size: int, batch: Batch, precision: str,
               device: torch.device) -> tuple[Callable[[], object], Learner]:
     """What a worker does per gradient: the learner's gradient, then the gradient message as the parameter
-    server's client sends it (a packed header and a view of the flat gradient, which the socket write copies)."""
+    server's client sends it (a packed header and a view of the flat gradient, which the socket write copies).
+    On a GPU that message waits for the gradient on the host each step; the bare step has no such wait, so
+    there ddq's overhead includes one synchronisation per gradient."""
     learner = Learner(_network(size), OptimizerConfig(optimizer="sgd"), GAMMA, target_update=10**9,
                       max_grad_norm=None, device=device, double_dqn=False, precision=precision)
     layout = layout_bytes(learner.flat.layout_hash())
@@ -134,18 +129,20 @@ def _repeated(fn: Callable[[], object], times: int) -> Callable[[], None]:
     return run
 
 
-def _interleaved(first: Callable[[], object], second: Callable[[], object], repeats: int,
-                 device: torch.device) -> tuple[float, float]:
-    """Median ms of two steps measured alternately, so drifting machine load hits both alike. Each sample
-    times a block of steps lasting about BLOCK_S, so a millisecond step is not lost in timer and scheduler noise."""
-    a: list[float] = []
-    b: list[float] = []
-    steps = max(1, round(BLOCK_S / max(_timed(first, device), _timed(second, device), 1e-6)))
-    blocks = [_repeated(fn, steps) for fn in (first, second)]
+def _medians_ms(steps: list[Callable[[], object]], repeats: int, device: torch.device = CPU) -> list[float]:
+    """Median ms per call of each step, measured alternately, so drifting machine load hits all alike. Each
+    sample times a block of calls lasting about BLOCK_S (sized after two warm-up calls each), so a
+    millisecond step is not lost in timer and scheduler noise; on a GPU each block ends synchronised."""
+    for fn in steps:
+        fn()
+    slowest = max(statistics.median(_timed(fn, device) for _ in range(3)) for fn in steps)
+    calls = max(1, round(BLOCK_S / max(slowest, 1e-6)))
+    blocks = [_repeated(fn, calls) for fn in steps]
+    samples: list[list[float]] = [[] for _ in steps]
     for _ in range(repeats):
-        for run_block, times in zip(blocks, (a, b)):
-            times.append(_timed(run_block, device) / steps)
-    return statistics.median(a) * 1e3, statistics.median(b) * 1e3
+        for run_block, times in zip(blocks, samples):
+            times.append(_timed(run_block, device) / calls)
+    return [statistics.median(times) * 1e3 for times in samples]
 
 
 def measure(size: int, repeats: int = 5, seed: int = 0, device: str = "cpu") -> GradRow:
@@ -156,19 +153,20 @@ def measure(size: int, repeats: int = 5, seed: int = 0, device: str = "cpu") -> 
     batch = _batch(size, rng)
     torch.set_num_threads(1)
     ddq_step, learner = _ddq_step(size, batch, "fp32", dev)
-    bare_ms, ddq_ms = _interleaved(_bare_step(size, batch, dev), ddq_step, repeats, dev)
+    bare_ms, ddq_ms = _medians_ms([_bare_step(size, batch, dev), ddq_step], repeats, dev)
     bf16_step, _ = _ddq_step(size, batch, "bf16", dev)
-    bf16_ms = _median_ms(bf16_step, repeats, warmup=1, device=dev)
+    [bf16_ms] = _medians_ms([bf16_step], repeats, dev)
     torch.set_num_threads(2)
-    two_ms = _median_ms(ddq_step, repeats, warmup=1, device=dev)
+    [two_ms] = _medians_ms([ddq_step], repeats, dev)
     torch.set_num_threads(1)
 
     n, layout = learner.flat.size, layout_bytes(learner.flat.layout_hash())
     buffer = MessageBuffer(n)
     weights = bytes(buffer.pack(Header(WEIGHTS, layout, 1, n), learner.flat.data.cpu().numpy()))
     expect = Expect(WEIGHTS, layout, 0, n)
-    serialize_ms = _median_ms(lambda: buffer.pack(Header(GRADIENT, layout, 1, n), learner.flat.grad.cpu().numpy()), 30)
-    load_ms = _median_ms(lambda: learner.flat.assign(decode(weights, expect)[1]), 30)
+    serialize_ms, load_ms = _medians_ms(
+        [lambda: buffer.pack(Header(GRADIENT, layout, 1, n), learner.flat.grad.cpu().numpy()),
+         lambda: learner.flat.assign(decode(weights, expect)[1])], 30)
     return GradRow(size, n, serialize_ms, load_ms, bare_ms, ddq_ms, two_ms, bf16_ms)
 
 

@@ -22,8 +22,9 @@ from ddq.core.replay import Batch
 from ddq.models import FlatParameters
 
 PRECISIONS = ("fp32", "bf16")
-# The mean max-Q and the gradient norm are telemetry: each costs about 20 us on CPU (a fifth of a small
-# MLP's update, and a host synchronisation on a GPU), so the learner measures them on every 8th gradient.
+# The mean max-Q and the gradient norm are telemetry: each costs about 20 us on CPU (a fiftieth of a small
+# MLP's update, and a host synchronisation on a GPU), so the learner reports them on every 8th gradient.
+# With clipping on (max_grad_norm, the default) the norm is still computed for every gradient, to clip it.
 STATISTICS_EVERY = 8
 
 
@@ -46,6 +47,8 @@ class Learner:
         `statistics_every` k: the telemetry-only statistics are measured on gradients 1, k + 1, 2k + 1, ..."""
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if statistics_every < 1:
+            raise ValueError(f"statistics_every must be at least 1, not {statistics_every}")
         self.device = torch.device(device)
         self.double_dqn = double_dqn
         self.precision = precision
