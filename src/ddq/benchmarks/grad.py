@@ -129,13 +129,19 @@ def _repeated(fn: Callable[[], object], times: int) -> Callable[[], None]:
     return run
 
 
+def _warm_time(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds a warmed-up call of `fn` takes: one timed call, or the median of three when it is short."""
+    once = _timed(fn, device)
+    return once if once >= BLOCK_S else statistics.median(_timed(fn, device) for _ in range(3))
+
+
 def _medians_ms(steps: list[Callable[[], object]], repeats: int, device: torch.device = CPU) -> list[float]:
     """Median ms per call of each step, measured alternately, so drifting machine load hits all alike. Each
-    sample times a block of calls lasting about BLOCK_S (sized after two warm-up calls each), so a
+    sample times a block of calls lasting about BLOCK_S (sized after a warm-up call of each), so a
     millisecond step is not lost in timer and scheduler noise; on a GPU each block ends synchronised."""
     for fn in steps:
         fn()
-    slowest = max(statistics.median(_timed(fn, device) for _ in range(3)) for fn in steps)
+    slowest = max(_warm_time(fn, device) for fn in steps)
     calls = max(1, round(BLOCK_S / max(slowest, 1e-6)))
     blocks = [_repeated(fn, calls) for fn in steps]
     samples: list[list[float]] = [[] for _ in steps]
