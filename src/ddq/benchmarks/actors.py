@@ -78,7 +78,8 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def table(env: str, target: float, latency_ms: float, results: Results) -> str:
-    serial = _median([s["time_to_target_s"] for s in results[0][1]])
+    serial = _median([s["time_to_target_s"] for c, summaries in results if c.settings["mode"] == "serial"
+                      for s in summaries])
     lines = ["| configuration | seeds reaching the target | median time to target (s) | median env steps to "
              "target | speedup vs serial | Grandio's speedup |", "|---|---|---|---|---|---|"]
     for configuration, summaries in results:
