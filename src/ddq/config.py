@@ -75,6 +75,9 @@ class TrainConfig:
     n_step: int = field(default=1, metadata={"help": "n-step returns: rewards summed over this many steps before "
                                                      "bootstrapping (1: the original one-step target)"})
     dueling: bool = field(default=False, metadata={"help": "dueling heads: Q = V(s) + A(s, a) - mean A (Wang et al. 2016)"})
+    board_symmetries: bool = field(default=False, metadata={
+        "help": "train on each replayed transition turned or mirrored by one of the board's 8 symmetries, at "
+                "random (envs whose rules are the same on a turned board: Snake)"})
     precision: str = field(default="fp32", metadata={"help": "gradient arithmetic: fp32, or bf16 autocast"})
     max_grad_norm: float | None = field(default=10.0, metadata={"help": "clip the gradient's global norm (none: off)"})
     prioritized: bool = field(default=False, metadata={"help": "prioritized replay (proportional, Schaul et al. 2016)"})

@@ -26,6 +26,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "network": ("model", "hidden", "dueling"),
     "algorithm": ("buffer_size", "batch_size", "gamma", "n_step", "learning_starts", "train_frequency", "replay_ratio",
                   "target_update", "double_dqn", "max_grad_norm", "prioritized", "priority_alpha", "priority_beta",
+                  "board_symmetries",
                   "optim"),
     "exploration": ("epsilon_start", "epsilon_end", "epsilon_steps", "per_actor_epsilon"),
     "evaluation": ("eval_every", "eval_episodes", "eval_epsilon", "log_every", "checkpoint_every", "save_replay"),

@@ -42,6 +42,7 @@ def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
 
     from ddq.core.agent import env_shapes
     from ddq.core.replay import state_shape
+    from ddq.gamesim.envs import board_action_moves
 
     try:
         frame_shape, _, actions = env_shapes(config)
@@ -52,6 +53,9 @@ def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
         raise SettingError(f"--env {config.env!r}: {str(error).splitlines()[0].rstrip('.')}{hint}") from error
     except (ValueError, RuntimeError) as error:
         raise SettingError(f"--env {config.env!r}: {error}") from error
+    if config.board_symmetries and board_action_moves(config.env) is None:
+        raise SettingError(f"--board-symmetries: {config.env} declares no board symmetries to train with "
+                           "(Snake does); leave it off for this env")
     return state_shape(frame_shape, config.frame_stack), actions
 
 

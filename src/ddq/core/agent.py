@@ -14,7 +14,8 @@ from ddq.core.dqn import LinearSchedule, UpdateSchedule
 from ddq.core.learner import Learner
 from ddq.core.prioritized import PrioritySettings, annealed_beta
 from ddq.core.replay import ReplayMemory, frame_layout, state_shape
-from ddq.gamesim.envs import make_vector_env
+from ddq.core.symmetry import SymmetryAugmentation, board_symmetries
+from ddq.gamesim.envs import board_action_moves, make_vector_env
 from ddq.models import FlatParameters, build_q_network
 
 
@@ -56,8 +57,15 @@ def q_network(config: TrainConfig, frame_shape: tuple[int, ...], num_actions: in
 def make_learner(config: TrainConfig, frame_shape: tuple[int, ...], num_actions: int,
                  device: torch.device) -> Learner:
     network = q_network(config, frame_shape, num_actions)
-    return Learner(network, config.optim, config.gamma, config.target_update,
-                   config.max_grad_norm, device, config.double_dqn, config.precision)
+    learner = Learner(network, config.optim, config.gamma, config.target_update,
+                      config.max_grad_norm, device, config.double_dqn, config.precision)
+    if config.board_symmetries:
+        moves = board_action_moves(config.env)
+        if moves is None:
+            raise ValueError(f"board_symmetries: {config.env} declares no board symmetries (Snake does)")
+        # Its own stream, so augmenting leaves the replay's and the actor's draws as they were.
+        learner.augmentation = SymmetryAugmentation(board_symmetries(moves), np.random.default_rng([config.seed, 8]))
+    return learner
 
 
 def priority_settings(config: TrainConfig) -> PrioritySettings | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +65,8 @@ class Learner:
         self.updates = 0
         self.statistics_every = statistics_every
         self.gradients = 0  # computed, whether or not applied here
+        # What the training step does to each minibatch before its gradient (symmetry augmentation), or None.
+        self.augmentation: Callable[[Batch], Batch] | None = None
 
     def to_tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)

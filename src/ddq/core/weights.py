@@ -77,14 +77,16 @@ class LocalParameters:
 
 def train_from_replay(learner: Learner, replay: ReplayMemory | Sequence[ReplayMemory], source: ParameterSource,
                       updates: int, batch_size: int, beta: float = 1.0) -> list[GradientStats]:
-    """`updates` rounds of: sample a minibatch, compute its gradient against the current weights, push it
-    to `source`, sync (and, with prioritized replay, give the batch the priorities of its new TD errors;
-    `beta` is the importance weights' exponent now). The one training step of every mode; returns each
-    gradient's statistics."""
+    """`updates` rounds of: sample a minibatch (shown through `learner.augmentation`, if the run has one),
+    compute its gradient against the current weights, push it to `source`, sync (and, with prioritized
+    replay, give the batch the priorities of its new TD errors; `beta` is the importance weights' exponent
+    now). The one training step of every mode; returns each gradient's statistics."""
     memories = [replay] if isinstance(replay, ReplayMemory) else replay
     stats = []
     for _ in range(updates):
         batch = sample_batch(memories, batch_size, beta)
+        if learner.augmentation is not None:
+            batch = learner.augmentation(batch)
         gradient = learner.compute_gradient(batch)
         source.push(learner.flat.grad, samples=batch_size, loss=gradient.loss)
         source.sync()

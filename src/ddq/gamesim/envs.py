@@ -10,6 +10,7 @@ from gymnasium.vector import SyncVectorEnv, VectorEnv, VectorWrapper
 
 from ddq.gamesim import SNAKE_ID
 from ddq.gamesim.snake import SnakeVectorEnv
+from ddq.gamesim.snake_engine import ACTION_MOVES
 
 
 @dataclass
@@ -30,6 +31,12 @@ class EnvOptions:
 
 def is_atari(env_id: str) -> bool:
     return env_id.startswith("ALE/") or "NoFrameskip" in env_id
+
+
+def board_action_moves(env_id: str) -> tuple[tuple[int, int], ...] | None:
+    """The move (row, col) of each action for a game whose rules stay the same on its board turned or
+    mirrored (what symmetry augmentation needs); None for every other env."""
+    return ACTION_MOVES if env_id == SNAKE_ID else None
 
 
 def make_env(env_id: str, options: EnvOptions | None = None, render_mode: str | None = None) -> gym.Env:

@@ -25,7 +25,8 @@ from gymnasium.utils import seeding
 
 NORTH, SOUTH, EAST, WEST = 0, 1, 2, 3
 ACTION_NAMES = ("north", "south", "east", "west")
-_DELTAS = np.array([[-1, 0], [1, 0], [0, 1], [0, -1]], dtype=np.int64)
+ACTION_MOVES = ((-1, 0), (1, 0), (0, 1), (0, -1))  # (row, col) of north, south, east, west
+_DELTAS = np.array(ACTION_MOVES, dtype=np.int64)
 
 # Gray levels of the rendered board (the network sees these pixels). The body fades from NECK next to
 # the head down to TAIL at its end, so one frame tells head, body, tail and apple apart and the

@@ -1,0 +1,87 @@
+"""Symmetry augmentation: the board's 8 symmetries, the actions they turn, and real Snake transitions seen through them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ddq.core.replay import Batch
+from ddq.core.symmetry import BoardSymmetry, SymmetryAugmentation, board_symmetries
+from ddq.gamesim.envs import board_action_moves
+from ddq.gamesim.snake import SnakeEnv
+from ddq.gamesim.snake_engine import ACTION_MOVES, HEAD, NECK
+
+NORTH, SOUTH, EAST, WEST = 0, 1, 2, 3
+
+
+def test_snake_actions_turn_with_the_board_as_worked_out_by_hand():
+    symmetries = board_symmetries(ACTION_MOVES)
+    assert len(symmetries) == 8 and len(set(symmetries)) == 8
+    assert symmetries[0] == BoardSymmetry(0, False, (NORTH, SOUTH, EAST, WEST))
+    # A quarter turn counter-clockwise: what went north now goes west, east goes north.
+    assert symmetries[1].actions == (WEST, EAST, NORTH, SOUTH)
+    assert symmetries[2].actions == (SOUTH, NORTH, WEST, EAST)  # half a turn
+    assert symmetries[4].actions == (NORTH, SOUTH, WEST, EAST)  # mirrored left-right
+
+
+def test_moves_that_are_no_action_are_refused():
+    with pytest.raises(ValueError, match="not closed"):
+        board_symmetries([(-1, 0), (0, 1)])  # north and east only: a half turn makes south
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_a_cell_moved_by_an_action_is_the_transformed_cell_moved_by_the_turned_action(index):
+    symmetry = board_symmetries(ACTION_MOVES)[index]
+    rows, cols = np.indices((7, 7))
+    for action, (drow, dcol) in enumerate(ACTION_MOVES):
+        before = (rows == 3) & (cols == 2)
+        after = (rows == 3 + drow) & (cols == 2 + dcol)
+        seen_before, seen_after = symmetry.frames(before), symmetry.frames(after)
+        (r0, c0), (r1, c1) = np.argwhere(seen_before)[0], np.argwhere(seen_after)[0]
+        assert (r1 - r0, c1 - c0) == ACTION_MOVES[symmetry.actions[action]]
+
+
+def _head(frame: np.ndarray) -> np.ndarray:
+    return np.argwhere(frame == HEAD)[0]
+
+
+def test_real_snake_transitions_seen_through_each_symmetry_move_the_head_by_the_turned_action():
+    env = SnakeEnv(size=8)
+    frame, _ = env.reset(seed=3)
+    symmetries = board_symmetries(board_action_moves("ddq/Snake-v0"))
+    checked = 0
+    while checked < 20:
+        board = frame[:, :, 0]
+        head, neck = _head(board), np.argwhere(board == NECK)[0]
+        # an action into an empty cell that is not back into the neck: the head moves by it
+        safe = [a for a, (dr, dc) in enumerate(ACTION_MOVES)
+                if board[head[0] + dr, head[1] + dc] in (0, 255) and (head[0] + dr, head[1] + dc) != tuple(neck)]
+        action = safe[checked % len(safe)]
+        next_frame, _, terminated, truncated, _ = env.step(action)
+        for symmetry in symmetries:
+            seen, seen_next = symmetry.frames(board), symmetry.frames(next_frame[:, :, 0])
+            assert tuple(_head(seen_next) - _head(seen)) == ACTION_MOVES[symmetry.actions[action]]
+        checked += 1
+        frame = env.reset()[0] if terminated or truncated else next_frame
+
+
+def test_augmentation_shows_states_and_next_states_through_one_symmetry_per_transition():
+    rng = np.random.default_rng(0)
+    states = rng.integers(0, 255, size=(400, 2, 5, 5), dtype=np.uint8)
+    next_states = rng.integers(0, 255, size=(400, 2, 5, 5), dtype=np.uint8)
+    batch = Batch(states, rng.integers(0, 4, 400), rng.random(400).astype(np.float32), next_states,
+                  rng.random(400) < 0.1, discounts=np.full(400, 0.9, np.float32))
+    symmetries = board_symmetries(ACTION_MOVES)
+    seen = SymmetryAugmentation(symmetries, np.random.default_rng(1))(batch)
+    used = set()
+    for row in range(400):
+        matches = [i for i, g in enumerate(symmetries) if np.array_equal(g.frames(states[row]), seen.states[row])]
+        assert len(matches) == 1
+        symmetry = symmetries[matches[0]]
+        used.add(matches[0])
+        assert np.array_equal(symmetry.frames(next_states[row]), seen.next_states[row])
+        assert seen.actions[row] == symmetry.actions[batch.actions[row]]
+    assert used == set(range(8))
+    assert np.array_equal(seen.rewards, batch.rewards) and np.array_equal(seen.terminated, batch.terminated)
+    assert np.array_equal(seen.discounts, batch.discounts)
+    assert seen.states.dtype == np.uint8 and batch.states is states  # the replay's arrays are left as they were
