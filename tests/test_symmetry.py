@@ -85,3 +85,31 @@ def test_augmentation_shows_states_and_next_states_through_one_symmetry_per_tran
     assert np.array_equal(seen.rewards, batch.rewards) and np.array_equal(seen.terminated, batch.terminated)
     assert np.array_equal(seen.discounts, batch.discounts)
     assert seen.states.dtype == np.uint8 and batch.states is states  # the replay's arrays are left as they were
+
+
+def test_a_snake_agent_with_board_symmetries_trains_on_every_minibatch_through_them():
+    from ddq.config import build_config
+    from ddq.core.agent import build_agent
+    from ddq.core.weights import LocalParameters, train_from_replay
+
+    config = build_config({"mode": "serial", "env": "ddq/Snake-v0", "board_symmetries": True, "num_envs": 4,
+                           "model": "mlp", "hidden": [16]})
+    agent = build_agent(config, seed=5)
+    assert isinstance(agent.learner.augmentation, SymmetryAugmentation)
+    agent.actor.reset(seed=5)
+    for _ in range(30):
+        agent.actor.step(agent.learner.online, epsilon=1.0)
+    seen = []
+    augment = agent.learner.augmentation
+
+    def spy(batch: Batch) -> Batch:
+        shown = augment(batch)
+        seen.append((batch, shown))
+        return shown
+
+    agent.learner.augmentation = spy
+    train_from_replay(agent.learner, agent.replay, LocalParameters(agent.learner), 3, batch_size=16)
+    assert len(seen) == 3  # once per update
+    assert any(not np.array_equal(batch.actions, shown.actions) for batch, shown in seen)
+    plain = build_agent(build_config({"mode": "serial", "env": "ddq/Snake-v0"}), seed=5)
+    assert plain.learner.augmentation is None

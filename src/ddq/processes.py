@@ -51,17 +51,23 @@ def _background() -> None:  # runs in the child between fork and exec
 
 
 def spawn(command: Sequence[str], log_path: Path | None = None, env: dict[str, str] | None = None,
-          cwd: str | Path | None = None, background: bool = False) -> subprocess.Popen:
+          cwd: str | Path | None = None, background: bool = False, core: int | None = None) -> subprocess.Popen:
     """Starts `command` so that it gets SIGTERM when this process dies, however it dies (Linux).
 
     `background` lowers its CPU priority: jobs that babysit training (evaluation, the dashboard)
-    then run on the time the workers leave idle rather than on theirs."""
+    then run on the time the workers leave idle rather than on theirs. `core` pins it (and every
+    thread it will start) to that CPU core."""
     full_env = dict(os.environ, **MALLOC_ENV, **(env or {}))
+
+    def prepare() -> None:  # runs in the child between fork and exec
+        _background() if background else _die_with_parent()
+        if core is not None:
+            os.sched_setaffinity(0, {core})
+
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(open(log_path, "ab")) if log_path else subprocess.DEVNULL
         return subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=full_env, cwd=cwd, preexec_fn=_background if background else _die_with_parent,
-                                start_new_session=True)
+                                env=full_env, cwd=cwd, preexec_fn=prepare, start_new_session=True)
 
 
 def stop(process: subprocess.Popen, timeout: float = 10.0) -> int | None:

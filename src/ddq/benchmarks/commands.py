@@ -35,6 +35,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_snake(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.snake import run_ablation, table
+
+    print(table(run_ablation(args.rows, args.seeds, args.total_steps, args.config, args.jobs), args.total_steps))
+    return 0
+
+
 def cmd_bench_grad(args: argparse.Namespace) -> int:
     from ddq.benchmarks.grad import measure, table
 
@@ -94,9 +101,10 @@ def cmd_bench_dashboard(args: argparse.Namespace) -> int:
 
 def add_bench_commands(commands: Any) -> None:
     """Adds `ddq bench KIND` to the `ddq` command's subparsers."""
-    bench = commands.add_parser("bench", help="benchmarks: serial (training to a target return), grad (gradient "
-                                              "cost by model size), ps (parameter "
-                                         "server), scaling (downpour workers), dashboard (what babysitting costs)")
+    bench = commands.add_parser("bench", help="benchmarks: train (training to a target return), snake (the Snake "
+                                              "ablation), grad (gradient cost by model size), ps (parameter "
+                                              "server), scaling (distributed workers), learner, actors, peers, "
+                                              "dashboard (what babysitting costs)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("train", aliases=["serial"],
                               help="steps and wall time to a target return over several seeds (`serial` runs "
@@ -122,6 +130,19 @@ def add_bench_commands(commands: Any) -> None:
     grad.add_argument("--no-mlp", dest="mlp", action="store_false",
                       help="leave out the MLP row (256x256 on CartPole's shapes)")
     grad.set_defaults(func=cmd_bench_grad)
+    from ddq.benchmarks.snake import DEFAULT_CONFIG, ROWS, describe_rows  # light: its rows name its flags
+
+    snake = kinds.add_parser("snake", help="the Snake ablation: make run's settings, then each with one change "
+                                           "undone; greedy apples at a fixed budget, several seeds side by side")
+    snake.add_argument("--rows", type=int, nargs="+", default=list(range(len(ROWS))),
+                       help=f"rows to run: {describe_rows()}")
+    snake.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of each row")
+    snake.add_argument("--total-steps", type=int, default=150_000, help="env steps of every run (default: 150000)")
+    snake.add_argument("--config", default=DEFAULT_CONFIG,
+                       help=f"the settings rows start from (default: {DEFAULT_CONFIG})")
+    snake.add_argument("--jobs", type=int, default=None, help="runs at once, each pinned to its own core while "
+                                                              "there are enough (default: one per core)")
+    snake.set_defaults(func=cmd_bench_snake)
     ps = kinds.add_parser("ps", help="parameter-server pull and push latency and updates/s by model size, "
                                      "beside the original's latency")
     ps.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128], help="DeepQ input sizes")

@@ -55,7 +55,9 @@ def q_network(config: TrainConfig, frame_shape: tuple[int, ...], num_actions: in
 
 
 def make_learner(config: TrainConfig, frame_shape: tuple[int, ...], num_actions: int,
-                 device: torch.device) -> Learner:
+                 device: torch.device, seed: int | None = None) -> Learner:
+    """The run's learner; with board symmetries, it augments minibatches with a stream of its own drawn
+    from `seed` (the agent's: each worker differs), so the replay's and the actor's draws stay as they were."""
     network = q_network(config, frame_shape, num_actions)
     learner = Learner(network, config.optim, config.gamma, config.target_update,
                       config.max_grad_norm, device, config.double_dqn, config.precision)
@@ -63,8 +65,8 @@ def make_learner(config: TrainConfig, frame_shape: tuple[int, ...], num_actions:
         moves = board_action_moves(config.env)
         if moves is None:
             raise ValueError(f"board_symmetries: {config.env} declares no board symmetries (Snake does)")
-        # Its own stream, so augmenting leaves the replay's and the actor's draws as they were.
-        learner.augmentation = SymmetryAugmentation(board_symmetries(moves), np.random.default_rng([config.seed, 8]))
+        stream = np.random.default_rng([config.seed if seed is None else seed, 8])
+        learner.augmentation = SymmetryAugmentation(board_symmetries(moves), stream)
     return learner
 
 
@@ -122,7 +124,7 @@ def build_agent(config: TrainConfig, seed: int) -> DQNAgent:
     seed_everything(seed, config.threads)
     device = resolve_device(config.device)
     frame_shape, dtype, num_actions = env_shapes(config)
-    learner = make_learner(config, frame_shape, num_actions, device)
+    learner = make_learner(config, frame_shape, num_actions, device, seed)
     replay = make_replay(config, frame_shape, dtype, seed)
     rng = np.random.default_rng(seed)
     actor = Actor(make_vector_env(config.env, config.num_envs, config.env_options), replay, config.frame_stack,

@@ -62,7 +62,7 @@ def board_symmetries(action_moves: Sequence[tuple[int, int]]) -> list[BoardSymme
 class SymmetryAugmentation:
     """Shows each transition of a minibatch through one of `symmetries`, drawn uniformly by `rng`."""
 
-    def __init__(self, symmetries: Sequence[BoardSymmetry], rng: np.random.Generator):
+    def __init__(self, symmetries: Sequence[BoardSymmetry], rng: np.random.Generator) -> None:
         if not symmetries:
             raise ValueError("symmetry augmentation needs at least one symmetry")
         self.symmetries = list(symmetries)
@@ -72,7 +72,8 @@ class SymmetryAugmentation:
         if batch.states.ndim < 3 or batch.states.shape[-1] != batch.states.shape[-2]:
             raise ValueError(f"symmetry augmentation needs square board frames, got states of {batch.states.shape}")
         chosen = self.rng.integers(len(self.symmetries), size=len(batch.actions))
-        states, next_states, actions = batch.states.copy(), batch.next_states.copy(), batch.actions.copy()
+        states, next_states = np.empty_like(batch.states), np.empty_like(batch.next_states)
+        actions = np.empty_like(batch.actions)
         for index, symmetry in enumerate(self.symmetries):
             rows = np.flatnonzero(chosen == index)
             if rows.size == 0:

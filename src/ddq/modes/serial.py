@@ -18,6 +18,7 @@ from tqdm import tqdm
 from ddq.config import TrainConfig
 from ddq.core import checkpoint as ckpt
 from ddq.core.agent import build_agent, importance_beta
+from ddq.core.symmetry import SymmetryAugmentation
 from ddq.core.weights import LocalParameters, train_from_replay
 from ddq.gamesim import eats_apples
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
@@ -135,8 +136,11 @@ class SerialTrainer:
         return path
 
     def _rng_states(self) -> dict[str, Any]:
-        return {"actor": self.rng.bit_generator.state, "replay": self.replay.rng.bit_generator.state,
-                "torch": torch.get_rng_state()}
+        states = {"actor": self.rng.bit_generator.state, "replay": self.replay.rng.bit_generator.state,
+                  "torch": torch.get_rng_state()}
+        if isinstance(self.learner.augmentation, SymmetryAugmentation):
+            states["augmentation"] = self.learner.augmentation.rng.bit_generator.state
+        return states
 
     def _restore(self, saved: dict[str, Any]) -> None:
         self.learner.load_state_dict(saved["learner"])
@@ -144,6 +148,8 @@ class SerialTrainer:
         self.rng.bit_generator.state = saved["rng"]["actor"]
         self.replay.rng.bit_generator.state = saved["rng"]["replay"]
         torch.set_rng_state(saved["rng"]["torch"])
+        if isinstance(self.learner.augmentation, SymmetryAugmentation) and "augmentation" in saved["rng"]:
+            self.learner.augmentation.rng.bit_generator.state = saved["rng"]["augmentation"]
         replay_file = self.run_dir / ckpt.REPLAY_NAME
         if self.config.save_replay and replay_file.exists():
             self.replay.load(str(replay_file))
