@@ -1,5 +1,5 @@
 # make run: the main job (downpour Snake training with configs/smart-snake.toml: 2 workers on local Spark,
-# embedded Redis, at most 25 minutes);
+# embedded Redis, at most 28 minutes of training);
 # make test: the linter and type checker, then the whole suite; its browser tests need Debian's chromium,
 # installed here when missing.
 # Both create .venv on first use. torch==2.13.0 is installed before the package
