@@ -40,7 +40,7 @@ ROWS = (
     Ablation("make run's settings", ()),
     Ablation("without board symmetries", ("--no-board-symmetries",)),
     Ablation("without dueling heads", ("--no-dueling",)),
-    Ablation("one-step returns", ("--n-step", "1")),
+    Ablation("3-step returns", ("--n-step", "3")),
     Ablation("gamma 0.99", ("--gamma", "0.99")),
     Ablation("MLP 256x256 instead of the small conv net", ("--model", "mlp")),
 )
