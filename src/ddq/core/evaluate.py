@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,8 +56,9 @@ def _play(q_net: nn.Module, envs: VectorEnv, frame_stack: int, epsilon: float, s
 
 def evaluate(q_net: nn.Module, env_id: str, episodes: int, frame_stack: int = 1,
              env_options: EnvOptions | None = None, seed: int | None = None, epsilon: float = 0.0,
-             device: torch.device | str = "cpu") -> Evaluation:
-    """`episodes` episodes played side by side with (near-)greedy actions."""
+             device: torch.device | str = "cpu", should_stop: Callable[[], bool] | None = None) -> Evaluation:
+    """`episodes` episodes played side by side with (near-)greedy actions; `should_stop` (asked every step)
+    ends them early, for a caller that no longer wants the result."""
     envs = make_vector_env(env_id, episodes, env_options)
     returns = np.zeros(episodes)
     rewarded = np.zeros(episodes, dtype=np.int64)
@@ -69,7 +70,7 @@ def evaluate(q_net: nn.Module, env_id: str, episodes: int, frame_stack: int = 1,
                 returns += np.where(done, 0.0, rewards)
                 rewarded += ~done & (rewards > 0)
                 done |= terminated | truncated
-                if done.all():
+                if done.all() or (should_stop is not None and should_stop()):
                     break
         return Evaluation(returns.tolist(), rewarded.tolist())
     finally:

@@ -44,6 +44,7 @@ from ddq.lifecycle import RunControl
 from ddq.param_server import snapshots
 from ddq.param_server.metrics import ServerMetrics, layer_segments
 from ddq.processes import tune_malloc
+from ddq.transport.eval_points import publish_point
 from ddq.transport.experience import ExpectExperience, Experience, ExperienceError, decode
 from ddq.transport.keys import RunKeys
 from ddq.transport.wire import WEIGHTS, Header, layout_bytes, pack_header
@@ -80,6 +81,7 @@ class LearnerServer:
         self.receiver = threading.Thread(target=self._receive, args=(redis_url,), name="receive", daemon=True)
         self.publisher = threading.Thread(target=self._publish_loop, args=(redis_url,), name="publish", daemon=True)
         self.outbox: list[bytes] | None = None  # the newest weights (and target) messages not yet published
+        self.eval_outbox: list[tuple[bytes, int]] = []  # weights of eval_every marks, with their trained steps
         self.outbox_ready = threading.Condition()
         self.stopping = threading.Event()
         self.receiving = threading.Lock()  # held while a message is between Redis and the inbox
@@ -92,6 +94,7 @@ class LearnerServer:
         self.lags: list[int] = []  # how many updates old the weights were that acted, per message
         self.target_version = 0
         self._resume()
+        self.next_eval_mark = self._mark_after(self.trained_steps)
 
     # ---------------------------------------------------------------- state
     def _resume(self) -> None:
@@ -176,12 +179,38 @@ class LearnerServer:
         client = redis.Redis.from_url(redis_url)
         while True:
             with self.outbox_ready:
-                while self.outbox is None and not self.stopping.is_set():
+                while self.outbox is None and not self.eval_outbox and not self.stopping.is_set():
                     self.outbox_ready.wait(HOUSEKEEPING_S)
                 messages, self.outbox = self.outbox, None
-            if messages is None:
+                points, self.eval_outbox = self.eval_outbox, []
+            if messages is None and not points:
                 return
-            self._send_weights(client, messages)
+            if messages is not None:
+                self._send_weights(client, messages)
+            self._send_eval_points(client, points)
+
+    def _mark_after(self, trained_steps: int) -> int:
+        every = self.config.eval_every
+        return (trained_steps // every + 1) * every
+
+    def _keep_for_evaluation(self) -> None:
+        """Once the env steps trained on crossed an eval_every mark: these weights go to the driver's
+        evaluations (`ddq.transport.eval_points`), so each mark is evaluated as serial training would."""
+        trained = self.trained_steps
+        if trained < self.next_eval_mark:
+            return
+        self.next_eval_mark = self._mark_after(trained)
+        with self.outbox_ready:
+            self.eval_outbox.append((self._weights_messages(target_too=False)[0], trained))
+            self.outbox_ready.notify()
+
+    def _send_eval_points(self, client: redis.Redis, points: list[tuple[bytes, int]]) -> None:
+        try:
+            for message, trained in points:
+                publish_point(client, self.keys.eval_points, message, trained, self.keys.env_steps)
+        except redis.RedisError as error:
+            log.error("learner could not publish an evaluation point (%s)", error)
+            self.stopping.set()
 
     def _send_weights(self, client: redis.Redis, messages: list[bytes]) -> None:
         try:
@@ -235,8 +264,9 @@ class LearnerServer:
                     self._finish_round()
                 return False
             self.ingest(experience)
-            return True
-        self.train(min(self.owed, UPDATES_PER_ROUND))
+        else:
+            self.train(min(self.owed, UPDATES_PER_ROUND))
+        self._keep_for_evaluation()
         return True
 
     def _finish_round(self) -> None:

@@ -19,9 +19,14 @@ from typing import Any
 
 from ddq.core.dqn import per_actor_epsilon
 from ddq.learner_process.launch import start_learner
+from ddq.modes.background_eval import BackgroundEvaluations
+from ddq.modes.bookkeeping import note_evaluation
 from ddq.modes.downpour import DownpourTrainer
 from ddq.modes.spark import actor_task
 from ddq.param_server.launch import stop_shards, wait_until_serving
+from ddq.services.telemetry import record_evaluation
+from ddq.transport.eval_points import PointReader
+from ddq.transport.wire import layout_bytes
 
 
 class ActorLearnerTrainer(DownpourTrainer):
@@ -41,6 +46,29 @@ class ActorLearnerTrainer(DownpourTrainer):
                                              restart=restart)]  # type: ignore[arg-type]
         stack.callback(lambda: stop_shards(self.redis, self.run, [entry.process for entry in self.shards]))
         wait_until_serving(self.redis, self.run, 1, [entry.process for entry in self.shards])
+        self.points = PointReader(self.redis, self.keys.eval_points, layout_bytes(self.learner.flat.layout_hash()),
+                                  self.learner.flat.size)
+        self.background = BackgroundEvaluations(self.learner.online, self.config, self.device)
+        stack.callback(self.background.close)
+
+    def _periodic_evaluation(self, env_steps: int, stopping: bool) -> bool:
+        """Evaluates every evaluation point the learner published (its weights at each eval_every mark of the
+        env steps it trained on), beside the run and in order; True once one reached the target return.
+        A point is logged at the env steps the actors had played when it was published."""
+        if not stopping:
+            for point in self.points.read_new():
+                self.background.submit(point, self.counters.evaluations + self.background.pending())
+        reached = recorded = False
+        for point, result in self.background.finished():
+            self.last_eval, hit = note_evaluation(result, self.config, self.log, self.counters, point.env_steps,
+                                                  point.version, self.origin, trained_steps=point.trained_steps)
+            record_evaluation(self.redis, self.keys, "driver", point.version, point.env_steps, result.mean_return,
+                              [], mean_rewarded_steps=result.mean_rewarded_steps)
+            reached, recorded = reached or hit, True
+        if recorded:  # as downpour's evaluations do: a driver killed now leaves a run to resume
+            self.client.sync()
+            self._save_checkpoint()
+        return reached
 
     def _stage(self, rdd: Any) -> Any:
         """--sync: a barrier stage (Spark's barrier execution): its tasks start together, meet at the barrier

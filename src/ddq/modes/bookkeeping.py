@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import torch
 from torch import nn
 
 from ddq.config import TrainConfig, without_secrets
-from ddq.core.evaluate import evaluate
+from ddq.core.evaluate import Evaluation, evaluate
 from ddq.gamesim import eats_apples
 
 
@@ -106,12 +107,27 @@ def evaluate_and_record(network: nn.Module, config: TrainConfig, log: RunLog, co
 
     Returns (env steps, mean return, mean rewarded steps) and whether the target is reached.
     """
-    result = evaluate(network, config.env, config.eval_episodes, config.frame_stack, config.env_options,
-                      seed=config.seed + EVAL_SEED_OFFSET * (1 + counters.evaluations),
-                      epsilon=config.eval_epsilon, device=device)
+    result = play_evaluation(network, config, counters.evaluations, device)
+    return note_evaluation(result, config, log, counters, env_steps, updates, origin)
+
+
+def play_evaluation(network: nn.Module, config: TrainConfig, index: int, device: torch.device,
+                    should_stop: Callable[[], bool] | None = None) -> Evaluation:
+    """The run's `index`-th greedy evaluation (0 first): its episodes' seeds depend on the index alone, so
+    the same evaluation plays the same episodes whoever plays it and when."""
+    return evaluate(network, config.env, config.eval_episodes, config.frame_stack, config.env_options,
+                    seed=config.seed + EVAL_SEED_OFFSET * (1 + index), epsilon=config.eval_epsilon, device=device,
+                    should_stop=should_stop)
+
+
+def note_evaluation(result: Evaluation, config: TrainConfig, log: RunLog, counters: RunCounters, env_steps: int,
+                      updates: int, origin: float, **extra: Any) -> tuple[tuple[int, float, float], bool]:
+    """Counts and logs one evaluation's result (with `extra` values in its metrics point) and notes the first
+    time it reached the target; returns (env steps, mean return, mean rewarded steps) and whether it did."""
     counters.evaluations += 1
     log.write("eval", env_steps=env_steps, updates=updates, wall_time_s=counters.wall_time_s,
-              mean_return=result.mean_return, returns=result.returns, mean_rewarded_steps=result.mean_rewarded_steps)
+              mean_return=result.mean_return, returns=result.returns, mean_rewarded_steps=result.mean_rewarded_steps,
+              **extra)
     reached = config.target_return is not None and result.mean_return >= config.target_return
     if reached and counters.steps_to_target is None:
         counters.steps_to_target = env_steps

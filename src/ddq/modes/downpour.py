@@ -81,6 +81,7 @@ class DownpourTrainer:
         # the run's clock: from the command's start, less the earlier sessions of a resumed run
         self.origin = self.started_at - self.counters.wall_time_s
         self.last_eval: tuple[int, float, float] | None = None
+        self.next_eval = 0  # the env steps of the next periodic evaluation
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
         self.epsilon = epsilon_schedule(config)  # reported as the workers see it: by the global env steps
         self.supervisor = Supervisor()
@@ -202,7 +203,7 @@ class DownpourTrainer:
         """While the job runs: supervise the processes, log episodes, evaluate every eval_every steps, and
         stop at the target, the time budget or a signal (the workers stop at the step budget themselves)."""
         c = self.config
-        next_eval = (self.counters.env_steps // c.eval_every + 1) * c.eval_every
+        self.next_eval = (self.counters.env_steps // c.eval_every + 1) * c.eval_every
         reached = False
         with tqdm(total=c.total_steps, initial=self.counters.env_steps, unit="step", disable=not c.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
@@ -224,13 +225,19 @@ class DownpourTrainer:
                 recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
                 bar.set_postfix(progress_values(recent, epsilon, self.last_eval, eats_apples(self.config.env)),
                                 refresh=False)
-                if steps >= next_eval and not stopping:
-                    next_eval = (steps // c.eval_every + 1) * c.eval_every
-                    reached = self._evaluate() or reached
+                reached = self._periodic_evaluation(steps, stopping) or reached
                 reason = stop_reason(None, c.total_steps, reached, c.time_budget_s, self.started_at,
                                      user_stopped=self.signals.received is not None)
                 if reason is not None and not stopping:
                     self.control.stop(reason)
+
+    def _periodic_evaluation(self, env_steps: int, stopping: bool) -> bool:
+        """Evaluates the server's weights once the env steps played crossed the next eval_every mark; True
+        once the target return is reached."""
+        if env_steps < self.next_eval or stopping:
+            return False
+        self.next_eval = (env_steps // self.config.eval_every + 1) * self.config.eval_every
+        return self._evaluate()
 
     def _workers_epsilon(self, env_steps: int) -> float:
         """The exploration rate the workers act with now (reported): the schedule at the global env steps."""

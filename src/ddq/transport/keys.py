@@ -113,6 +113,11 @@ class RunKeys:
         return f"{self.prefix}:trained_steps"
 
     @property
+    def eval_points(self) -> str:
+        """Stream: actor-learner: the learner's weights at each eval_every mark (`ddq.transport.eval_points`)."""
+        return f"{self.prefix}:eval_points"
+
+    @property
     def round_ready(self) -> str:
         """Integer: actor-learner --sync: the last round every actor has sent (set after their barrier)."""
         return f"{self.prefix}:round_ready"

@@ -1,0 +1,73 @@
+"""Actor-learner's evaluation points: the learner's weights at each eval_every mark, through real Redis to the
+driver's background evaluations, which hand results back in order."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import redis
+import torch
+from torch import nn
+
+from ddq.config import TrainConfig
+from ddq.models import FlatParameters
+from ddq.modes.background_eval import BackgroundEvaluations
+from ddq.modes.bookkeeping import play_evaluation
+from ddq.transport.eval_points import EvaluationPoint, PointReader, publish_point
+from ddq.transport.redis_server import EmbeddedRedis
+from ddq.transport.wire import WEIGHTS, Header, WireError, encode, layout_bytes
+
+
+@pytest.fixture(scope="module")
+def client():
+    with EmbeddedRedis() as server:
+        yield redis.Redis.from_url(server.url)
+
+
+def _network(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def test_points_arrive_in_order_with_their_counts_and_are_deleted_once_read(client):
+    flat = FlatParameters(_network(0))
+    layout = layout_bytes(flat.layout_hash())
+    client.set("acted", 5300)
+    for version, trained in ((40, 5003), (90, 10_010)):
+        message = encode(Header(WEIGHTS, layout, version, flat.size), flat.data.numpy() + version)
+        publish_point(client, "points", message, trained, "acted")
+    reader = PointReader(client, "points", layout, flat.size)
+    points = reader.read_new()
+    assert [(p.version, p.trained_steps, p.env_steps) for p in points] == [(40, 5003, 5300), (90, 10_010, 10_010)]
+    np.testing.assert_array_equal(points[1].weights, flat.data.numpy() + 90)
+    assert reader.read_new() == [] and client.xlen("points") == 0
+    # Weights of another model are refused with a line that says where they came from.
+    other = encode(Header(WEIGHTS, b"\x01" * 8, 1, flat.size), flat.data.numpy())
+    publish_point(client, "points", other, 15_000, "acted")
+    with pytest.raises(WireError, match="evaluation point in points is malformed .*layout"):
+        reader.read_new()
+
+
+def test_background_evaluations_play_each_point_with_its_own_weights_and_report_in_order():
+    config = TrainConfig(env="CartPole-v1", eval_episodes=2, seed=3)
+    network = _network(1)
+    flat = FlatParameters(network)
+    weights = [flat.data.numpy().copy() * scale for scale in (1.0, -1.0, 0.5)]
+    background = BackgroundEvaluations(network, config, torch.device("cpu"), threads=2)
+    try:
+        for index, values in enumerate(weights):
+            background.submit(EvaluationPoint(index, 1000 * (index + 1), 1000 * (index + 1), values), index)
+        results: list = []
+        deadline = time.monotonic() + 120
+        while len(results) < 3 and time.monotonic() < deadline:
+            results += background.finished()
+            time.sleep(0.01)
+    finally:
+        background.close()
+    assert [point.trained_steps for point, _ in results] == [1000, 2000, 3000] and background.pending() == 0
+    for (point, result), values in zip(results, weights):  # the same episodes as the run's evaluation index
+        expected_net = _network(2)
+        FlatParameters(expected_net).assign(values)
+        assert result.returns == play_evaluation(expected_net, config, point.version, torch.device("cpu")).returns
