@@ -165,3 +165,14 @@ def test_a_time_budget_ends_the_run_before_its_step_budget(tmp_path):
     # number of steps played is not asserted, only that the time budget, not the step budget, ended the run
     assert summary["env_steps"] < 10_000_000 and summary["stop_reason"] == "time budget spent"
     assert summary["final_eval_return"] is not None
+
+
+def test_an_episode_budget_ends_the_run_once_that_many_training_episodes_ended(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_ddq("train", *SHORT, "--total-steps", "10000000", "--total-episodes", "30", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(run_dir)
+    assert summary["stop_reason"] == "episode budget spent" and summary["env_steps"] < 10_000_000
+    # episodes end one env at a time; the vector step that ended the 30th may end a few more of its envs
+    assert 30 <= summary["episodes"] < 30 + summary["config"]["num_envs"]
+    assert summary["episodes"] == sum(1 for point in read_metrics(run_dir) if point["kind"] == "episode")

@@ -59,6 +59,8 @@ class TrainConfig:
     run_dir: str | None = field(default=None, metadata={"help": "output folder (default runs/<env>-<time>)"})
     time_budget_s: float | None = field(default=None, metadata={"help": "stop after this much wall time (from the command's start)"})
     target_return: float | None = field(default=None, metadata={"help": "stop once a greedy evaluation averages at least this"})
+    total_episodes: int | None = field(default=None, metadata={"help": "stop once this many training episodes have "
+                                                                       "ended (every worker's together)"})
     num_envs: int = field(default=8, metadata={"help": "envs stepped together per actor"})
     model: str = field(default="auto", metadata={"help": "Q-network: auto, mlp, deepq, nature, a shipped "
                                                           "definition (ddq models) or a Caffe .prototxt file"})
@@ -135,7 +137,7 @@ class TrainConfig:
         for name in ("gamma", "epsilon_start", "epsilon_end", "eval_epsilon", "priority_beta"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be between 0 and 1, got {getattr(self, name)}")
-        for name in ("time_budget_s", "max_grad_norm"):
+        for name in ("time_budget_s", "max_grad_norm", "total_episodes"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive (or none), got {getattr(self, name)}")
         if self.priority_alpha < 0:

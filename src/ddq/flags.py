@@ -20,7 +20,8 @@ COMMON = ("mode", "env", "workers", "total_steps", "target_return", "time_budget
 
 # Each flag's group in --help-all; a nested section's fields go where their section is listed.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "run": ("mode", "seed", "total_steps", "time_budget_s", "target_return", "run_dir", "device", "threads",
+    "run": ("mode", "seed", "total_steps", "total_episodes", "time_budget_s", "target_return", "run_dir", "device",
+            "threads",
             "progress", "precision"),
     "environment": ("env", "num_envs", "frame_stack", "env_options"),
     "network": ("model", "hidden", "dueling"),

@@ -29,6 +29,7 @@ class StopReason(str, enum.Enum):
     """Why a run ended; its value is what the summary and the dashboard say."""
 
     BUDGET = "step budget spent"
+    EPISODES = "episode budget spent"
     TARGET = "target return reached"
     TIME = "time budget spent"
     USER = "stopped by the user"
@@ -46,17 +47,21 @@ def time_is_up(time_budget_s: float | None, started_at: float, now: float | None
 
 
 def stop_reason(env_steps: int | None, total_steps: int, target_reached: bool, time_budget_s: float | None,
-                started_at: float, now: float | None = None, user_stopped: bool = False) -> StopReason | None:
+                started_at: float, now: float | None = None, user_stopped: bool = False, episodes: int = 0,
+                total_episodes: int | None = None) -> StopReason | None:
     """The reason the run must stop now, or None while it goes on. Every mode asks this one rule.
 
     `env_steps` None: the step budget is not the caller's to judge (downpour's workers stop at it
-    themselves, once their last gradients are pushed)."""
+    themselves, once their last gradients are pushed). `episodes`: training episodes ended so far, against
+    the episode budget `total_episodes` (None: none)."""
     if user_stopped:
         return StopReason.USER
     if target_reached:
         return StopReason.TARGET
     if env_steps is not None and env_steps >= total_steps:
         return StopReason.BUDGET
+    if total_episodes is not None and episodes >= total_episodes:
+        return StopReason.EPISODES
     if time_is_up(time_budget_s, started_at, now):
         return StopReason.TIME
     return None

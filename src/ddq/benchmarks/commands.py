@@ -67,12 +67,13 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_actors(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.actors import run_bench, table
+def cmd_bench_grandio(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.grandio import run_bench, table
 
-    results = run_bench(args.env, args.actors, args.seeds, args.target_return, args.step_latency_ms, args.total_steps,
-                        args.sync)
-    print(table(args.env, args.target_return, args.step_latency_ms, results))
+    for env in args.envs:
+        results = run_bench(env, args.actors, args.seeds, args.target_return, args.step_latency_ms, args.total_steps,
+                            args.sync, args.episodes)
+        print(table(env, args.target_return, args.step_latency_ms, results) + "\n", flush=True)
     return 0
 
 
@@ -103,7 +104,7 @@ def add_bench_commands(commands: Any) -> None:
     """Adds `ddq bench KIND` to the `ddq` command's subparsers."""
     bench = commands.add_parser("bench", help="benchmarks: train (training to a target return), snake (the Snake "
                                               "ablation), grad (gradient cost by model size), ps (parameter "
-                                              "server), scaling (distributed workers), learner, actors, peers, "
+                                              "server), scaling (distributed workers), learner, grandio, peers, "
                                               "dashboard (what babysitting costs)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("train", aliases=["serial"],
@@ -158,16 +159,22 @@ def add_bench_commands(commands: Any) -> None:
     scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
     scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
     scaling.set_defaults(func=cmd_bench_scaling)
-    actors = kinds.add_parser("actors", help="serial against actor-learner with N actors: time and env steps to "
-                                             "a target, side by side, on an optionally slow simulator")
-    actors.add_argument("--env", default="CartPole-v1", help="Gymnasium env id")
-    actors.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4], help="actor counts to run")
-    actors.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (each runs every configuration)")
-    actors.add_argument("--target-return", type=float, required=True, help="the greedy return each run stops at")
-    actors.add_argument("--step-latency-ms", type=float, default=0.0, help="time each env step takes (slept)")
-    actors.add_argument("--total-steps", type=int, default=None, help="step budget per run (default: the preset's)")
-    actors.add_argument("--sync", action="store_true", help="also run each actor count in collective rounds (--sync)")
-    actors.set_defaults(func=cmd_bench_actors)
+    grandio = kinds.add_parser("grandio", aliases=["seed004", "actors"],
+                               help="Grandio's MPI DQN runtime study re-done: serial beside actor-learner with 1 to N "
+                                    "actors, for 500 training episodes (or to a target return), side by side")
+    grandio.add_argument("--envs", "--env", nargs="+", default=["CartPole-v1", "LunarLander-v3"],
+                         help="Gymnasium env ids (LunarLander needs pip install 'ddq[box2d]')")
+    grandio.add_argument("--actors", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="actor counts to run")
+    grandio.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (each runs every configuration)")
+    grandio.add_argument("--episodes", type=int, default=500, help="training episodes per run (the study's 500)")
+    grandio.add_argument("--target-return", type=float, default=None,
+                         help="instead of an episode budget: run to this greedy return and time that")
+    grandio.add_argument("--step-latency-ms", type=float, default=0.0, help="time each env step takes (slept)")
+    grandio.add_argument("--total-steps", type=int, default=None,
+                         help="step budget per run (default: the preset's to a target, 1,000 per episode otherwise)")
+    grandio.add_argument("--no-sync", dest="sync", action="store_false",
+                         help="leave out the collective rounds (--sync rows, Grandio's MP(N))")
+    grandio.set_defaults(func=cmd_bench_grandio)
 
     peers = kinds.add_parser("peers", help="CartPole-v1 time to 475: ddq serial beside Stable-Baselines3's tuned "
                                            "DQN, run together, seed by seed (needs pip install 'ddq[peers]')")

@@ -227,7 +227,8 @@ class DownpourTrainer:
                                 refresh=False)
                 reached = self._periodic_evaluation(steps, stopping) or reached
                 reason = stop_reason(None, c.total_steps, reached, c.time_budget_s, self.started_at,
-                                     user_stopped=self.signals.received is not None)
+                                     user_stopped=self.signals.received is not None,
+                                     episodes=self.counters.episodes, total_episodes=c.total_episodes)
                 if reason is not None and not stopping:
                     self.control.stop(reason)
 

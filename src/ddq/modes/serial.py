@@ -62,7 +62,8 @@ class SerialTrainer:
         with StopSignals() as signals, tqdm(total=c.total_steps, initial=self.actor.env_steps, unit="step",
                                             disable=not c.progress, mininterval=1.0, dynamic_ncols=True) as bar:
             while (reason := stop_reason(self.actor.env_steps, c.total_steps, reached, c.time_budget_s,
-                                         self.started_at, user_stopped=signals.received is not None)) is None:
+                                         self.started_at, user_stopped=signals.received is not None,
+                                         episodes=self.counters.episodes, total_episodes=c.total_episodes)) is None:
                 before = self.actor.env_steps
                 self._act()
                 self._train(self.actor.env_steps - before)

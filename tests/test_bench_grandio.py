@@ -1,0 +1,52 @@
+"""`ddq bench grandio`: its configurations and both of its tables (Grandio's figures beside each row) from known
+results, and one tiny real run of the study's shape."""
+
+from conftest import run_ddq
+from ddq.benchmarks.grandio import configurations, table
+
+
+def _summary(time_s: float | None, steps: int | None) -> dict:
+    return {"reached_target": time_s is not None, "time_to_target_s": time_s, "steps_to_target": steps}
+
+
+def test_the_target_table_puts_each_configuration_beside_serial_and_beside_grandios_figure():
+    runs = configurations([1, 4], sync=True)
+    assert [c.label for c in runs] == ["serial", "actor-learner, 1 actor", "actor-learner, 4 actors",
+                                       "actor-learner --sync, 4 actors"]  # no collective round of one actor
+    assert runs[3].settings == {"mode": "actor-learner", "workers": 4, "sync": True}
+    times = [(300.0, 75_000), (150.0, 70_000), (100.0, 80_000), (None, None)]
+    text = table("LunarLander-v3", 200, 2, [(c, [_summary(*t)]) for c, t in zip(runs, times)])
+    lines = text.splitlines()
+    assert "| serial | 1 of 1 | 300.0 | 75,000 | 1.00x | 1.00x (standard) |" in lines
+    assert "| actor-learner, 1 actor | 1 of 1 | 150.0 | 70,000 | 2.00x | 1.35x (2 processes) |" in lines
+    assert "| actor-learner, 4 actors | 1 of 1 | 100.0 | 80,000 | 3.00x | — |" in lines  # Grandio's async never ran
+    assert "| actor-learner --sync, 4 actors | 0 of 1 | — | — | — | 3.32x (MP(4)) |" in lines
+    assert "2 ms per env step" in lines[0]
+    # An env Grandio did not run has no figures.
+    assert table("Acrobot-v1", -100, 0, [(runs[0], [_summary(10.0, 1000)])]).splitlines()[-1].endswith("| — |")
+
+
+def _episodes_summary(time_s: float, steps: int, final: float) -> dict:
+    return {"wall_time_s": time_s, "env_steps": steps, "final_eval_return": final,
+            "config": {"total_episodes": 500}}
+
+
+def test_the_episodes_table_has_time_speedup_and_final_return_beside_grandios_time_and_speedup():
+    runs = configurations([1, 5], sync=True)
+    measured = [(120.0, 60_000, 500.0), (80.0, 61_000, 480.5), (60.0, 70_000, 20.0), (40.0, 65_000, 9.5)]
+    lines = table("CartPole-v1", None, 0, [(c, [_episodes_summary(*m)]) for c, m in zip(runs, measured)]).splitlines()
+    assert lines[0].startswith("CartPole-v1, 500 training episodes, 0 ms per env step")
+    assert "| serial | 1 | 120.0 | 60,000 | 1.00x | 500.0 | 110.5 | 1.00x (standard) |" in lines
+    assert "| actor-learner, 1 actor | 1 | 80.0 | 61,000 | 1.50x | 480.5 | 73.4 | 1.51x (2 processes) |" in lines
+    assert "| actor-learner, 5 actors | 1 | 60.0 | 70,000 | 2.00x | 20.0 | — | — |" in lines
+    assert "| actor-learner --sync, 5 actors | 1 | 40.0 | 65,000 | 3.00x | 9.5 | 77.5 | 1.43x (MP(5)) |" in lines
+
+
+def test_a_tiny_study_stops_each_run_at_its_episode_budget():
+    result = run_ddq("bench", "grandio", "--envs", "CartPole-v1", "--actors", "1", "--no-sync", "--episodes", "20")
+    assert result.returncode == 0, result.stderr
+    rows = {line.split("|")[1].strip(): line.split("|") for line in result.stdout.splitlines() if line.startswith("| ")}
+    assert set(rows) == {"configuration", "serial", "actor-learner, 1 actor"}
+    for label in ("serial", "actor-learner, 1 actor"):
+        time_s, steps, final = (float(rows[label][k].replace(",", "")) for k in (3, 4, 6))
+        assert time_s > 0 and 20 * 8 <= steps < 20 * 500 and 1 <= final <= 500  # 20 episodes, each 8 to 500 steps
