@@ -6,7 +6,7 @@ from ddq.benchmarks.grandio import configurations, table
 
 
 def _summary(time_s: float | None, steps: int | None) -> dict:
-    return {"reached_target": time_s is not None, "time_to_target_s": time_s, "steps_to_target": steps}
+    return {"reached_target": time_s is not None, "time_to_target_s": time_s, "steps_to_target": steps, "seed": 5}
 
 
 def test_the_target_table_puts_each_configuration_beside_serial_and_beside_grandios_figure():
@@ -22,13 +22,16 @@ def test_the_target_table_puts_each_configuration_beside_serial_and_beside_grand
     assert "| actor-learner, 4 actors | 1 of 1 | 100.0 | 80,000 | 3.00x | — |" in lines  # Grandio's async never ran
     assert "| actor-learner --sync, 4 actors | 0 of 1 | — | — | — | 3.32x (MP(4)) |" in lines
     assert "2 ms per env step" in lines[0]
+    assert "- seed 5, actor-learner, 1 actor: 150.0 s and 70,000 env steps to 200" in lines  # each run, under it
+    assert "- seed 5, actor-learner --sync, 4 actors: did not reach 200" in lines
     # An env Grandio did not run has no figures.
-    assert table("Acrobot-v1", -100, 0, [(runs[0], [_summary(10.0, 1000)])]).splitlines()[-1].endswith("| — |")
+    rows = table("Acrobot-v1", -100, 0, [(runs[0], [_summary(10.0, 1000)])]).splitlines()
+    assert [row for row in rows if row.startswith("| serial")][0].endswith("| — |")
 
 
 def _episodes_summary(time_s: float, steps: int, final: float) -> dict:
     return {"wall_time_s": time_s, "env_steps": steps, "final_eval_return": final,
-            "config": {"total_episodes": 500}}
+            "config": {"total_episodes": 500}, "seed": 0}
 
 
 def test_the_episodes_table_has_time_speedup_and_final_return_beside_grandios_time_and_speedup():
@@ -40,6 +43,7 @@ def test_the_episodes_table_has_time_speedup_and_final_return_beside_grandios_ti
     assert "| actor-learner, 1 actor | 1 | 80.0 | 61,000 | 1.50x | 480.5 | 73.4 | 1.51x (2 processes) |" in lines
     assert "| actor-learner, 5 actors | 1 | 60.0 | 70,000 | 2.00x | 20.0 | — | — |" in lines
     assert "| actor-learner --sync, 5 actors | 1 | 40.0 | 65,000 | 3.00x | 9.5 | 77.5 | 1.43x (MP(5)) |" in lines
+    assert "- seed 0, serial: 120.0 s, 60,000 env steps, final greedy return 500.0" in lines
 
 
 def test_a_tiny_study_stops_each_run_at_its_episode_budget():

@@ -100,9 +100,24 @@ def _number(value: float | None, digits: int = 1) -> str:
 
 
 def table(env: str, target: float | None, latency_ms: float, results: Results) -> str:
-    """The markdown table of one env's results: to a target return, or (`target` None) for an episode budget."""
+    """The markdown table of one env's results, to a target return or (`target` None) for an episode budget,
+    then each run's own figures (the medians hide how far seeds and runs differ)."""
+    text = _target_table(env, target, latency_ms, results) if target is not None else \
+        _episodes_table(env, latency_ms, results)
+    return text + "\n\n" + "\n".join(_run_line(c, s, target) for c, summaries in results for s in summaries)
+
+
+def _run_line(configuration: Configuration, summary: dict[str, Any], target: float | None) -> str:
     if target is not None:
-        return _target_table(env, target, latency_ms, results)
+        figures = (f"{_number(summary['time_to_target_s'])} s and {_number(summary['steps_to_target'], 0)} env steps "
+                   f"to {target:g}" if summary["reached_target"] else f"did not reach {target:g}")
+    else:
+        figures = (f"{_number(summary['wall_time_s'])} s, {summary['env_steps']:,} env steps, final greedy return "
+                   f"{_number(summary['final_eval_return'])}")
+    return f"- seed {summary.get('seed', '?')}, {configuration.label}: {figures}"
+
+
+def _episodes_table(env: str, latency_ms: float, results: Results) -> str:
     serial = _median([s["wall_time_s"] for c, summaries in results if c.settings["mode"] == "serial"
                       for s in summaries])
     lines = ["| configuration | runs | median time (s) | median env steps | speedup vs serial | median final greedy "
