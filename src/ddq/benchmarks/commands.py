@@ -164,7 +164,8 @@ def add_bench_commands(commands: Any) -> None:
                                     "actors, for 500 training episodes (or to a target return), side by side")
     grandio.add_argument("--envs", "--env", nargs="+", default=["CartPole-v1", "LunarLander-v3"],
                          help="Gymnasium env ids (LunarLander needs pip install 'ddq[box2d]')")
-    grandio.add_argument("--actors", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="actor counts to run")
+    grandio.add_argument("--actors", type=int, nargs="*", default=[1, 2, 3, 4, 5],
+                         help="actor counts to run (none: serial alone)")
     grandio.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (each runs every configuration)")
     grandio.add_argument("--episodes", type=int, default=500, help="training episodes per run (the study's 500)")
     grandio.add_argument("--target-return", type=float, default=None,

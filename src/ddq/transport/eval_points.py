@@ -12,7 +12,7 @@ count a run reports reaching its target at is the mark's.
 An entry of the run's evaluation-points stream (a Redis stream, read in
 order and deleted once read) holds the weights in the parameter server's
 wire format, checked as any weights message, and two decimal integers;
-nothing in it is unpickled or evaluated.
+nothing in it is deserialized into objects or evaluated.
 """
 
 from __future__ import annotations
