@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ddq.core.dqn import LinearSchedule, double_dqn_targets, epsilon_greedy, n_step_returns, td_loss
+from ddq.core.dqn import LinearSchedule, double_dqn_targets, epsilon_greedy, n_step_returns, next_mark, td_loss
 
 
 def test_double_dqn_target_uses_online_argmax_and_target_value():
@@ -135,3 +135,7 @@ def test_the_learner_measures_its_telemetry_every_kth_gradient_and_clips_every_o
     with torch.no_grad():  # no update was applied: the weights are those the 7th gradient saw
         q_values = learner.online(torch.from_numpy(batch.states)).max(dim=1).values.mean()
     assert stats.mean_max_q == pytest.approx(float(q_values)) and stats.grad_norm > 0.5  # before clipping
+
+
+def test_the_next_mark_is_the_first_multiple_above_the_steps():
+    assert [next_mark(steps, 1000) for steps in (0, 999, 1000, 1001, 5003)] == [1000, 1000, 2000, 2000, 6000]

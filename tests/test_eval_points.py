@@ -17,7 +17,7 @@ from ddq.modes.background_eval import BackgroundEvaluations
 from ddq.modes.bookkeeping import play_evaluation
 from ddq.transport.eval_points import EvaluationPoint, PointReader, publish_point
 from ddq.transport.redis_server import EmbeddedRedis
-from ddq.transport.wire import WEIGHTS, Header, WireError, encode, layout_bytes
+from ddq.transport.wire import WEIGHTS, Header, encode, layout_bytes
 
 
 @pytest.fixture(scope="module")
@@ -43,18 +43,20 @@ def test_points_arrive_in_order_with_their_counts_and_are_deleted_once_read(clie
     assert [(p.version, p.trained_steps, p.env_steps) for p in points] == [(40, 5003, 5300), (90, 10_010, 10_010)]
     np.testing.assert_array_equal(points[1].weights, flat.data.numpy() + 90)
     assert reader.read_new() == [] and client.xlen("points") == 0
-    # Weights of another model are refused with a line that says where they came from.
+    # Weights of another model are refused with a line that says where they came from; the next point still counts.
     other = encode(Header(WEIGHTS, b"\x01" * 8, 1, flat.size), flat.data.numpy())
     publish_point(client, "points", other, 15_000, "acted")
-    with pytest.raises(WireError, match="evaluation point in points is malformed .*layout"):
-        reader.read_new()
+    publish_point(client, "points", encode(Header(WEIGHTS, layout, 140, flat.size), flat.data.numpy()), 15_020, "acted")
+    assert [p.version for p in reader.read_new()] == [140] and client.xlen("points") == 0
+    assert len(reader.refused) == 1 and "evaluation point in points is malformed" in reader.refused[0]
+    assert "layout" in reader.refused[0]
 
 
 def test_background_evaluations_play_each_point_with_its_own_weights_and_report_in_order():
-    config = TrainConfig(env="CartPole-v1", eval_episodes=2, seed=3)
+    config = TrainConfig(env="CartPole-v1", eval_episodes=5, seed=3)
     network = _network(1)
     flat = FlatParameters(network)
-    weights = [flat.data.numpy().copy() * scale for scale in (1.0, -1.0, 0.5)]
+    weights = [np.random.default_rng(k).normal(size=flat.size).astype(np.float32) for k in range(3)]
     background = BackgroundEvaluations(network, config, torch.device("cpu"), threads=2)
     try:
         for index, values in enumerate(weights):

@@ -102,6 +102,12 @@ def target_refresh_due(updates: int, period: int) -> bool:
     return updates % period == 0
 
 
+def next_mark(steps: int, every: int) -> int:
+    """The first multiple of `every` above `steps`: when a periodic event (an evaluation, a log line, a
+    checkpoint) is next due. Serial training, the distributed driver and the learner ask this one rule."""
+    return (steps // every + 1) * every
+
+
 def epsilon_greedy(q_net: nn.Module, states: torch.Tensor, epsilon: float,
                    rng: np.random.Generator) -> np.ndarray:
     """argmax_a Q(s, a) per state, replaced by a uniformly random action with probability epsilon."""

@@ -38,7 +38,7 @@ from ddq.core.agent import (
     seed_everything,
     update_schedule,
 )
-from ddq.core.dqn import target_refresh_due
+from ddq.core.dqn import next_mark, target_refresh_due
 from ddq.core.weights import LocalParameters, train_from_replay
 from ddq.lifecycle import RunControl
 from ddq.param_server import snapshots
@@ -94,7 +94,7 @@ class LearnerServer:
         self.lags: list[int] = []  # how many updates old the weights were that acted, per message
         self.target_version = 0
         self._resume()
-        self.next_eval_mark = self._mark_after(self.trained_steps)
+        self.next_eval_mark = next_mark(self.trained_steps, config.eval_every)
 
     # ---------------------------------------------------------------- state
     def _resume(self) -> None:
@@ -189,17 +189,13 @@ class LearnerServer:
                 self._send_weights(client, messages)
             self._send_eval_points(client, points)
 
-    def _mark_after(self, trained_steps: int) -> int:
-        every = self.config.eval_every
-        return (trained_steps // every + 1) * every
-
     def _keep_for_evaluation(self) -> None:
         """Once the env steps trained on crossed an eval_every mark: these weights go to the driver's
         evaluations (`ddq.transport.eval_points`), so each mark is evaluated as serial training would."""
         trained = self.trained_steps
         if trained < self.next_eval_mark:
             return
-        self.next_eval_mark = self._mark_after(trained)
+        self.next_eval_mark = next_mark(trained, self.config.eval_every)
         with self.outbox_ready:
             self.eval_outbox.append((self._weights_messages(target_too=False)[0], trained))
             self.outbox_ready.notify()

@@ -13,6 +13,7 @@ instead of a gradient-pushing Barista).
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,9 @@ class ActorLearnerTrainer(DownpourTrainer):
         if not stopping:
             for point in self.points.read_new():
                 self.background.submit(point, self.counters.evaluations + self.background.pending())
+            for line in self.points.refused:
+                print(f"ddq: warning: {line}", file=sys.stderr, flush=True)
+            self.points.refused.clear()
         reached = recorded = False
         for point, result in self.background.finished():
             self.last_eval, hit = note_evaluation(result, self.config, self.log, self.counters, point.env_steps,

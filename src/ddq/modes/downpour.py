@@ -31,6 +31,7 @@ from tqdm import tqdm
 from ddq.config import TrainConfig, encode_settings, settings_document, write_settings
 from ddq.core import checkpoint as ckpt
 from ddq.core.agent import env_shapes, epsilon_schedule, make_learner, resolve_device, seed_everything
+from ddq.core.dqn import next_mark
 from ddq.core.replay import state_shape
 from ddq.dashboard.launch import serve_dashboard
 from ddq.gamesim import eats_apples
@@ -81,7 +82,7 @@ class DownpourTrainer:
         # the run's clock: from the command's start, less the earlier sessions of a resumed run
         self.origin = self.started_at - self.counters.wall_time_s
         self.last_eval: tuple[int, float, float] | None = None
-        self.next_eval = 0  # the env steps of the next periodic evaluation
+        self.next_eval = next_mark(self.counters.env_steps, config.eval_every)  # env steps of the next evaluation
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
         self.epsilon = epsilon_schedule(config)  # reported as the workers see it: by the global env steps
         self.supervisor = Supervisor()
@@ -203,7 +204,6 @@ class DownpourTrainer:
         """While the job runs: supervise the processes, log episodes, evaluate every eval_every steps, and
         stop at the target, the time budget or a signal (the workers stop at the step budget themselves)."""
         c = self.config
-        self.next_eval = (self.counters.env_steps // c.eval_every + 1) * c.eval_every
         reached = False
         with tqdm(total=c.total_steps, initial=self.counters.env_steps, unit="step", disable=not c.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
@@ -237,7 +237,7 @@ class DownpourTrainer:
         once the target return is reached."""
         if env_steps < self.next_eval or stopping:
             return False
-        self.next_eval = (env_steps // self.config.eval_every + 1) * self.config.eval_every
+        self.next_eval = next_mark(env_steps, self.config.eval_every)
         return self._evaluate()
 
     def _workers_epsilon(self, env_steps: int) -> float:

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from ddq.config import TrainConfig
 from ddq.core import checkpoint as ckpt
 from ddq.core.agent import build_agent, importance_beta
+from ddq.core.dqn import next_mark
 from ddq.core.symmetry import SymmetryAugmentation
 from ddq.core.weights import LocalParameters, train_from_replay
 from ddq.gamesim import eats_apples
@@ -86,7 +87,7 @@ class SerialTrainer:
         return self._finish()
 
     def _next_mark(self, every: int) -> int:
-        return (self.counters.env_steps // every + 1) * every
+        return next_mark(self.counters.env_steps, every)
 
     def _act(self) -> None:
         epsilon = self.epsilon(self.actor.env_steps)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
-from ddq.transport.wire import WireError, decode, weights_expectation
+from ddq.transport.wire import decode, weights_expectation
 
 MAX_ENTRIES = 64  # a driver that fell this far behind is evaluating on a simulator slower than its learner
 
@@ -48,12 +48,14 @@ def publish_point(client: redis.Redis, stream: str, weights_message: bytes, trai
 
 
 class PointReader:
-    """Reads the stream's new entries in order, checks them, and deletes what it read."""
+    """Reads the stream's new entries in order, checks them, and deletes what it read. A malformed entry is
+    skipped; `refused` collects one line about each, for the reader's owner to say."""
 
     def __init__(self, client: redis.Redis, stream: str, layout: bytes, size: int):
         self.client, self.stream = client, stream
         self.expect = weights_expectation(layout, (0, size))
         self.last_id = "0-0"
+        self.refused: list[str] = []
 
     def read_new(self) -> list[EvaluationPoint]:
         entries = typing.cast(list, self.client.xread({self.stream: self.last_id}, count=MAX_ENTRIES) or [])
@@ -61,14 +63,14 @@ class PointReader:
         for _, rows in entries:
             for entry_id, fields in rows:
                 self.last_id = entry_id
-                points.append(self._point(fields))
+                try:
+                    points.append(self._point(fields))
+                except (KeyError, ValueError) as error:  # WireError is a ValueError
+                    self.refused.append(f"an evaluation point in {self.stream} is malformed and was skipped "
+                                        f"({error})")
             self.client.xdel(self.stream, *[entry_id for entry_id, _ in rows])
         return points
 
     def _point(self, fields: dict[bytes, bytes]) -> EvaluationPoint:
-        try:
-            header, values = decode(fields[b"weights"], self.expect)
-            return EvaluationPoint(header.version, int(fields[b"trained_steps"]), int(fields[b"env_steps"]),
-                                   values.copy())
-        except (KeyError, ValueError) as error:  # WireError is a ValueError
-            raise WireError("eval_point", f"an evaluation point in {self.stream} is malformed ({error})") from None
+        header, values = decode(fields[b"weights"], self.expect)
+        return EvaluationPoint(header.version, int(fields[b"trained_steps"]), int(fields[b"env_steps"]), values.copy())
