@@ -101,7 +101,7 @@ class TrainConfig:
     threads: int = field(default=1, metadata={"help": "torch CPU threads (one per process is fastest on few cores)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     workers: int = field(default=2, metadata={"help": "Barista workers (Spark tasks) in distributed modes"})
-    publish_every: int = field(default=10, metadata={"help": "actor-learner: learner updates between weight publications"})
+    publish_every: int = field(default=10, metadata={"help": "actor-learner: learner updates between weight publications (--sync: once a round)"})
     send_every: int = field(default=16, metadata={"help": "actor-learner: vector steps an actor sends per message"})
     actor_backlog: int = field(default=1, metadata={"help": "actor-learner: messages per actor waiting for the learner "
                                                             "beyond which actors wait (more lets them act on older weights)"})

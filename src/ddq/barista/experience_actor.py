@@ -230,19 +230,22 @@ class ExperienceActor:
         done_before = int(self.redis.get(self.keys.round_done) or -1)
         number = max(int(word) for word in self.meet(str(done_before + 1)))  # a retried stage agrees where it is
         while True:
+            self.stats.round_weights = [*self.stats.round_weights[-1:], [number, self.source.version]]
             self._play(rounds=True)
             self.send(everything=True)
             if "stop" in self.meet("stop" if self.finished() else "go"):
                 return
             if self.index == 0:
                 self.redis.set(self.keys.round_ready, number)
-            self._wait_for_round(number)
+            if not self._wait_for_round(number):
+                return  # stopped before the round's weights came: those of a learner mid-round are nobody's round
             self.source.sync()
             self.stats.rounds += 1
             number += 1
 
-    def _wait_for_round(self, number: int) -> None:
-        """Until the learner has trained on round `number` and published its weights (or the run stopped)."""
+    def _wait_for_round(self, number: int) -> bool:
+        """Until the learner has trained on round `number` and published its weights: True, or False once the
+        run stopped first."""
         started = time.monotonic()
         while not self.stopped:
             pipe = self.redis.pipeline(transaction=False)
@@ -252,7 +255,8 @@ class ExperienceActor:
             done, control, trained = pipe.execute()
             self.stopped, self.trained_steps = is_stop(control), int(trained or 0)
             if done is not None and int(done) >= number:
-                return
+                return True
             if time.monotonic() - started > BACKLOG_DEADLINE_S:
                 raise RuntimeError(f"the learner finished no round for {BACKLOG_DEADLINE_S:.0f} s (is it running?)")
             time.sleep(0.005)
+        return False

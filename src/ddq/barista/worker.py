@@ -16,7 +16,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import redis
 
@@ -54,6 +54,8 @@ class WorkerStats:
     epsilon: float = 1.0
     weights_version: int = 0  # of the weights it acts with
     rounds: int = 0  # actor-learner --sync: rounds played and trained on
+    # actor-learner --sync: [round, weights version it was played with] of the newest two rounds begun
+    round_weights: list[list[int]] = field(default_factory=list)
 
 
 class StatsWindow:

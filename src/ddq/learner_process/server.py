@@ -80,7 +80,9 @@ class LearnerServer:
         self.inbox: queue.Queue[Experience] = queue.Queue()
         self.receiver = threading.Thread(target=self._receive, args=(redis_url,), name="receive", daemon=True)
         self.publisher = threading.Thread(target=self._publish_loop, args=(redis_url,), name="publish", daemon=True)
-        self.outbox: list[bytes] | None = None  # the newest weights (and target) messages not yet published
+        self.outbox: tuple[int, list[bytes]] | None = None  # the newest weights (and target) not yet published
+        self.sending = threading.Lock()  # the training loop and the publisher both send weights
+        self.sent_version = -1  # of the newest weights sent: an older hand-over never overwrites them
         self.eval_outbox: list[tuple[bytes, int]] = []  # weights of eval_every marks, with their trained steps
         self.outbox_ready = threading.Condition()
         self.stopping = threading.Event()
@@ -170,9 +172,9 @@ class LearnerServer:
         """Hands the current weights to the publishing thread (a newer hand-over replaces an older one)."""
         messages = self._weights_messages(target_too)
         with self.outbox_ready:
-            if self.outbox is not None and len(self.outbox) > len(messages):
-                messages.append(self.outbox[1])  # a target not yet published stays due
-            self.outbox = messages
+            if self.outbox is not None and len(self.outbox[1]) > len(messages):
+                messages.append(self.outbox[1][1])  # a target not yet published stays due
+            self.outbox = (self.learner.updates, messages)
             self.outbox_ready.notify()
 
     def _publish_loop(self, redis_url: str) -> None:
@@ -181,12 +183,12 @@ class LearnerServer:
             with self.outbox_ready:
                 while self.outbox is None and not self.eval_outbox and not self.stopping.is_set():
                     self.outbox_ready.wait(HOUSEKEEPING_S)
-                messages, self.outbox = self.outbox, None
+                weights, self.outbox = self.outbox, None
                 points, self.eval_outbox = self.eval_outbox, []
-            if messages is None and not points:
+            if weights is None and not points:
                 return
-            if messages is not None:
-                self._send_weights(client, messages)
+            if weights is not None:
+                self._send_weights(client, *weights)
             self._send_eval_points(client, points)
 
     def _keep_for_evaluation(self) -> None:
@@ -208,15 +210,23 @@ class LearnerServer:
             log.error("learner could not publish an evaluation point (%s)", error)
             self.stopping.set()
 
-    def _send_weights(self, client: redis.Redis, messages: list[bytes]) -> None:
+    def _send_now(self, client: redis.Redis) -> None:
+        """Sends the current weights and target from the training loop, past the publishing thread."""
+        self._send_weights(client, self.learner.updates, self._weights_messages(target_too=True))
+
+    def _send_weights(self, client: redis.Redis, version: int, messages: list[bytes]) -> None:
         try:
-            pipe = client.pipeline(transaction=False)
-            pipe.publish(self.shard_keys.applied, str(self.learner.updates))
-            pipe.set(self.shard_keys.weights, messages[0])
-            if len(messages) > 1:
-                pipe.set(self.shard_keys.target, messages[1])
-            pipe.execute()
-            self.publications += 1
+            with self.sending:
+                if version < self.sent_version:
+                    return  # the training loop sent newer weights while this hand-over waited
+                pipe = client.pipeline(transaction=False)
+                pipe.publish(self.shard_keys.applied, str(version))
+                pipe.set(self.shard_keys.weights, messages[0])
+                if len(messages) > 1:
+                    pipe.set(self.shard_keys.target, messages[1])
+                pipe.execute()
+                self.sent_version = version
+                self.publications += 1
         except redis.RedisError as error:
             log.error("learner could not publish its weights (%s)", error)
             self.stopping.set()
@@ -235,7 +245,9 @@ class LearnerServer:
             self.metrics.accept(0, stats.loss)
             if target_refresh_due(self.learner.updates, self.config.target_update):
                 self.target_version = self.learner.updates
-            if self.learner.updates % self.config.publish_every == 0:
+            # --sync publishes once a round is trained on: an actor still to sync must get the round's weights,
+            # not those of the next round's first updates (a faster actor's experience may already be in)
+            if not self.config.sync and self.learner.updates % self.config.publish_every == 0:
                 self.publish(target_too=self.target_version == self.learner.updates)
             if self.learner.updates % self.config.server.snapshot_every == 0:
                 self.snapshot()
@@ -274,7 +286,7 @@ class LearnerServer:
         with self.receiving:  # nothing between Redis and the inbox: an empty list and inbox hold it all
             if self.redis.llen(self.keys.experience) or not self.inbox.empty() or self.owed > 0:
                 return
-        self._send_weights(self.redis, self._weights_messages(target_too=True))
+        self._send_now(self.redis)
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.trained_steps, self.trained_steps)
         pipe.set(self.keys.round_done, ready)
@@ -297,7 +309,7 @@ class LearnerServer:
     def serve(self) -> int:
         """Runs until the run's control key says stop; returns the process exit code."""
         log.info("learner serving %d parameters at version %d", self.bounds[1], self.learner.updates)
-        self._send_weights(self.redis, self._weights_messages(target_too=True))
+        self._send_now(self.redis)
         self.housekeeping()  # announces this process (its pid) once its weights are out
         self.receiver.start()
         self.publisher.start()
@@ -321,7 +333,7 @@ class LearnerServer:
         if lost:
             return 3
         self.publisher.join(10)
-        self._send_weights(self.redis, self._weights_messages(target_too=True))
+        self._send_now(self.redis)
         self.snapshot()
         self.housekeeping()
         log.info("learner stopped at version %d after %d messages (%d env steps) and its final snapshot",
