@@ -57,7 +57,7 @@ def test_background_evaluations_play_each_point_with_its_own_weights_and_report_
     network = _network(1)
     flat = FlatParameters(network)
     weights = [np.random.default_rng(k).normal(size=flat.size).astype(np.float32) for k in range(3)]
-    background = BackgroundEvaluations(network, config, torch.device("cpu"), threads=2)
+    background = BackgroundEvaluations(network, config, torch.device("cpu"), max_threads=2)
     try:
         for index, values in enumerate(weights):
             background.submit(EvaluationPoint(index, 1000 * (index + 1), 1000 * (index + 1), values), index)
@@ -69,6 +69,7 @@ def test_background_evaluations_play_each_point_with_its_own_weights_and_report_
     finally:
         background.close()
     assert [point.trained_steps for point, _ in results] == [1000, 2000, 3000] and background.pending() == 0
+    assert len(background.threads) == 2  # a thread per waiting point, up to the most allowed
     for (point, result), values in zip(results, weights):  # the same episodes as the run's evaluation index
         expected_net = _network(2)
         FlatParameters(expected_net).assign(values)
