@@ -137,7 +137,8 @@ def test_sync_rounds_meet_at_a_spark_barrier_and_start_with_the_same_weights(tmp
     assert summary["stop_reason"] == "episode budget spent" and summary["episodes"] >= 100
     assert summary["env_steps"] >= 1500 and rounds_done >= 3
     # every actor played every round, each with the same weights as every other actor; the driver's stop (the
-    # episode budget) can come while the learner trains on a round, before some actors have begun the next
+    # episode budget) can end the run while the learner trains on the round the actors last sent, and after
+    # some actors have begun the next with the new weights
     rounds = {w["rounds"] for w in summary["workers"]}
     assert len(rounds) == 1 and rounds_done <= rounds.pop() <= rounds_done + 1
     played = [dict(map(tuple, w["round_weights"])) for w in summary["workers"]]

@@ -230,16 +230,18 @@ class ExperienceActor:
         done_before = int(self.redis.get(self.keys.round_done) or -1)
         number = max(int(word) for word in self.meet(str(done_before + 1)))  # a retried stage agrees where it is
         while True:
-            self.stats.round_weights = [*self.stats.round_weights[-1:], [number, self.source.version]]
+            if not self.finished():  # the weights this round is played with, for the record
+                self.stats.round_weights = [*self.stats.round_weights[-1:], [number, self.source.version]]
             self._play(rounds=True)
             self.send(everything=True)
             if "stop" in self.meet("stop" if self.finished() else "go"):
                 return
             if self.index == 0:
                 self.redis.set(self.keys.round_ready, number)
-            if not self._wait_for_round(number):
-                return  # stopped before the round's weights came: those of a learner mid-round are nobody's round
-            self.source.sync()
+            # stopped before the round's weights came, an actor keeps its own and plays no more; it still goes
+            # on to the next barrier, where whoever saw the new weights first meets it to stop
+            if self._wait_for_round(number):
+                self.source.sync()
             self.stats.rounds += 1
             number += 1
 

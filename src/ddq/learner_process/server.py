@@ -6,8 +6,8 @@ actor, sampled as one) and the optimizer, and trains at `replay_ratio`
 updates per env step received, however many actors there are: it takes the
 next message only once the updates the last one earned are done, and actors
 wait when the list grows long, so the ratio holds and nobody runs ahead.
-Weights go out every `publish_every` updates through the path workers
-already read (shard 0's weights and target keys, the parameter server's wire
+Weights go out every `publish_every` updates (--sync: once a round) through
+the path workers already read (shard 0's weights and target keys, the parameter server's wire
 format), so to an actor the learner is a parameter server. A background
 thread takes messages from Redis and decodes them, another publishes, so the
 training loop never waits on the network. Snapshots (weights, target,

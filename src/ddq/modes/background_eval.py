@@ -5,7 +5,7 @@ Actor-learner's driver evaluates each of the learner's evaluation points
 slow simulator one evaluation can take longer than the learner needs to
 reach the next mark, so several play side by side, each on its own copy of
 the network; an evaluation mostly waits on its envs, so threads suffice. A
-thread starts whenever a point waits and none is idle, up to `MAX_THREADS`:
+thread starts whenever a point would wait for a busy one, up to `MAX_THREADS`:
 with 4 actors on a simulator slept 2 ms a step, four threads fell behind by
 100,000 env steps on LunarLander, and the run learned of its target return
 that much later.
@@ -41,13 +41,13 @@ class BackgroundEvaluations:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.submitted = self.reported = 0
-        self.idle = 0  # threads waiting for a point
         self.threads: list[threading.Thread] = []
 
     def submit(self, point: EvaluationPoint, index: int) -> None:
         """Evaluates `point` as the run's `index`-th evaluation (which decides its episodes' seeds)."""
-        with self.lock:
-            wanted = self.todo.qsize() + 1 > self.idle and len(self.threads) < self.max_threads
+        with self.lock:  # unfinished points, this one included, beyond the threads: one more thread
+            unfinished = self.submitted - self.reported - len(self.done) + 1
+            wanted = unfinished > len(self.threads) and len(self.threads) < self.max_threads
         if wanted:
             thread = threading.Thread(target=self._work, args=(copy.deepcopy(self.network),), daemon=True,
                                       name=f"evaluate-{len(self.threads)}")
@@ -71,21 +71,12 @@ class BackgroundEvaluations:
 
     def _work(self, network: nn.Module) -> None:
         flat = FlatParameters(network)  # this thread's own weights
-        while (item := self._next()) is not None and not self.stopping.is_set():
+        while (item := self.todo.get()) is not None and not self.stopping.is_set():
             order, index, point = item
             flat.assign(point.weights)
             result = play_evaluation(network, self.config, index, self.device, should_stop=self.stopping.is_set)
             with self.lock:
                 self.done[order] = (point, result)
-
-    def _next(self) -> tuple[int, int, EvaluationPoint] | None:
-        with self.lock:
-            self.idle += 1
-        try:
-            return self.todo.get()
-        finally:
-            with self.lock:
-                self.idle -= 1
 
     def close(self, timeout: float = 10.0) -> None:
         """Abandons what is not finished; each thread ends within one env step of its evaluation."""
