@@ -3,6 +3,7 @@ and rebuilt on the learner exactly as the actor's own replay memory would hold i
 
 import numpy as np
 import pytest
+import torch
 
 from ddq.barista.experience_actor import Outbox
 from ddq.config import TrainConfig
@@ -74,11 +75,13 @@ class Tee:
             sink.add(*args)
 
 
-def test_the_learner_rebuilds_the_actors_replay_memory_from_its_messages():
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_the_learner_rebuilds_the_actors_replay_memory_from_its_messages(n_step):
     config = TrainConfig(env="CartPole-v1", num_envs=3)
     own = ReplayMemory(500, 3, (4,), np.dtype(np.float32), 2, seed=0)
-    rebuilt = ReplayMemory(500, 3, (4,), np.dtype(np.float32), 2, seed=0)
-    outbox = Outbox(gamma=0.99)
+    rebuilt = ReplayMemory(500, 3, (4,), np.dtype(np.float32), 2, seed=0, n_step=n_step, gamma=0.99)
+    outbox = Outbox(gamma=0.99, n_step=n_step)
+    sent_td = []
     actor = Actor(make_vector_env(config.env, 3, config.env_options), Tee(own, outbox), 2,
                   np.random.default_rng(0), "cpu")
     net = build_q_network("mlp", (8,), 2, [16])
@@ -92,6 +95,7 @@ def test_the_learner_rebuilds_the_actors_replay_memory_from_its_messages():
             got = decode(encode("r", Experience(0, 0, step, frames, actions, rewards, terminated, continues, td)),
                          expect)
             assert (got.td_errors[~got.continues] == -1).all() and (got.td_errors[got.continues] >= 0).all()
+            sent_td += list(got.td_errors)
             for row in range(len(got.frames)):
                 rebuilt.add(got.frames[row], got.actions[row], got.rewards[row], got.terminated[row],
                             got.continues[row])
@@ -101,3 +105,46 @@ def test_the_learner_rebuilds_the_actors_replay_memory_from_its_messages():
     assert rebuilt.written == own.written == 101
     for name in ReplayMemory._ARRAYS:
         np.testing.assert_array_equal(getattr(rebuilt, name), getattr(own, name), err_msg=name)
+    # Each settled priority is the TD error the learner computes for that transition with the same weights:
+    # row j's transition leaves frame j - 1, over the same n steps.
+    rows, streams = np.nonzero(np.array(sent_td) >= 0)
+    assert len(rows) > 200
+    batch = rebuilt.gather(rows - 1, streams)
+    with torch.no_grad():
+        chosen = net(torch.from_numpy(batch.states)).numpy()[np.arange(len(rows)), batch.actions]
+        ahead = net(torch.from_numpy(batch.next_states)).numpy().max(axis=1)
+    discounts = 0.99 if n_step == 1 else batch.discounts
+    expected = np.abs(batch.rewards + np.where(batch.terminated, 0, discounts * ahead) - chosen)
+    np.testing.assert_allclose(np.array(sent_td)[rows, streams], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_n_step_initial_priorities_by_hand():
+    """One stream, two actions, gamma 0.5, n 2: a termination, a reset and a time limit inside the windows."""
+    outbox = Outbox(gamma=0.5, n_step=2)
+    frame = np.zeros((1, 1), np.float32)
+    outbox.start(frame)
+    steps = [  # (action, reward, terminated, continues, Q of the state acted on)
+        (1, 1.0, False, True, [1, 2]),  # from s0 (Q [1, 2]) to s1
+        (0, 2.0, False, True, [0, 4]),  # s1 -> s2
+        (1, 4.0, True, True, [3, 1]),  # s2 -> s3, terminated
+        (0, 0.0, False, False, [7, 7]),  # reset: s4, not a transition
+        (1, 1.0, False, True, [1, 1]),  # s4 -> s5
+        (0, 3.0, False, True, [2, 5]),  # s5 -> s6, then cut by a time limit
+        (0, 0.0, False, False, [6, 0]),  # reset: s7
+        (0, 0.0, False, True, [0, 0]),  # s7 -> s8
+        (0, 0.0, False, True, [0, 0]),  # s8 -> s9
+    ]
+    for action, reward, terminated, continues, q in steps:
+        outbox.add(frame, np.array([action]), np.array([reward]), np.array([terminated]), np.array([continues]))
+        outbox.settle(np.array([q], np.float32))
+    _, td = outbox.take()
+    expected = [-1.0,  # the first frame
+                abs(1 + 0.5 * 2 + 0.25 * 3 - 2),  # r1 + g r2 + g^2 max Q(s2) - Q(s0, 1) = 0.75
+                abs(2 + 0.5 * 4 - 0),  # r2 + g r3, terminated: 4
+                abs(4 - 1),  # r3 alone, terminated: 3
+                -1.0,  # the reset
+                abs(1 + 0.5 * 3 + 0.25 * 6 - 1),  # r5 + g r6 + g^2 max Q(s6) - Q(s4, 1) = 3
+                abs(3 + 0.5 * 6 - 2),  # r6, then the time limit: bootstraps from s6 after one step = 4
+                -1.0]  # the reset
+    np.testing.assert_allclose(td[:, 0], expected, rtol=1e-6)
+    assert len(outbox) == 2  # s8 and s9 wait for Q-values two steps ahead

@@ -8,7 +8,7 @@ newer ones. It keeps no replay memory and computes no gradients. Epsilon
 follows the env steps the learner has trained on (one schedule for every
 actor), or is Ape-X's fixed per-actor value (`per_actor_epsilon`). With
 prioritized replay it also sends each transition's initial priority, the TD
-error of the Q-values it acted on (as Ape-X's actors do).
+error of the Q-values it acted on, n-step with `n_step` (as Ape-X's actors do).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ddq.barista.worker import HEARTBEAT_S, WORKER_SEED_STRIDE, StatsWindow, Wor
 from ddq.config import TrainConfig
 from ddq.core.actor import Actor, Episode
 from ddq.core.agent import env_shapes, epsilon_schedule, q_network, seed_everything
-from ddq.core.dqn import per_actor_epsilon
+from ddq.core.dqn import n_step_returns, per_actor_epsilon
 from ddq.core.prioritized import initial_td_errors
 from ddq.core.weights import WeightsSource
 from ddq.gamesim.envs import make_vector_env
@@ -46,19 +46,21 @@ BACKLOG_DEADLINE_S = 120.0  # an actor waiting for the learner to take its messa
 
 
 class Outbox:
-    """An actor's vector steps since it last sent, as its replay memory would record them; with `gamma`,
-    it also settles each transition's initial TD error once the Q-values of its next state are known."""
+    """An actor's vector steps since it last sent, as its replay memory would record them; with `gamma`, it
+    also settles each transition's initial TD error, over `n_step` steps as the learner's targets are, once
+    the Q-values of the state it bootstraps from are known (n vector steps later)."""
 
-    def __init__(self, gamma: float | None):
-        self.gamma = gamma
+    def __init__(self, gamma: float | None, n_step: int = 1):
+        self.gamma, self.n_step = gamma, n_step
         self.rows: list[tuple] = []  # (frames, actions, rewards, terminated, continues)
+        # Q(s, .) of the state each row's transition leaves (the row before it; None for the very first row),
+        # kept for every row not yet sent: row j's error needs those of rows j to j + n
+        self.q_before: list[np.ndarray | None] = []
         self.td_errors: list[np.ndarray] = []  # one per settled row
-        self.pending_q: np.ndarray | None = None  # Q(s, .) of the newest row's transition's first state
 
     def start(self, frames: np.ndarray) -> None:
         self.add(frames, None, None, None, np.zeros(len(frames), dtype=bool))
-        if self.gamma is not None:  # episodes start here: no transition to settle
-            self.td_errors.append(np.full(len(frames), -1.0, np.float32))
+        self.q_before.append(None)  # episodes start here: no transition to settle
 
     def add(self, frames: np.ndarray, actions: np.ndarray | None, rewards: np.ndarray | None,
             terminated: np.ndarray | None, continues: np.ndarray) -> None:
@@ -69,13 +71,31 @@ class Outbox:
                           np.array(continues, bool)))
 
     def settle(self, q_values: np.ndarray) -> None:
-        """After a step: `q_values` are Q(s_t, .), the next state's values for the row before the newest
-        one, and the first state's values for the newest."""
-        if self.gamma is not None and len(self.rows) >= 2 and self.pending_q is not None:
-            _, actions, rewards, terminated, continues = self.rows[len(self.td_errors)]
-            errors = initial_td_errors(self.pending_q, actions, rewards, terminated, q_values, self.gamma)
-            self.td_errors.append(np.where(continues, errors, -1.0).astype(np.float32))
-        self.pending_q = q_values
+        """After a step: `q_values` are Q(s_t, .) the actor acted on, the state the newest row's transition
+        left. Settles every transition whose n-step window's bootstrap state has its values now."""
+        if self.gamma is None:
+            return
+        self.q_before.append(q_values)
+        while len(self.td_errors) + self.n_step < len(self.q_before):
+            self.td_errors.append(self._td_error(len(self.td_errors)))
+
+    def _td_error(self, j: int) -> np.ndarray:
+        """Row j's transition's initial TD error, over the n rows from j as `ReplayMemory.gather` reads them
+        (-1 where it is not a transition: an episode's first frame)."""
+        assert self.gamma is not None
+        continues = self.rows[j][4]
+        q_now = self.q_before[j]
+        if q_now is None:
+            return np.full(len(continues), -1.0, np.float32)
+        window = self.rows[j:j + self.n_step]
+        available = np.stack([row[4] for row in window], axis=1)
+        returns, steps, ended = n_step_returns(np.stack([row[2] for row in window], axis=1),
+                                               np.stack([row[3] for row in window], axis=1) & available,
+                                               available, self.gamma)
+        ahead = np.stack([q for q in self.q_before[j + 1:j + 1 + self.n_step] if q is not None])  # [m-1]: Q(s_t+m)
+        q_next = ahead[steps - 1, np.arange(len(steps))]
+        errors = initial_td_errors(q_now, self.rows[j][1], returns, ended, q_next, self.gamma ** steps)
+        return np.where(continues, errors, -1.0).astype(np.float32)
 
     def take(self, everything: bool = False) -> tuple[tuple, np.ndarray | None] | None:
         """The rows whose TD errors are settled (all of them when `everything`, unknown ones -1), as stacked
@@ -84,6 +104,7 @@ class Outbox:
         if ready == 0:
             return None
         rows, self.rows = self.rows[:ready], self.rows[ready:]
+        self.q_before = self.q_before[ready:]
         td = None
         if self.gamma is not None:
             settled, self.td_errors = self.td_errors[:ready], self.td_errors[ready:]
@@ -109,7 +130,7 @@ class ExperienceActor:
         self.network: nn.Module = q_network(config, frame_shape, num_actions).to(self.device)
         self.flat = FlatParameters(self.network)
         self.source = connect(self.flat)
-        self.outbox = Outbox(config.gamma if config.prioritized else None)
+        self.outbox = Outbox(config.gamma if config.prioritized else None, config.n_step)
         self.actor = Actor(make_vector_env(config.env, config.num_envs, config.env_options), self.outbox,
                            config.frame_stack, np.random.default_rng(seed), self.device)
         self.actor.reset(seed=seed)

@@ -24,7 +24,10 @@ def parse_setting(text: str) -> tuple[str, Any]:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from ddq.benchmarks.serial import run_seeds, serial_table
+    from ddq.config import build_config, merge
 
+    # Checked alone first, so a bad --set is named as one (not as a flag of that name) before any run.
+    merge(build_config({"env": args.env}), dict(args.settings), "--set")
     overrides = {"total_steps": args.total_steps} if args.total_steps else {}
     overrides.update(dict(args.settings))
     overrides.update(mode=args.mode, workers=args.workers)

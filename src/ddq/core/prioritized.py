@@ -44,13 +44,15 @@ def importance_weights(probabilities: np.ndarray, beta: float) -> np.ndarray:
     return (weights / weights.max()).astype(np.float32)
 
 
-def initial_td_errors(q_now: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminated: np.ndarray,
-                      q_next: np.ndarray, gamma: float) -> np.ndarray:
-    """Ape-X's actor-side priorities: |r + gamma * max_a Q(s', a) - Q(s, a)| from the Q-values an actor
-    already computed to act (its own copy of the online network; no bootstrap past a termination)."""
+def initial_td_errors(q_now: np.ndarray, actions: np.ndarray, returns: np.ndarray, ended: np.ndarray,
+                      q_next: np.ndarray, discounts: np.ndarray | float) -> np.ndarray:
+    """Ape-X's actor-side priorities: |R + discount * max_a Q(s', a) - Q(s, a)| from the Q-values an actor
+    already computed to act (its own copy of the online network). One-step: R = r, discount = gamma, s' the
+    next state; n-step: R, the steps m and whether the window `ended` in a termination as `n_step_returns`
+    gives them, discount = gamma^m and s' = s_{t+m}. No bootstrap past a termination."""
     chosen = np.take_along_axis(q_now, actions[:, None], axis=1)[:, 0]
-    bootstrap = np.where(terminated, 0.0, gamma * q_next.max(axis=1))
-    return np.abs(rewards + bootstrap - chosen).astype(np.float32)
+    bootstrap = np.where(ended, 0.0, np.asarray(discounts) * q_next.max(axis=1))
+    return np.abs(returns + bootstrap - chosen).astype(np.float32)
 
 
 class SumTree:
