@@ -51,8 +51,10 @@ from ddq.transport.wire import WEIGHTS, Header, layout_bytes, pack_header
 
 log = logging.getLogger("ddq.learner")
 HOUSEKEEPING_S = 0.25
-INBOX_MESSAGES = 4  # decoded messages waiting for the training loop; beyond this the receiver lets Redis hold them
-TAKE_BATCH = 8  # messages taken per round trip once the first one arrived
+# Decoded messages waiting for the training loop; beyond this the receiver lets Redis hold them, where they
+# count against the actors' backlog. One is enough to decode the next message while training on this one;
+# four let one CartPole actor run about 500 env steps ahead of the learner (its epsilon and weights lagged).
+INBOX_MESSAGES = 1
 UPDATES_PER_ROUND = 16  # the loop looks at its inbox and housekeeping between rounds of at most this many
 
 
@@ -80,7 +82,8 @@ class LearnerServer:
         self.inbox: queue.Queue[Experience] = queue.Queue()
         self.receiver = threading.Thread(target=self._receive, args=(redis_url,), name="receive", daemon=True)
         self.publisher = threading.Thread(target=self._publish_loop, args=(redis_url,), name="publish", daemon=True)
-        self.outbox: tuple[int, list[bytes]] | None = None  # the newest weights (and target) not yet published
+        # the newest weights (and target) not yet published, with their version and the env steps trained on
+        self.outbox: tuple[int, list[bytes], int] | None = None
         self.sending = threading.Lock()  # the training loop and the publisher both send weights
         self.sent_version = -1  # of the newest weights sent: an older hand-over never overwrites them
         self.eval_outbox: list[tuple[bytes, int]] = []  # weights of eval_every marks, with their trained steps
@@ -121,22 +124,29 @@ class LearnerServer:
         """The receiving thread: takes messages off the run's list and decodes them into the inbox."""
         client = redis.Redis.from_url(redis_url)
         while not self.stopping.is_set():
-            if self.inbox.qsize() >= INBOX_MESSAGES:
-                time.sleep(0.002)
-                continue
-            with self.receiving:
+            try:
+                if not self.receive_once(client):
+                    time.sleep(0.002)
+            except redis.RedisError as error:
+                log.error("learner lost Redis while receiving (%s)", error)
+                self.stopping.set()
+                return
+
+    def receive_once(self, client: redis.Redis) -> bool:
+        """Takes as many messages as the inbox has room for (waiting briefly for the first), decoded; False
+        when it had no room. What it leaves in Redis counts against the actors' backlog."""
+        room = INBOX_MESSAGES - self.inbox.qsize()
+        if room <= 0:
+            return False
+        with self.receiving:
+            first = client.brpop([self.keys.experience], timeout=0.05 if self.config.sync else HOUSEKEEPING_S)
+            more = client.rpop(self.keys.experience, room - 1) if first and room > 1 else None
+            for message in ([first[1]] if first else []) + list(more or []):
                 try:
-                    first = client.brpop([self.keys.experience], timeout=0.05 if self.config.sync else HOUSEKEEPING_S)
-                    more = client.rpop(self.keys.experience, TAKE_BATCH - 1) if first else None
-                except redis.RedisError as error:
-                    log.error("learner lost Redis while receiving (%s)", error)
-                    self.stopping.set()
-                    return
-                for message in ([first[1]] if first else []) + list(more or []):
-                    try:
-                        self.inbox.put(decode(typing.cast(bytes, message), self.expect))
-                    except ExperienceError as error:
-                        self.metrics.reject(error.reason, str(error), 0)
+                    self.inbox.put(decode(typing.cast(bytes, message), self.expect))
+                except ExperienceError as error:
+                    self.metrics.reject(error.reason, str(error), 0)
+        return True
 
     def ingest(self, experience: Experience) -> None:
         """Records a message's vector steps in its actor's memory; a message that does not follow the
@@ -174,7 +184,7 @@ class LearnerServer:
         with self.outbox_ready:
             if self.outbox is not None and len(self.outbox[1]) > len(messages):
                 messages.append(self.outbox[1][1])  # a target not yet published stays due
-            self.outbox = (self.learner.updates, messages)
+            self.outbox = (self.learner.updates, messages, self.trained_steps)
             self.outbox_ready.notify()
 
     def _publish_loop(self, redis_url: str) -> None:
@@ -212,9 +222,11 @@ class LearnerServer:
 
     def _send_now(self, client: redis.Redis) -> None:
         """Sends the current weights and target from the training loop, past the publishing thread."""
-        self._send_weights(client, self.learner.updates, self._weights_messages(target_too=True))
+        self._send_weights(client, self.learner.updates, self._weights_messages(target_too=True), self.trained_steps)
 
-    def _send_weights(self, client: redis.Redis, version: int, messages: list[bytes]) -> None:
+    def _send_weights(self, client: redis.Redis, version: int, messages: list[bytes], trained: int) -> None:
+        """Publishes weights with the env steps they were trained on: the actors' epsilon follows that count,
+        and housekeeping's every quarter second lagged hundreds of env steps behind on a fast simulator."""
         try:
             with self.sending:
                 if version < self.sent_version:
@@ -224,6 +236,7 @@ class LearnerServer:
                 pipe.set(self.shard_keys.weights, messages[0])
                 if len(messages) > 1:
                     pipe.set(self.shard_keys.target, messages[1])
+                pipe.set(self.keys.trained_steps, trained)
                 pipe.execute()
                 self.sent_version = version
                 self.publications += 1
