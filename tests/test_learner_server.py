@@ -39,26 +39,28 @@ def test_the_learner_takes_one_message_ahead_and_publishes_trained_steps_with_it
         client.lpush(keys.experience, message(sequence))
 
     # The inbox holds one decoded message; the rest stay in Redis, where they hold the actors back.
-    assert INBOX_MESSAGES == 1
-    assert learner.receive_once(client) and learner.inbox.qsize() == 1 and client.llen(keys.experience) == 4
+    assert learner.receive_once(client) and learner.inbox.qsize() == INBOX_MESSAGES == 1
+    assert client.llen(keys.experience) == 4
     assert not learner.receive_once(client) and client.llen(keys.experience) == 4
-    learner.step()  # takes message 0 (60 env steps: its first row starts episodes), owes nothing yet
+    learner.step()  # takes message 0: 60 env steps (its first row starts episodes), short of learning_starts
     assert learner.owed == 0 and learner.trained_steps == 60
     assert learner.receive_once(client) and client.llen(keys.experience) == 3
-    learner.step()  # takes message 1: 64 env steps past learning_starts earn 60 updates (the first 4 did not)
-    assert learner.owed > 0 and learner.trained_steps < 124
+    learner.step()  # takes message 1: past learning_starts, its 64 env steps earn 64 updates, none done yet
+    assert learner.owed == 64 and learner.trained_steps == 60
 
     published = []
     while learner.owed > 0:
-        trained_before = learner.trained_steps
         learner.step()  # trains up to 16 updates; every 10th hands its weights to the publisher
         if learner.outbox is not None:
             version, messages, trained = learner.outbox
             learner.outbox = None
             learner._send_weights(client, version, messages, trained)
-            # published with the env steps trained on when they were handed over, without waiting for
-            # housekeeping (every quarter second, which this test never runs)
-            assert int(client.get(keys.trained_steps)) == trained_before
-            published.append(version)
-    assert len(published) >= 3 and published == sorted(published) and published[-1] == 60
-    assert learner.trained_steps == 124
+            # published with the env steps those weights were trained on (60 + one per update), without
+            # waiting for housekeeping (every quarter second, which this test never runs)
+            published.append((version, int(client.get(keys.trained_steps))))
+    assert published and all(count == 60 + version for version, count in published)
+    assert published[-1][0] == 60 and learner.learner.updates == 64 and learner.trained_steps == 124
+
+    # The count never goes back: a hand-over counted before a later write does not undo it.
+    learner._send_weights(client, 64, learner._weights_messages(target_too=False), 100)
+    assert int(client.get(keys.trained_steps)) == published[-1][1] == 120  # the last publication's, not 100

@@ -55,6 +55,10 @@ HOUSEKEEPING_S = 0.25
 # count against the actors' backlog. One is enough to decode the next message while training on this one;
 # four let one CartPole actor run about 500 env steps ahead of the learner (its epsilon and weights lagged).
 INBOX_MESSAGES = 1
+# The env steps trained on only ever rise: the publishing thread and housekeeping both write them, and the one
+# that counted first may write last (a server-side max, so the two never wait on each other).
+RAISE_TO = ("local old = tonumber(redis.call('GET', KEYS[1]) or '-1') "
+            "if tonumber(ARGV[1]) > old then redis.call('SET', KEYS[1], ARGV[1]) end")
 UPDATES_PER_ROUND = 16  # the loop looks at its inbox and housekeeping between rounds of at most this many
 
 
@@ -75,6 +79,7 @@ class LearnerServer:
         self.keys, self.shard_keys = RunKeys(run), RunKeys(run).shard(0)
         self.layout, self.bounds = layout_bytes(flat.layout_hash()), (0, flat.size)
         self.redis = redis.Redis.from_url(redis_url)
+        self.raise_to = self.redis.register_script(RAISE_TO)
         self.control = RunControl(self.redis, run)
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))
         run_dir = Path(config.run_dir) if config.run_dir else None
@@ -133,17 +138,15 @@ class LearnerServer:
                 return
 
     def receive_once(self, client: redis.Redis) -> bool:
-        """Takes as many messages as the inbox has room for (waiting briefly for the first), decoded; False
-        when it had no room. What it leaves in Redis counts against the actors' backlog."""
-        room = INBOX_MESSAGES - self.inbox.qsize()
-        if room <= 0:
+        """Takes the next message, decoded, if the inbox has room (waiting briefly for one); False when it had
+        no room. What it leaves in Redis counts against the actors' backlog."""
+        if self.inbox.qsize() >= INBOX_MESSAGES:
             return False
         with self.receiving:
-            first = client.brpop([self.keys.experience], timeout=0.05 if self.config.sync else HOUSEKEEPING_S)
-            more = client.rpop(self.keys.experience, room - 1) if first and room > 1 else None
-            for message in ([first[1]] if first else []) + list(more or []):
+            taken = client.brpop([self.keys.experience], timeout=0.05 if self.config.sync else HOUSEKEEPING_S)
+            if taken:
                 try:
-                    self.inbox.put(decode(typing.cast(bytes, message), self.expect))
+                    self.inbox.put(decode(typing.cast(bytes, taken[1]), self.expect))
                 except ExperienceError as error:
                     self.metrics.reject(error.reason, str(error), 0)
         return True
@@ -236,7 +239,7 @@ class LearnerServer:
                 pipe.set(self.shard_keys.weights, messages[0])
                 if len(messages) > 1:
                     pipe.set(self.shard_keys.target, messages[1])
-                pipe.set(self.keys.trained_steps, trained)
+                self.raise_to(keys=[self.keys.trained_steps], args=[trained], client=pipe)
                 pipe.execute()
                 self.sent_version = version
                 self.publications += 1
@@ -256,6 +259,7 @@ class LearnerServer:
             if before is not None:
                 self.metrics.record_layers(before.cpu(), self.learner.flat.data.cpu(), self.learner.flat.grad.cpu())
             self.metrics.accept(0, stats.loss)
+            self.owed -= 1  # before publishing: the weights go out with the env steps they were trained on
             if target_refresh_due(self.learner.updates, self.config.target_update):
                 self.target_version = self.learner.updates
             # --sync publishes once a round is trained on: an actor still to sync must get the round's weights,
@@ -264,7 +268,6 @@ class LearnerServer:
                 self.publish(target_too=self.target_version == self.learner.updates)
             if self.learner.updates % self.config.server.snapshot_every == 0:
                 self.snapshot()
-        self.owed -= updates
 
     @property
     def trained_steps(self) -> int:
@@ -301,7 +304,7 @@ class LearnerServer:
                 return
         self._send_now(self.redis)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.set(self.keys.trained_steps, self.trained_steps)
+        self.raise_to(keys=[self.keys.trained_steps], args=[self.trained_steps], client=pipe)
         pipe.set(self.keys.round_done, ready)
         pipe.execute()
         self.round_done = ready
@@ -315,7 +318,7 @@ class LearnerServer:
                       trained_steps=self.trained_steps, policy_lag=float(np.mean(lags)) if lags else None)
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.shard_keys.metrics, json.dumps(report))
-        pipe.set(self.keys.trained_steps, self.trained_steps)
+        self.raise_to(keys=[self.keys.trained_steps], args=[self.trained_steps], client=pipe)
         pipe.execute()
         return not self.control.stopping() and not self.stopping.is_set()
 
