@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import asdict
 
@@ -92,7 +93,9 @@ class Outbox:
         returns, steps, ended = n_step_returns(np.stack([row[2] for row in window], axis=1),
                                                np.stack([row[3] for row in window], axis=1) & available,
                                                available, self.gamma)
-        ahead = np.stack([q for q in self.q_before[j + 1:j + 1 + self.n_step] if q is not None])  # [m-1]: Q(s_t+m)
+        later = self.q_before[j + 1:j + 1 + self.n_step]
+        assert all(q is not None for q in later)  # only the very first row has no state before it
+        ahead = np.stack(typing.cast(list[np.ndarray], later))  # ahead[m - 1]: Q(s_{t+m}, .)
         q_next = ahead[steps - 1, np.arange(len(steps))]
         errors = initial_td_errors(q_now, self.rows[j][1], returns, ended, q_next, self.gamma ** steps)
         return np.where(continues, errors, -1.0).astype(np.float32)
