@@ -302,11 +302,8 @@ class LearnerServer:
         with self.receiving:  # nothing between Redis and the inbox: an empty list and inbox hold it all
             if self.redis.llen(self.keys.experience) or not self.inbox.empty() or self.owed > 0:
                 return
-        self._send_now(self.redis)
-        pipe = self.redis.pipeline(transaction=False)
-        self.raise_to(keys=[self.keys.trained_steps], args=[self.trained_steps], client=pipe)
-        pipe.set(self.keys.round_done, ready)
-        pipe.execute()
+        self._send_now(self.redis)  # with the env steps trained on, before the actors may read the round done
+        self.redis.set(self.keys.round_done, ready)
         self.round_done = ready
 
     def housekeeping(self) -> bool:
