@@ -21,12 +21,10 @@ def run_training(config: TrainConfig, run_dir: str | Path, started_at: float | N
 
         serial = SerialTrainer(config, run_dir, started_at, resume=resume)
         return serial.run(), serial.exit_code
-    from ddq.modes.downpour import DownpourTrainer
-
-    trainer: type[DownpourTrainer] = DownpourTrainer
     if config.mode == "actor-learner":
-        from ddq.modes.actor_learner import ActorLearnerTrainer
+        from ddq.modes.actor_learner import train_actor_learner
 
-        trainer = ActorLearnerTrainer
-    distributed = trainer(config, run_dir, started_at, resume=resume)
-    return distributed.train(), distributed.exit_code
+        return train_actor_learner(config, run_dir, started_at, resume)
+    from ddq.modes.downpour import train_downpour
+
+    return train_downpour(config, run_dir, started_at, resume)

@@ -145,3 +145,21 @@ def progress_values(recent_return: float | None, epsilon: float,
         if apples:
             values["greedy"] = f"{last_eval[2]:.1f} apples@{last_eval[0]:,}"
     return values
+
+
+@dataclass
+class RunRecord:
+    """What a distributed run's driver writes down as it goes: its log, counters, clock (`origin`: the run's
+    start, less the earlier sessions of a resumed run) and newest greedy evaluation."""
+
+    config: TrainConfig
+    log: RunLog
+    counters: RunCounters
+    origin: float
+    last_eval: tuple[int, float, float] | None = None  # (env steps, mean return, mean rewarded steps)
+
+    def note(self, result: Evaluation, env_steps: int, updates: int, **extra: Any) -> bool:
+        """Counts and logs one evaluation; True once it reached the target return."""
+        self.last_eval, reached = note_evaluation(result, self.config, self.log, self.counters, env_steps, updates,
+                                                  self.origin, **extra)
+        return reached

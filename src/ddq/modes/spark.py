@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,52 @@ def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: 
     actor = ExperienceActor(config, redis_url, run, index,
                             lambda flat: ParameterClient(redis_url, run, flat, 1, index), attempt, meet)
     yield dataclasses.asdict(actor.run())
+
+
+SparkTask = Callable[[int, Iterator, str, str, str], Iterator[dict]]
+
+
+class SparkJobFailed(RuntimeError):
+    pass
+
+
+def python_error(text: str) -> str:
+    """The line that says what went wrong in a Spark error's text: the last Python exception it quotes
+    ("ValueError: ..."), else its first line."""
+    quoted = re.findall(r"^(\w+(?:Error|Exception|Failed)\b.*)$", text, re.MULTILINE)
+    return quoted[-1] if quoted else text.splitlines()[0]
+
+
+class SparkJob:
+    """A run's Spark job, on a thread of the driver: `workers` tasks each running `task` (a module-level
+    function: Spark ships it to the executors, not the driver), as a barrier stage when asked (Spark's
+    barrier execution: its tasks start together, and a failed one restarts them all)."""
+
+    def __init__(self, spark: Any, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str):
+        self.spark = spark
+        self.error: SparkJobFailed | None = None
+        self.thread = threading.Thread(target=self._run, args=(task, workers, barrier, settings, url, run),
+                                       name="spark-job", daemon=True)
+
+    def _run(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
+        try:
+            rdd = self.spark.sparkContext.parallelize(range(workers), workers)
+            rdd = rdd.barrier() if barrier else rdd
+            rdd.mapPartitionsWithIndex(lambda index, rows: task(index, rows, settings, url, run)).collect()
+        except Exception as error:  # the driver reports it
+            self.error = SparkJobFailed(f"the Spark job failed: {python_error(str(error))}")
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def is_alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def join(self, timeout: float | None) -> None:
+        self.thread.join(timeout)
+
+    def cancel(self) -> None:
+        self.spark.sparkContext.cancelAllJobs()
 
 
 def launched_by_spark_submit() -> bool:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ddq.core.central_learner import Experience
+
 MAGIC = b"DDQE"
 FORMAT = 1
 # magic, format, dtype code, frame ndim, has td errors, run hash, actor, attempt, sequence, rows, streams,
@@ -41,29 +43,6 @@ class ExperienceError(ValueError):
 def run_hash(run: str) -> bytes:
     """8 bytes that tell one run's messages from another's (runs can share a Redis)."""
     return hashlib.blake2b(run.encode(), digest_size=8).digest()
-
-
-@dataclass
-class Experience:
-    """Consecutive vector steps of one actor. Arrays are [rows, streams, ...]; `td_errors` (initial
-    priorities, negative where unknown) only when the actor computed them."""
-
-    actor: int
-    attempt: int
-    sequence: int
-    frames: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    terminated: np.ndarray
-    continues: np.ndarray
-    td_errors: np.ndarray | None = None
-    weights_version: int = 0
-    epsilon: float = 0.0
-
-    @property
-    def env_steps(self) -> int:
-        """Transitions in the message (a row where a stream started an episode is none)."""
-        return int(self.continues.sum())
 
 
 def encode(run: str, experience: Experience) -> bytes:

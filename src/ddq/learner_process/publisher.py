@@ -1,0 +1,112 @@
+"""The learner's weights going out: to the actors (shard 0's keys, the parameter server's wire format, so to
+an actor the learner is a parameter server) and to the driver's evaluations, on a thread of their own so
+the training loop never waits on the network."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import redis
+
+from ddq.core.learner import Learner
+from ddq.transport.eval_points import publish_point
+from ddq.transport.keys import RunKeys
+from ddq.transport.wire import WEIGHTS, Header, pack_header
+
+log = logging.getLogger("ddq.learner")
+WAIT_S = 0.25
+# The env steps trained on only ever rise: the publishing thread and housekeeping both write them, and the one
+# that counted first may write last (a server-side max, so the two never wait on each other). Our own script:
+# nothing received is evaluated.
+RAISE_TO = ("local old = tonumber(redis.call('GET', KEYS[1]) or '-1') "
+            "if tonumber(ARGV[1]) > old then redis.call('SET', KEYS[1], ARGV[1]) end")
+
+
+def weights_messages(learner: Learner, layout: bytes, target_version: int, target_too: bool) -> list[bytes]:
+    """The learner's weights (and its target's) as parameter-server weights messages."""
+    size = learner.flat.size
+    messages = [pack_header(Header(WEIGHTS, layout, learner.updates, size))
+                + learner.flat.data.detach().cpu().numpy().tobytes()]
+    if target_too:
+        messages.append(pack_header(Header(WEIGHTS, layout, target_version, size))
+                        + learner.target_flat.data.detach().cpu().numpy().tobytes())
+    return messages
+
+
+class WeightsPublisher:
+    """Publishes the newest weights handed over (a newer hand-over replaces an older one not yet sent) and
+    every evaluation point, in order. `failed` is set once Redis refused: the learner then stops."""
+
+    def __init__(self, client: redis.Redis, keys: RunKeys):
+        self.client, self.keys, self.shard_keys = client, keys, keys.shard(0)
+        self.raise_to = client.register_script(RAISE_TO)
+        self.outbox: tuple[int, list[bytes], int] | None = None  # version, messages, trained steps
+        self.eval_outbox: list[tuple[bytes, int]] = []  # weights of eval_every marks, with their trained steps
+        self.ready = threading.Condition()
+        self.sending = threading.Lock()  # the training loop and this thread both send weights
+        self.sent_version = -1  # of the newest weights sent: an older hand-over never overwrites them
+        self.publications = 0
+        self.stopping = threading.Event()
+        self.failed = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="publish", daemon=True)
+
+    def hand_over(self, version: int, messages: list[bytes], trained: int) -> None:
+        with self.ready:
+            if self.outbox is not None and len(self.outbox[1]) > len(messages):
+                messages = [*messages, self.outbox[1][1]]  # a target not yet published stays due
+            self.outbox = (version, messages, trained)
+            self.ready.notify()
+
+    def hand_over_point(self, message: bytes, trained: int) -> None:
+        with self.ready:
+            self.eval_outbox.append((message, trained))
+            self.ready.notify()
+
+    def send(self, client: redis.Redis, version: int, messages: list[bytes], trained: int) -> None:
+        """Publishes weights with the env steps they were trained on (the actors' epsilon follows that count)."""
+        try:
+            with self.sending:
+                if version < self.sent_version:
+                    return  # the training loop sent newer weights while this hand-over waited
+                pipe = client.pipeline(transaction=False)
+                pipe.publish(self.shard_keys.applied, str(version))
+                pipe.set(self.shard_keys.weights, messages[0])
+                if len(messages) > 1:
+                    pipe.set(self.shard_keys.target, messages[1])
+                self.raise_to(keys=[self.keys.trained_steps], args=[trained], client=pipe)
+                pipe.execute()
+                self.sent_version = version
+                self.publications += 1
+        except redis.RedisError as error:
+            log.error("learner could not publish its weights (%s)", error)
+            self.failed.set()
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Sends what was handed over, then ends the thread."""
+        self.stopping.set()
+        with self.ready:
+            self.ready.notify()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self.ready:
+                while self.outbox is None and not self.eval_outbox and not self.stopping.is_set():
+                    self.ready.wait(WAIT_S)
+                weights, self.outbox = self.outbox, None
+                points, self.eval_outbox = self.eval_outbox, []
+            if weights is None and not points:
+                return
+            if weights is not None:
+                self.send(self.client, *weights)
+            try:
+                for message, trained in points:
+                    publish_point(self.client, self.keys.eval_points, message, trained, self.keys.env_steps)
+            except redis.RedisError as error:
+                log.error("learner could not publish an evaluation point (%s)", error)
+                self.failed.set()

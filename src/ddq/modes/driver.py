@@ -1,0 +1,206 @@
+"""The driver of a distributed run, whatever its mode: a `Wiring` says who owns the weights, what each Spark
+task runs and how the driver evaluates; the driver does the rest the same way for every mode.
+
+It starts (or connects to) Redis, the weights service and the run's helpers,
+runs the Spark job until the run's global env step budget is spent, and
+meanwhile logs the workers' episodes, evaluates, and stops the run
+(`ddq.lifecycle`) once the target return is reached, the time budget is spent
+or a person asks (Ctrl-C, SIGTERM, or the control key). It supervises every
+process it started: a dead weights process is restarted from its snapshot, a
+task that dies is retried by Spark (`spark.task.maxFailures`), and a run that
+cannot go on (Redis gone, a process that keeps dying) ends with one error
+line, a summary and the newest checkpoint it has.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+from tqdm import tqdm
+
+from ddq.config import TrainConfig, encode_settings
+from ddq.core.agent import env_shapes, make_learner, resolve_device, seed_everything
+from ddq.core.replay import state_shape
+from ddq.gamesim import eats_apples
+from ddq.lifecycle import StopReason, StopSignals, stop_reason
+from ddq.modes.bookkeeping import RunCounters, RunLog, RunRecord, progress_values, run_summary
+from ddq.modes.evaluators import Evaluator, WeightsMirror
+from ddq.modes.run_services import RunServices
+from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask, launched_by_spark_submit, local_master, spark_session
+from ddq.modes.weights_service import ServiceContext, WeightsService
+from ddq.processes import ProcessFailed, Supervisor
+from ddq.services.archive import save_telemetry
+from ddq.services.telemetry import network_info, worker_rows
+
+JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
+DRAIN_TIMEOUT_S = 120.0  # after the job: how long the weights service may take to apply what was sent
+
+
+@dataclass
+class Wiring:
+    """What makes a distributed mode."""
+
+    weights: WeightsService  # who owns the weights
+    task: SparkTask  # what each Spark task runs
+    evaluator: Callable[[WeightsMirror, RunRecord, RunServices], Evaluator]  # when and what the driver evaluates
+    barrier: bool = False  # the tasks form a barrier stage
+
+
+class Driver:
+    """Runs one distributed training run, wired by `wiring`."""
+
+    def __init__(self, config: TrainConfig, run_dir: str | Path, wiring: Wiring, started_at: float | None = None,
+                 resume: dict[str, Any] | None = None):
+        """`resume`: the checkpoint of an earlier run into `run_dir`; its counters (env steps, so epsilon,
+        episodes, evaluations, wall time) continue, and the weights service resumes from its snapshots."""
+        self.config, self.run_dir, self.wiring = config, Path(run_dir), wiring
+        self.started_at = started_at if started_at is not None else time.time()
+        self.run = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
+        seed_everything(config.seed, config.threads)
+        device = resolve_device(config.device)
+        frame_shape, _, num_actions = env_shapes(config)
+        self.state_shape = state_shape(frame_shape, config.frame_stack)
+        self.mirror = WeightsMirror(config, make_learner(config, frame_shape, num_actions, device), device,
+                                    self.run_dir)
+        counters = RunCounters.from_dict(resume["counters"]) if resume else RunCounters()
+        # the run's clock: from the command's start, less the earlier sessions of a resumed run
+        self.record = RunRecord(config, RunLog(self.run_dir), counters, self.started_at - counters.wall_time_s)
+        self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
+        self.supervisor = Supervisor()
+        self.services = RunServices(config, self.run, self.run_dir, self.supervisor)
+        self.signals = StopSignals()
+        self.failure: str | None = None  # the one line that says what ended a run that could not go on
+        self.exit_code = 0
+
+    def train(self) -> dict[str, Any]:
+        c = self.config
+        with contextlib.ExitStack() as stack:
+            if not c.redis_url and (c.spark_master or launched_by_spark_submit()):
+                print("ddq: note: the private Redis listens on a unix socket of this machine; executors on other "
+                      "machines need --redis-url redis://HOST:PORT (or rediss://) of a server they can reach",
+                      file=sys.stderr)
+            master = c.spark_master or (None if launched_by_spark_submit() else local_master(c.workers))
+            spark = spark_session(master, f"ddq-{self.run}", self.run_dir / "spark.log")
+            stack.callback(spark.stop)
+            stack.enter_context(self.signals)  # after Spark's session: pyspark installs a SIGINT handler of its own
+            self._start_services(stack)
+            try:
+                self._run_job(spark)
+                self.wiring.weights.drained(DRAIN_TIMEOUT_S)
+                self.mirror.evaluate(self.record, self.services)
+                self.services.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
+            except (ProcessFailed, SparkJobFailed, redis.RedisError) as error:
+                self.failure = f"{type(error).__name__}: {error}" if isinstance(error, redis.RedisError) else str(error)
+                print(f"ddq: error: the run cannot go on: {self.failure}", file=sys.stderr, flush=True)
+            summary = self._finish()
+            with contextlib.suppress(redis.RedisError):
+                self.services.reporter.finish(summary)
+                save_telemetry(self.services.redis, self.services.keys, self.run_dir)  # for `ddq dashboard RUN_DIR`
+        self.exit_code = 1 if self.failure else self.signals.exit_code()
+        return summary
+
+    def _start_services(self, stack: contextlib.ExitStack) -> None:
+        """Redis (unless given), the weights service, Celery and the dashboard, each supervised, then the
+        driver's mirror of the weights and the evaluator; a first checkpoint, so a driver killed at any
+        moment leaves a run to resume."""
+        weights, flat = self.wiring.weights, self.mirror.learner.flat
+        info = {"run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
+                "network": network_info(flat.layout, flat.layout_hash(), self.state_shape)}
+        self.services.open(stack, info, weights.slices, self.record.counters.env_steps)
+        s = self.services
+        weights.start(ServiceContext(s.settings, s.url, self.run, self.run_dir, s.redis, self.supervisor))
+        stack.callback(weights.stop)
+        s.start_helpers(stack)
+        self.mirror.connect(stack, s.url, self.run, weights.slices)
+        self.evaluator = self.wiring.evaluator(self.mirror, self.record, s)
+        stack.callback(self.evaluator.close)
+        self.mirror.sync()
+        self.mirror.save(self.record)
+
+    def _run_job(self, spark: Any) -> None:
+        """Runs the workers' tasks to the end of the run, watching over it meanwhile (`_watch`)."""
+        c = self.config
+        job = SparkJob(spark, self.wiring.task, c.workers, self.wiring.barrier, encode_settings(c), self.services.url,
+                       self.run)
+        job.start()
+        clean = False
+        try:
+            self._watch(job)
+            clean = job.error is None
+        finally:  # a job that ended cleanly spent the budget (unless something stopped it before)
+            with contextlib.suppress(redis.RedisError):
+                self.services.control.stop(StopReason.BUDGET if clean else StopReason.FAILURE)
+            if not clean:
+                job.cancel()
+            job.join(None if clean else JOB_CANCEL_WAIT_S)
+        if job.error is not None:
+            raise job.error
+
+    def _watch(self, job: SparkJob) -> None:
+        """While the job runs: supervise the processes, log episodes, evaluate, and stop at the target, the
+        time budget or a signal (the workers stop at the step budget themselves)."""
+        c, counters, s = self.config, self.record.counters, self.services
+        reached = False
+        with tqdm(total=c.total_steps, initial=counters.env_steps, unit="step", disable=not c.progress,
+                  mininterval=1.0, dynamic_ncols=True) as bar:
+            while job.is_alive():
+                job.join(0.5)
+                try:
+                    stopping = s.control.stopping()
+                except redis.RedisError:
+                    stopping = False  # the supervisor names what died, if it is ours
+                self.supervisor.check(stopping)
+                s.reporter.record_restarts(self.supervisor.restarts())
+                steps = int(s.redis.get(s.keys.env_steps) or 0)
+                bar.update(min(steps, c.total_steps) - bar.n)  # past the total, tqdm would drop the percentage
+                counters.env_steps = steps
+                counters.wall_time_s = time.time() - self.record.origin
+                self._drain_episodes()
+                epsilon = self.wiring.weights.workers_epsilon(steps)
+                s.reporter.record_progress(steps, epsilon)
+                recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
+                bar.set_postfix(progress_values(recent, epsilon, self.record.last_eval, eats_apples(c.env)),
+                                refresh=False)
+                reached = self.evaluator.periodic(steps, stopping) or reached
+                reason = stop_reason(None, c.total_steps, reached, c.time_budget_s, self.started_at,
+                                     user_stopped=self.signals.received is not None,
+                                     episodes=counters.episodes, total_episodes=c.total_episodes)
+                if reason is not None and not stopping:
+                    s.control.stop(reason)
+
+    def _drain_episodes(self) -> None:
+        for episode in self.services.episodes.read_new():
+            self.record.counters.episodes += 1
+            self.recent_returns.append(float(episode.get("episode_return") or 0.0))
+            self.record.log.write("episode", env_steps=episode.get("env_steps", self.record.counters.env_steps),
+                                  worker=episode.get("worker"), episode_return=episode.get("episode_return"),
+                                  length=episode.get("length"), truncated=episode.get("truncated"))
+
+    def _finish(self) -> dict[str, Any]:
+        """Summary, progress point and checkpoint: from the weights service when it is there, from the
+        driver's mirror (as of the last evaluation) when the run failed. The summary's workers are every
+        attempt's last report (a killed attempt's steps and pushes count too)."""
+        workers: list[dict] = []
+        counters, s = self.record.counters, self.services
+        counters.wall_time_s = time.time() - self.record.origin
+        with contextlib.suppress(redis.RedisError):
+            workers = worker_rows(s.redis, s.keys)
+            self._drain_episodes()
+            epsilon = self.wiring.weights.workers_epsilon(counters.env_steps)
+            s.reporter.record_progress(counters.env_steps, epsilon, force=True)
+        path = self.mirror.save(self.record)
+        reason = f"{StopReason.FAILURE.value}: {self.failure}" if self.failure else s.control.reason()
+        summary = run_summary(self.config, counters, self.record.last_eval, self.mirror.version, path, reason)
+        summary.update(stopped_by=self.signals.received, restarts=self.supervisor.restarts(), workers=workers)
+        self.record.log.write_summary(summary)
+        self.record.log.close()
+        return summary

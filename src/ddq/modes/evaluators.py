@@ -1,0 +1,120 @@
+"""How a distributed run's driver evaluates: its mirror of the weights, and the two ways evaluations are
+timed. Downpour evaluates in line at each eval_every mark of the workers' env steps; actor-learner
+evaluates, beside the run, the weights the learner kept at each mark of the env steps it trained on
+(so each mark is evaluated as serial training's would be)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from ddq.config import TrainConfig
+from ddq.core import checkpoint as ckpt
+from ddq.core.dqn import next_mark
+from ddq.core.learner import Learner
+from ddq.modes.background_eval import BackgroundEvaluations
+from ddq.modes.bookkeeping import RunRecord, play_evaluation
+from ddq.modes.run_services import RunServices
+from ddq.param_server.client import ParameterClient
+from ddq.services.telemetry import record_evaluation
+from ddq.transport.eval_points import PointReader
+from ddq.transport.wire import layout_bytes
+
+
+class WeightsMirror:
+    """The driver's copy of the run's weights, synced from the weights service: what it evaluates and
+    saves as the run's checkpoint (the service keeps its own, newer snapshots, which a resume starts from)."""
+
+    def __init__(self, config: TrainConfig, learner: Learner, device: torch.device, run_dir: Path):
+        self.config, self.learner, self.device, self.run_dir = config, learner, device, run_dir
+
+    def connect(self, stack: contextlib.ExitStack, url: str, run: str, slices: int) -> None:
+        self.client = ParameterClient(url, run, self.learner.flat, slices, target=self.learner.target_flat)
+        stack.callback(self.client.close)
+
+    @property
+    def version(self) -> int:
+        return self.client.version
+
+    def sync(self) -> None:
+        self.client.sync()
+
+    def save(self, record: RunRecord) -> Path:
+        """The weights as of the last sync, with the run's counters."""
+        self.learner.updates = self.client.version
+        return ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
+                                    record.counters.as_dict(), {})
+
+    def evaluate(self, record: RunRecord, services: RunServices) -> bool:
+        """Greedy evaluation of the newest weights, recorded and checkpointed (a driver killed later leaves a
+        run to resume from here); True once the target return is reached."""
+        self.sync()
+        result = play_evaluation(self.learner.online, self.config, record.counters.evaluations, self.device)
+        reached = record.note(result, record.counters.env_steps, self.version)
+        record_evaluation(services.redis, services.keys, "driver", self.version, record.counters.env_steps,
+                          result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
+        self.save(record)
+        return reached
+
+
+class Evaluator(Protocol):
+    def periodic(self, env_steps: int, stopping: bool) -> bool:
+        """Evaluates what is due at `env_steps` of the run; True once an evaluation reached the target."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class InlineEvaluator:
+    """Evaluates the mirror in the driver's loop once the workers' env steps cross each eval_every mark."""
+
+    def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices):
+        self.mirror, self.record, self.services = mirror, record, services
+        self.next_eval = next_mark(record.counters.env_steps, record.config.eval_every)
+
+    def periodic(self, env_steps: int, stopping: bool) -> bool:
+        if env_steps < self.next_eval or stopping:
+            return False
+        self.next_eval = next_mark(env_steps, self.record.config.eval_every)
+        return self.mirror.evaluate(self.record, self.services)
+
+    def close(self) -> None:
+        pass
+
+
+class PointEvaluator:
+    """Evaluates every evaluation point the learner published, beside the run and in order. A point is
+    logged at the env steps the actors had played when it was published."""
+
+    def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices):
+        self.mirror, self.record, self.services = mirror, record, services
+        flat = mirror.learner.flat
+        self.points = PointReader(services.redis, services.keys.eval_points, layout_bytes(flat.layout_hash()),
+                                  flat.size)
+        self.background = BackgroundEvaluations(mirror.learner.online, record.config, mirror.device)
+
+    def periodic(self, env_steps: int, stopping: bool) -> bool:
+        if not stopping:
+            for point in self.points.read_new():
+                self.background.submit(point, self.record.counters.evaluations + self.background.pending())
+            for line in self.points.refused:
+                print(f"ddq: warning: {line}", file=sys.stderr, flush=True)
+            self.points.refused.clear()
+        reached = recorded = False
+        for point, result in self.background.finished():
+            hit = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps)
+            record_evaluation(self.services.redis, self.services.keys, "driver", point.version, point.env_steps,
+                              result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
+            reached, recorded = reached or hit, True
+        if recorded:  # as in-line evaluations do: a driver killed now leaves a run to resume
+            self.mirror.sync()
+            self.mirror.save(self.record)
+        return reached
+
+    def close(self) -> None:
+        self.background.close()

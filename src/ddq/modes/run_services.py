@@ -1,0 +1,58 @@
+"""A distributed run's services: its Redis (private, or given), control key, reporter and settings file, then
+Celery and the dashboard. Each is supervised and stopped with the run's exit stack."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from ddq.config import TrainConfig, settings_document, write_settings
+from ddq.dashboard.launch import serve_dashboard
+from ddq.lifecycle import RunControl
+from ddq.processes import Supervisor, stop
+from ddq.services.celery_launch import start_celery_worker
+from ddq.services.telemetry import ListCursor, RunReporter
+from ddq.transport.keys import RunKeys
+from ddq.transport.redis_server import EmbeddedRedis
+
+
+class RunServices:
+    """Opened in two steps: `open` before the weights service starts (it needs Redis and the settings
+    file), `start_helpers` after it (Celery evaluates the weights it publishes)."""
+
+    def __init__(self, config: TrainConfig, run: str, run_dir: Path, supervisor: Supervisor):
+        self.config, self.run, self.run_dir, self.supervisor = config, run, run_dir, supervisor
+        self.keys = RunKeys(run)
+
+    def open(self, stack: contextlib.ExitStack, info: dict[str, Any], slices: int, env_steps: int) -> None:
+        """Redis, the run's control key, its episodes list, its reporter (`info`: what the dashboard shows
+        of the run) and its settings file. `env_steps`: where a resumed run's workers go on from."""
+        if self.config.redis_url:
+            self.url = self.config.redis_url
+        else:
+            embedded = stack.enter_context(EmbeddedRedis(log_dir=self.run_dir))
+            self.supervisor.watch("redis-server", embedded.process, embedded.log_path)
+            self.url = embedded.url
+        self.redis = redis.Redis.from_url(self.url)
+        self.control = RunControl(self.redis, self.run)
+        self.episodes = ListCursor(self.redis, self.keys.episodes)
+        self.reporter = RunReporter(self.redis, self.keys, {**info, "settings": settings_document(self.config)},
+                                    slices)
+        print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
+        self.redis.set(self.keys.env_steps, env_steps)
+        self.settings = write_settings(self.config, self.run_dir / "config.json")
+
+    def start_helpers(self, stack: contextlib.ExitStack) -> None:
+        """Celery (background evaluation of snapshots) and the dashboard, when the run wants them; the run
+        goes on without either if it dies."""
+        if self.config.celery:
+            worker = start_celery_worker(self.url, self.run, self.run_dir, self.settings)
+            self.supervisor.watch("the Celery worker", worker, self.run_dir / "celery.log", essential=False)
+            stack.callback(stop, worker)
+        if self.config.dashboard:
+            stack.enter_context(serve_dashboard(self.url, self.run, self.run_dir, self.config.dashboard_port,
+                                                self.supervisor))

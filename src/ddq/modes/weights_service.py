@@ -1,0 +1,162 @@
+"""Who owns a distributed run's weights: the parameter-server shard fleet (downpour) or the learner process
+(actor-learner), behind one small protocol the driver knows.
+
+Both are child processes of the driver, supervised (a dead one is restarted
+from its newest snapshot, a few times at most), publishing weights where
+every worker reads them (`ParameterClient`), and stopped with the run. Every
+wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import redis
+
+from ddq.core.dqn import LinearSchedule, per_actor_epsilon
+from ddq.learner_process.launch import start_learner
+from ddq.param_server.launch import start_shard, stop_shards, wait_until_serving
+from ddq.processes import Supervisor, Watched
+from ddq.services.telemetry import json_object
+from ddq.transport.keys import RunKeys
+
+SERVING_TIMEOUT_S = 120.0
+
+
+@dataclass
+class ServiceContext:
+    """What a weights service needs of the run: its settings file, its Redis and its supervisor."""
+
+    settings: Path
+    url: str
+    run: str
+    run_dir: Path
+    redis: redis.Redis
+    supervisor: Supervisor
+
+
+class WeightsService(Protocol):
+    """Owns the weights: takes what workers send, publishes weights back."""
+
+    slices: int  # how many slices of the weights a worker reads (one per shard)
+
+    def start(self, context: ServiceContext) -> None:
+        """Starts its processes under the run's supervisor; returns once they serve (`serving`)."""
+        ...
+
+    def serving(self, timeout: float = SERVING_TIMEOUT_S) -> None:
+        """Returns once every process published its weights; raises if one died or the time ran out."""
+        ...
+
+    def drained(self, timeout: float) -> None:
+        """Returns once everything workers sent was applied, or the time ran out."""
+        ...
+
+    def stop(self) -> None:
+        """Asks its processes to finish (each snapshots and exits), then makes sure they did."""
+        ...
+
+    def restart(self, index: int = 0) -> subprocess.Popen:
+        """Starts process `index` again; it resumes from its newest snapshot."""
+        ...
+
+    def workers_epsilon(self, env_steps: int) -> float:
+        """The exploration rate the workers act with now, `env_steps` into the run (reported, not used)."""
+        ...
+
+
+class _Processes:
+    """The processes a service watches, and how it stops them."""
+
+    context: ServiceContext
+    entries: list[Watched]
+
+    def processes(self) -> list[subprocess.Popen]:
+        return [entry.process for entry in self.entries]
+
+    def stop(self) -> None:
+        stop_shards(self.context.redis, self.context.run, self.processes())
+
+    def serving(self, timeout: float = SERVING_TIMEOUT_S) -> None:
+        wait_until_serving(self.context.redis, self.context.run, len(self.entries), self.processes(), timeout)
+
+
+class ShardFleet(_Processes):
+    """Downpour's parameter server: `shards` processes, shard k owning a slice of the flat weights."""
+
+    def __init__(self, shards: int, epsilon: LinearSchedule):
+        self.slices, self.epsilon = shards, epsilon
+
+    def start(self, context: ServiceContext) -> None:
+        self.context = context
+        self.entries = [context.supervisor.watch(f"parameter-server shard {k}", self.restart(k),
+                                                 context.run_dir / f"param-server-{k}.log",
+                                                 restart=functools.partial(self.restart, k))
+                        for k in range(self.slices)]
+        self.serving()
+
+    def restart(self, index: int = 0) -> subprocess.Popen:
+        c = self.context
+        return start_shard(c.settings, c.url, c.run, c.run_dir, index)
+
+    def drained(self, timeout: float) -> None:
+        """Every shard process has ended (a stopped shard applies its queue before it exits), or every queue is
+        empty and each shard reported after that (it applies what it took before it reports). Counts would
+        not do: a restarted shard counts from zero."""
+        keys, client = RunKeys(self.context.run), self.context.redis
+        deadline, empty_since = time.monotonic() + timeout, None
+        while time.monotonic() < deadline and not all(p.poll() is not None for p in self.processes()):
+            if any(client.llen(keys.shard(k).grads) for k in range(self.slices)):
+                empty_since = None
+            elif empty_since is None:
+                empty_since = time.time()
+            elif all((json_object(client.get(keys.shard(k).metrics)) or {}).get("time", 0) > empty_since
+                     for k in range(self.slices)):
+                return
+            time.sleep(0.05)
+
+    def workers_epsilon(self, env_steps: int) -> float:
+        return self.epsilon(env_steps)  # each worker's epsilon follows the run's global env steps
+
+
+class LearnerProcess(_Processes):
+    """Actor-learner's one `ddq learner` process: it trains on the actors' experience and publishes as the
+    parameter server's one slice does, so workers read it through the same client."""
+
+    slices = 1
+
+    def __init__(self, epsilon: LinearSchedule, actors: int, per_actor: bool, resumed_env_steps: int = 0):
+        """`per_actor`: the actors act with Ape-X's fixed epsilons, not the schedule; `resumed_env_steps`: a
+        resumed run's env steps, where its epsilon goes on from."""
+        self.epsilon, self.actors, self.per_actor = epsilon, actors, per_actor
+        self.resumed_env_steps = resumed_env_steps
+
+    def start(self, context: ServiceContext) -> None:
+        self.context = context
+        context.redis.set(RunKeys(context.run).trained_steps, self.resumed_env_steps, nx=True)
+        self.entries = [context.supervisor.watch("the learner", self.restart(), context.run_dir / "learner.log",
+                                                 restart=self.restart)]
+        self.serving()
+
+    def restart(self, index: int = 0) -> subprocess.Popen:
+        c = self.context
+        return start_learner(c.settings, c.url, c.run, c.run_dir)
+
+    def drained(self, timeout: float) -> None:
+        """The learner has trained on everything the actors sent and exited, as it does once the run stops
+        (it publishes its final weights first)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.entries[0].process.poll() is None:
+            time.sleep(0.05)
+
+    def workers_epsilon(self, env_steps: int) -> float:
+        """The mean of Ape-X's per-actor values, or the schedule at the env steps the learner has trained on
+        (the actors' epsilon follows what it knows)."""
+        if self.per_actor:
+            return sum(per_actor_epsilon(i, self.actors) for i in range(self.actors)) / self.actors
+        return self.epsilon(int(self.context.redis.get(RunKeys(self.context.run).trained_steps) or 0))
