@@ -49,8 +49,8 @@ def write_synthetic_run(client: redis.Redis, run: str = "big-000001", updates: i
     rng = np.random.default_rng(7)
     now = time.time()
     started = now - progress_points
-    flat = model_parameters(config)
-    state = state_shape(env_shapes(config)[0], config.frame_stack)
+    flat = model_parameters(config.agent)
+    state = state_shape(env_shapes(config.agent)[0], config.agent.frame_stack)
     client.set(keys.info, json.dumps({"run": run, "started": started, "state": "running", "run_dir": "/nowhere",
                                       "settings": settings_document(config),
                                       "network": network_info(flat.layout, flat.layout_hash(), state)}))

@@ -33,7 +33,7 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
                                "server": {"snapshot_every": 1}})
         shards = start_shards(config, server.url, "bg", tmp_path)
         wait_until_serving(admin, "bg", 1, shards)
-        client = ParameterClient(server.url, "bg", model_parameters(config))
+        client = ParameterClient(server.url, "bg", model_parameters(config.agent))
         client.pull()
         for _ in range(3):
             client.push(np.full(client.flat.size, 1e-3, np.float32))

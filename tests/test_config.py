@@ -1,6 +1,7 @@
 """Configuration precedence: defaults < env preset < TOML file < flags."""
 
 import argparse
+import dataclasses
 import json
 
 import pytest
@@ -26,12 +27,12 @@ def test_precedence(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('env = "CartPole-v1"\nbatch_size = 128\ngamma = 0.9\n[optim]\nlr = 0.005\n')
     config = build_config({"gamma": 0.95}, str(path))
-    assert config.env == "CartPole-v1"
-    assert config.num_envs == 4  # from the CartPole preset, not the default 8
-    assert config.batch_size == 128  # the file beats the preset
-    assert config.optim.lr == 0.005 and config.optim.optimizer == "adam"
-    assert config.gamma == 0.95  # the flag beats the file
-    assert TrainConfig().num_envs == 8
+    assert config.agent.env == "CartPole-v1"
+    assert config.agent.num_envs == 4  # from the CartPole preset, not the default 8
+    assert config.agent.batch_size == 128  # the file beats the preset
+    assert config.agent.optim.lr == 0.005 and config.agent.optim.optimizer == "adam"
+    assert config.agent.gamma == 0.95  # the flag beats the file
+    assert TrainConfig().agent.num_envs == 8
 
 
 def test_unknown_settings_are_named(tmp_path):
@@ -60,7 +61,7 @@ def test_a_redis_password_is_masked_wherever_settings_are_written():
     assert masked_url("unix:///tmp/r.sock?db=0") == "unix:///tmp/r.sock?db=0"
     assert masked_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0" and masked_url(None) is None
     config = build_config({"env": "CartPole-v1", "redis_url": "redis://:s3cret@host/0"})
-    assert "s3cret" not in json.dumps(settings_document(config)) and config.redis_url.endswith("s3cret@host/0")
+    assert "s3cret" not in json.dumps(settings_document(config)) and config.distributed.redis_url.endswith("s3cret@host/0")
     from pathlib import Path
 
     from ddq.modes.bookkeeping import RunCounters, run_summary
@@ -74,8 +75,46 @@ def test_settings_travel_as_one_versioned_document_without_presets_applied_again
     config = build_config({"env": "CartPole-v1", "lr": 0.5, "total_steps": 123})
     assert decode_settings(encode_settings(config), "test") == config
     document = settings_document(config)
-    assert document["format"] == "ddq-settings" and document["version"] == 1
+    assert document["format"] == "ddq-settings" and document["version"] == 2
     with pytest.raises(ValueError, match="version 99"):
         config_from_document({**document, "version": 99}, "a newer ddq's file")
     with pytest.raises(ValueError, match="does not hold ddq settings"):
         decode_settings('{"lr": 1}', "a stray file")
+
+
+def test_every_setting_has_a_group_and_help_and_a_unique_name():
+    from ddq.flags import settings
+
+    found = list(settings())
+    assert [s.field.name for s in found if not s.group] == []
+    assert [s.field.name for s in found if not s.field.metadata.get("help")] == []
+    names = [s.field.name for s in found]
+    assert len(names) == len(set(names))  # a flag or a key without its section names one setting
+
+
+def test_the_core_receives_the_agent_section_and_toml_sections_name_where_settings_live(tmp_path):
+    from ddq.config import AgentConfig, flat_settings
+
+    path = tmp_path / "run.toml"
+    path.write_text('[agent]\nenv = "CartPole-v1"\ngamma = 0.9\n[agent.optim]\nlr = 0.004\n'
+                    '[run]\ntotal_steps = 5000\n[distributed]\nworkers = 3\n[distributed.server]\nshards = 2\n'
+                    '[services]\ndashboard = false\n')
+    config = build_config({}, str(path))
+    assert isinstance(config.agent, AgentConfig) and config.agent.env == "CartPole-v1"
+    assert config.agent.num_envs == 4  # the CartPole preset applies to an env named inside [agent]
+    assert (config.agent.gamma, config.agent.optim.lr, config.run.total_steps) == (0.9, 0.004, 5000)
+    assert (config.distributed.workers, config.distributed.server.shards, config.services.dashboard) == (3, 2, False)
+    path.write_text("[run]\ngamma = 0.9\n")
+    with pytest.raises(ValueError, match=r"gamma .* is not a setting of \[run\]; it belongs in \[agent\]"):
+        build_config({}, str(path))
+    assert flat_settings(dataclasses.asdict(config))["shards"] == 2
+
+
+def test_settings_written_before_sections_are_still_read():
+    from ddq.config import config_from_document
+
+    old = {"format": "ddq-settings", "version": 1,
+           "config": {"env": "CartPole-v1", "mode": "serial", "workers": 3, "optim": {"lr": 0.01}}}
+    config = config_from_document(old, "an older run's config.json")
+    assert (config.agent.env, config.run.mode, config.distributed.workers, config.agent.optim.lr) == (
+        "CartPole-v1", "serial", 3, 0.01)

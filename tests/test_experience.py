@@ -77,12 +77,12 @@ class Tee:
 
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_the_learner_rebuilds_the_actors_replay_memory_from_its_messages(n_step):
-    config = TrainConfig(env="CartPole-v1", num_envs=3)
+    config = TrainConfig.of(env="CartPole-v1", num_envs=3)
     own = ReplayMemory(500, 3, (4,), np.dtype(np.float32), 2, seed=0)
     rebuilt = ReplayMemory(500, 3, (4,), np.dtype(np.float32), 2, seed=0, n_step=n_step, gamma=0.99)
     outbox = Outbox(gamma=0.99, n_step=n_step)
     sent_td = []
-    actor = Actor(make_vector_env(config.env, 3, config.env_options), Tee(own, outbox), 2,
+    actor = Actor(make_vector_env(config.agent.env, 3, config.agent.env_options), Tee(own, outbox), 2,
                   np.random.default_rng(0), "cpu")
     net = build_q_network("mlp", (8,), 2, [16])
     actor.reset(seed=0)

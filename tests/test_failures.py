@@ -209,7 +209,7 @@ def test_a_password_stays_secret_and_a_killed_driver_leaves_nothing_running(tmp_
         assert secret not in log.read_text()
         written = [path for path in run_dir.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
         assert written == [] and (run_dir / "config.json").exists()
-        assert json.loads((run_dir / "config.json").read_text())["config"]["redis_url"].startswith("redis://***@")
+        assert json.loads((run_dir / "config.json").read_text())["config"]["distributed"]["redis_url"].startswith("redis://***@")
         values = []
         for key in client.scan_iter("ddq:*"):
             kind = client.type(key)

@@ -29,7 +29,7 @@ def test_train_from_a_prototxt_and_a_solver_then_evaluate_elsewhere(tmp_path):
     assert result.returncode == 0, result.stderr
     assert summary_of(run_dir)["updates"] > 0
     saved = torch.load(run_dir / "checkpoint.pt")
-    config = saved["settings"]["config"]
+    config = saved["settings"]["config"]["agent"]
     assert config["optim"]["optimizer"] == "rmsprop" and config["optim"]["lr"] == 0.00025
     assert config["max_grad_norm"] == 10.0
     assert set(saved["learner"]["optimizer"]["state"]) == {"square_avg"}

@@ -58,13 +58,13 @@ class Harness:
         self.admin = redis.Redis.from_url(self.url)
         self.folder = folder
         self.processes = self.start()
-        self.flat = model_parameters(self.config)
-        self.client = ParameterClient(self.url, self.run, self.flat, shards=self.config.server.shards)
+        self.flat = model_parameters(self.config.agent)
+        self.client = ParameterClient(self.url, self.run, self.flat, shards=self.config.distributed.server.shards)
         self.client.pull()
 
     def start(self):
         processes = start_shards(self.config, self.url, self.run, self.folder)
-        wait_until_serving(self.admin, self.run, self.config.server.shards, processes)
+        wait_until_serving(self.admin, self.run, self.config.distributed.server.shards, processes)
         return processes
 
     def metrics(self, shard: int = 0) -> dict:
@@ -148,7 +148,7 @@ def test_applied_updates_equal_the_optimizer_bit_for_bit(redis_server, tmp_path,
              "weight_decay": 1e-4}
     with harness(redis_server, tmp_path, optim=optim, target_update=3, server={"shards": shards}) as h:
         local = h.flat.data.clone()
-        reference = FlatOptimizer(h.config.optim, h.flat.size)
+        reference = FlatOptimizer(h.config.agent.optim, h.flat.size)
         for i, grad in enumerate(gradients(h.flat.size, 7)):
             h.client.push(grad, samples=32, loss=1.0)
             reference.step(local, torch.from_numpy(grad))
@@ -167,7 +167,7 @@ def test_staleness_limit_drops_and_scaling_shrinks_old_gradients(redis_server, t
     optim = {"optimizer": "sgd", "lr": 0.1}
     with harness(redis_server, tmp_path, optim=optim, server={"max_staleness": 2, "staleness_scaling": True}) as h:
         local = h.flat.data.clone()
-        reference = FlatOptimizer(h.config.optim, h.flat.size)
+        reference = FlatOptimizer(h.config.agent.optim, h.flat.size)
         grads = gradients(h.flat.size, 4, seed=1)
         for grad in grads:  # all computed from version 0: staleness 0, 1, 2 and 3 when applied
             h.client.push(grad)

@@ -94,7 +94,7 @@ def test_a_snake_agent_with_board_symmetries_trains_on_every_minibatch_through_t
 
     config = build_config({"mode": "serial", "env": "ddq/Snake-v0", "board_symmetries": True, "num_envs": 4,
                            "model": "mlp", "hidden": [16]})
-    agent = build_agent(config, seed=5)
+    agent = build_agent(config.agent, seed=5, total_steps=config.run.total_steps)
     assert isinstance(agent.learner.augmentation, SymmetryAugmentation)
     agent.actor.reset(seed=5)
     for _ in range(30):
@@ -111,5 +111,5 @@ def test_a_snake_agent_with_board_symmetries_trains_on_every_minibatch_through_t
     train_from_replay(agent.learner, agent.replay, LocalParameters(agent.learner), 3, batch_size=16)
     assert len(seen) == 3  # once per update
     assert any(not np.array_equal(batch.actions, shown.actions) for batch, shown in seen)
-    plain = build_agent(build_config({"mode": "serial", "env": "ddq/Snake-v0"}), seed=5)
+    plain = build_agent(build_config({"mode": "serial", "env": "ddq/Snake-v0"}).agent, seed=5, total_steps=1)
     assert plain.learner.augmentation is None

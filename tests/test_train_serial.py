@@ -174,5 +174,5 @@ def test_an_episode_budget_ends_the_run_once_that_many_training_episodes_ended(t
     summary = summary_of(run_dir)
     assert summary["stop_reason"] == "episode budget spent" and summary["env_steps"] < 10_000_000
     # episodes end one env at a time; the vector step that ended the 30th may end a few more of its envs
-    assert 30 <= summary["episodes"] < 30 + summary["config"]["num_envs"]
+    assert 30 <= summary["episodes"] < 30 + summary["config"]["agent"]["num_envs"]
     assert summary["episodes"] == sum(1 for point in read_metrics(run_dir) if point["kind"] == "episode")

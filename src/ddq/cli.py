@@ -40,21 +40,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = build_config(cli_values, args.config, base=ckpt.config_from_checkpoint(saved),
                               solver_file=args.solver)
         resume_path = Path(args.resume)
-        config.run_dir = str(resume_path.parent if resume_path.is_file() else resume_path)
+        config.run.run_dir = str(resume_path.parent if resume_path.is_file() else resume_path)
     else:
         config = build_config(cli_values, args.config, solver_file=args.solver)
-    if has_masked_secret(config.redis_url):
+    if has_masked_secret(config.distributed.redis_url):
         raise ValueError("the run used a Redis with a password, which ddq never writes down: give --redis-url "
                          "again to resume it")
-    run_dir = config.run_dir or _default_run_dir(config.env)
+    run_dir = config.run.run_dir or _default_run_dir(config.agent.env)
     if not args.resume and (Path(run_dir) / "metrics.jsonl").exists():
         raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
                          "or choose another --run-dir")
-    config.run_dir = run_dir
+    config.run.run_dir = run_dir
     check_run(config)  # before a folder or a process exists: a mistake costs one line
-    print(f"ddq: training {config.env} ({config.mode}) into {run_dir}", file=sys.stderr)
+    print(f"ddq: training {config.agent.env} ({config.run.mode}) into {run_dir}", file=sys.stderr)
     summary, exit_code = run_training(config, run_dir, args.started_at, resume=saved)
-    summary["learning_curve"] = str(plot_run(run_dir, env_id=config.env))
+    summary["learning_curve"] = str(plot_run(run_dir, env_id=config.agent.env))
     summary["animation"] = _animate_run(summary)
     write_summary(run_dir, summary)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
@@ -86,15 +86,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     saved = ckpt.load_checkpoint(args.checkpoint)
     config = ckpt.config_from_checkpoint(saved)
-    frame_shape, _, num_actions = env_shapes(config)
+    frame_shape, _, num_actions = env_shapes(config.agent)
     device = resolve_device(args.device)
-    net = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.frame_stack), num_actions, device)
-    result = evaluate(net, config.env, args.episodes, config.frame_stack, config.env_options,
+    net = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.agent.frame_stack), num_actions, device)
+    result = evaluate(net, config.agent.env, args.episodes, config.agent.frame_stack, config.agent.env_options,
                        seed=args.seed, epsilon=args.epsilon, device=device)
-    report = {"env": config.env, "episodes": args.episodes, "mean_return": result.mean_return,
+    report = {"env": config.agent.env, "episodes": args.episodes, "mean_return": result.mean_return,
               "std_return": float(np.std(result.returns)), "returns": result.returns,
               "mean_rewarded_steps": result.mean_rewarded_steps}
-    if eats_apples(config.env):
+    if eats_apples(config.agent.env):
         report = {**report, "mean_apples": result.mean_rewarded_steps, "apples": result.rewarded_steps}
     if args.render:
         from ddq.core.animation import animate_checkpoint
@@ -112,14 +112,15 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
     if args.settings:  # what the driver resolved: used as it is, no preset applied again
         config = read_settings(args.settings)
-        config.redis_url = getattr(args, "redis_url", None) or os.environ.get(REDIS_URL_ENV) or config.redis_url
+        given = getattr(args, "redis_url", None) or os.environ.get(REDIS_URL_ENV)
+        config.distributed.redis_url = given or config.distributed.redis_url
     else:
         config = _config_from(args, ("run", "shard", "settings"))
-    if not config.redis_url:
+    if not config.distributed.redis_url:
         raise ValueError("param-server needs --redis-url (ddq train starts Redis and the servers itself)")
-    if not 0 <= args.shard < config.server.shards:
-        raise ValueError(f"--shard {args.shard} is not one of the {config.server.shards} shards")
-    return ShardServer(config, config.redis_url, args.run, args.shard).serve()
+    if not 0 <= args.shard < config.distributed.server.shards:
+        raise ValueError(f"--shard {args.shard} is not one of the {config.distributed.server.shards} shards")
+    return ShardServer(config, config.distributed.redis_url, args.run, args.shard).serve()
 
 
 def cmd_learner(args: argparse.Namespace) -> int:
@@ -129,10 +130,10 @@ def cmd_learner(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format=f"ddq learner[{args.run}]: %(message)s")
     config = read_settings(args.settings)  # what the driver resolved: used as it is
-    config.redis_url = os.environ.get(REDIS_URL_ENV) or config.redis_url
-    if not config.redis_url:
+    config.distributed.redis_url = os.environ.get(REDIS_URL_ENV) or config.distributed.redis_url
+    if not config.distributed.redis_url:
         raise ValueError(f"the learner needs the run's Redis URL in ${REDIS_URL_ENV} (ddq train starts it itself)")
-    return LearnerServer(config, config.redis_url, args.run).serve()
+    return LearnerServer(config, config.distributed.redis_url, args.run).serve()
 
 
 def cmd_package(args: argparse.Namespace) -> int:
@@ -166,10 +167,10 @@ def cmd_barista_serve(args: argparse.Namespace) -> int:
     from ddq.param_server.client import remote_source
 
     config = _config_from(args, ("run", "worker", "port", "url_file", "action"))
-    if not config.redis_url:
+    if not config.distributed.redis_url:
         raise ValueError("barista serve needs --redis-url: the parameter server's Redis")
-    barista = Barista(config, config.redis_url, args.run, args.worker,
-                      remote_source(config, config.redis_url, args.run, args.worker))
+    barista = Barista(config, config.distributed.redis_url, args.run, args.worker,
+                      remote_source(config, config.distributed.redis_url, args.run, args.worker))
     server = BaristaServer(barista, args.port)
     print(f"ddq barista: worker {args.worker} of run {args.run} serving on {server.url}", file=sys.stderr, flush=True)
     if args.url_file:

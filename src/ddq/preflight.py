@@ -28,12 +28,12 @@ def check_run(config: TrainConfig) -> None:
     """Raises SettingError for the first setting that would make the run fail once started."""
     shapes = check_env(config)
     check_model(config, *shapes)
-    check_device(config.device)
-    if config.mode != "serial":
-        if config.spark_master is not None:
-            check_spark_master(config.spark_master)
-        if config.redis_url:
-            check_redis(config.redis_url, "--redis-url")
+    check_device(config.agent.device)
+    if config.run.mode != "serial":
+        if config.distributed.spark_master is not None:
+            check_spark_master(config.distributed.spark_master)
+        if config.distributed.redis_url:
+            check_redis(config.distributed.redis_url, "--redis-url")
 
 
 def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
@@ -45,27 +45,27 @@ def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
     from ddq.gamesim.envs import board_action_moves
 
     try:
-        frame_shape, _, actions = env_shapes(config)
+        frame_shape, _, actions = env_shapes(config.agent)
     except gym.error.Error as error:
         known = [name for name in gym.registry if not name.startswith("ALE/")]
-        close = difflib.get_close_matches(config.env, known, n=3)
+        close = difflib.get_close_matches(config.agent.env, known, n=3)
         hint = f"; did you mean {' or '.join(close)}?" if close else "; see gymnasium.pprint_registry()"
-        raise SettingError(f"--env {config.env!r}: {str(error).splitlines()[0].rstrip('.')}{hint}") from error
+        raise SettingError(f"--env {config.agent.env!r}: {str(error).splitlines()[0].rstrip('.')}{hint}") from error
     except (ValueError, RuntimeError) as error:
-        raise SettingError(f"--env {config.env!r}: {error}") from error
-    if config.board_symmetries and board_action_moves(config.env) is None:
-        raise SettingError(f"--board-symmetries: {config.env} declares no board symmetries to train with "
+        raise SettingError(f"--env {config.agent.env!r}: {error}") from error
+    if config.agent.board_symmetries and board_action_moves(config.agent.env) is None:
+        raise SettingError(f"--board-symmetries: {config.agent.env} declares no board symmetries to train with "
                            "(Snake does); leave it off for this env")
-    return state_shape(frame_shape, config.frame_stack), actions
+    return state_shape(frame_shape, config.agent.frame_stack), actions
 
 
 def check_model(config: TrainConfig, state: tuple[int, ...], actions: int) -> None:
     from ddq.models import build_q_network
 
     try:
-        build_q_network(config.model, state, actions, config.hidden, config.dueling)
+        build_q_network(config.agent.model, state, actions, config.agent.hidden, config.agent.dueling)
     except (ValueError, FileNotFoundError) as error:
-        raise SettingError(f"--model {config.model!r}: {error}") from error
+        raise SettingError(f"--model {config.agent.model!r}: {error}") from error
 
 
 def check_device(name: str) -> None:

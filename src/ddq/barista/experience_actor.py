@@ -126,18 +126,19 @@ class ExperienceActor:
                  attempt: int = 0, meet: Meeting | None = None):
         """`meet`: the barrier of --sync rounds (required then)."""
         self.config, self.run_id, self.index = config, run, actor
-        seed = config.seed + WORKER_SEED_STRIDE * (actor + 1) + 101 * attempt
-        seed_everything(seed, config.threads)
+        seed = config.agent.seed + WORKER_SEED_STRIDE * (actor + 1) + 101 * attempt
+        seed_everything(seed, config.agent.threads)
         self.device = torch.device("cpu")  # acting is small batches of inference; --device is the learner's
-        frame_shape, _, num_actions = env_shapes(config)
-        self.network: nn.Module = q_network(config, frame_shape, num_actions).to(self.device)
+        frame_shape, _, num_actions = env_shapes(config.agent)
+        self.network: nn.Module = q_network(config.agent, frame_shape, num_actions).to(self.device)
         self.flat = FlatParameters(self.network)
         self.source = connect(self.flat)
-        self.outbox = Outbox(config.gamma if config.prioritized else None, config.n_step)
-        self.actor = Actor(make_vector_env(config.env, config.num_envs, config.env_options), self.outbox,
-                           config.frame_stack, np.random.default_rng(seed), self.device)
+        self.outbox = Outbox(config.agent.gamma if config.agent.prioritized else None, config.agent.n_step)
+        agent = config.agent
+        envs = make_vector_env(agent.env, agent.num_envs, agent.env_options)
+        self.actor = Actor(envs, self.outbox, agent.frame_stack, np.random.default_rng(seed), self.device)
         self.actor.reset(seed=seed)
-        self.schedule = epsilon_schedule(config)
+        self.schedule = epsilon_schedule(config.agent)
         self.redis = redis.Redis.from_url(redis_url)
         self.keys = RunKeys(run)
         self.stats = WorkerStats(actor, attempt, pid=os.getpid())
@@ -148,14 +149,14 @@ class ExperienceActor:
         self.stopped = False
         # a short queue keeps acting close to learning: a backlog of 8 messages per actor needed about twice
         # the env steps of serial to reach CartPole's 475 with one actor, a backlog of 1 as many as serial
-        self.backlog_limit = config.actor_backlog * config.workers
-        if config.sync and meet is None:
+        self.backlog_limit = config.distributed.actor_backlog * config.distributed.workers
+        if config.distributed.sync and meet is None:
             raise ValueError("sync rounds need a barrier to meet at (a Spark barrier stage)")
         self.meet = meet
 
     def epsilon(self) -> float:
-        if self.config.per_actor_epsilon:
-            return per_actor_epsilon(self.index, self.config.workers)
+        if self.config.distributed.per_actor_epsilon:
+            return per_actor_epsilon(self.index, self.config.distributed.workers)
         return self.schedule(self.trained_steps)
 
     def send(self, everything: bool = False) -> None:
@@ -205,7 +206,7 @@ class ExperienceActor:
         self.redis.hset(self.keys.workers, f"{self.index}:{self.stats.attempt}", json.dumps(asdict(self.stats)))
 
     def finished(self) -> bool:
-        return self.global_steps >= self.config.total_steps or self.stopped
+        return self.global_steps >= self.config.run.total_steps or self.stopped
 
     def run(self) -> WorkerStats:
         """Plays and sends until the run's global step budget is spent or the run is stopped."""
@@ -213,7 +214,7 @@ class ExperienceActor:
         try:
             self.source.sync()
             self.heartbeat("running")
-            if self.config.sync:
+            if self.config.distributed.sync:
                 self._play_in_rounds()
             else:
                 self._play(rounds=False)
@@ -229,7 +230,7 @@ class ExperienceActor:
         """Steps, sending every `send_every` vector steps, until the run is finished, or (`rounds`) until
         this actor finished `sync_every` episodes."""
         next_beat, steps_since_send, episodes = time.monotonic() + HEARTBEAT_S, 0, 0
-        while not self.finished() and not (rounds and episodes >= self.config.sync_every):
+        while not self.finished() and not (rounds and episodes >= self.config.distributed.sync_every):
             self.stats.epsilon = self.epsilon()
             finished = self.actor.step(self.network, self.stats.epsilon)
             self.episodes += finished
@@ -237,7 +238,7 @@ class ExperienceActor:
             assert self.actor.q_values is not None
             self.outbox.settle(self.actor.q_values)
             steps_since_send += 1
-            if steps_since_send >= self.config.send_every:
+            if steps_since_send >= self.config.distributed.send_every:
                 self.send()
                 if not rounds:  # in rounds, weights change only between rounds
                     self.source.sync()

@@ -94,8 +94,8 @@ class Barista:
     def __init__(self, config: TrainConfig, redis_url: str, run: str, worker: int, connect: SourceFactory,
                  attempt: int = 0):
         self.config, self.worker = config, worker
-        seed = config.seed + WORKER_SEED_STRIDE * (worker + 1) + 101 * attempt
-        agent = build_agent(config, seed)
+        seed = config.agent.seed + WORKER_SEED_STRIDE * (worker + 1) + 101 * attempt
+        agent = build_agent(config.agent, seed, config.run.total_steps)
         self.device, self.learner, self.replay, self.actor = agent.device, agent.learner, agent.replay, agent.actor
         self.rng, self.epsilon, self.schedule = agent.rng, agent.epsilon, agent.schedule  # epsilon: by global steps
         self.source = connect(self.learner)
@@ -127,8 +127,9 @@ class Barista:
 
     def learn(self, new_steps: int) -> None:
         due = self.schedule.due(new_steps, self.actor.env_steps)
-        for stats in train_from_replay(self.learner, self.replay, self.source, due, self.config.batch_size,
-                                       importance_beta(self.config, self.global_steps)):
+        for stats in train_from_replay(self.learner, self.replay, self.source, due, self.config.agent.batch_size,
+                                       importance_beta(self.config.agent, self.global_steps,
+                                                       self.config.run.total_steps)):
             self.stats.pushes += 1
             self.window.add_gradient(stats.loss, stats.mean_max_q)
 
@@ -141,7 +142,7 @@ class Barista:
         self.redis.hset(self.keys.workers, f"{self.worker}:{self.stats.attempt}", json.dumps(asdict(self.stats)))
 
     def finished(self) -> bool:
-        return self.global_steps >= self.config.total_steps or self.stopped
+        return self.global_steps >= self.config.run.total_steps or self.stopped
 
     def advance(self, env_steps: int | None = None) -> WorkerStats:
         """Plays and learns for `env_steps` more steps of its own (None: until the run's global budget

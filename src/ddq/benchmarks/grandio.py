@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddq.benchmarks.serial import run_seeds
+from ddq.config import flat_settings
 
 # Grandio's runtime tables: seconds for 500 training episodes on one machine, by configuration.
 GRANDIO_TIMES: dict[str, dict[str, float]] = {
@@ -129,7 +130,9 @@ def _episodes_table(env: str, latency_ms: float, results: Results) -> str:
                  _number(_median([s["env_steps"] for s in summaries]), 0), speedup,
                  _number(_median([s["final_eval_return"] for s in summaries])), *grandio_cells(env, configuration)]
         lines.append("| " + " | ".join(cells) + " |")
-    episodes = results[0][1][0]["config"]["total_episodes"] if results and results[0][1] else GRANDIO_EPISODES
+    episodes = GRANDIO_EPISODES
+    if results and results[0][1]:
+        episodes = flat_settings(results[0][1][0]["config"])["total_episodes"]
     return (f"{env}, {episodes} training episodes, {latency_ms:g} ms per env step (slept); time counts from the "
             "command's start (Spark's start included) to the end of the final greedy evaluation; Grandio's: "
             f"{GRANDIO_EPISODES} episodes, no slept latency, other hardware\n\n" + "\n".join(lines))

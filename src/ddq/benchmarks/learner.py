@@ -30,12 +30,13 @@ class LearnerRow:
 
 def filled_memories(config: TrainConfig, frames: int) -> list:
     """One replay memory per actor, each holding `frames` vector steps of random frames and rewards."""
-    frame_shape, dtype, num_actions = env_shapes(config)
+    frame_shape, dtype, num_actions = env_shapes(config.agent)
     rng = np.random.default_rng(0)
     memories = []
-    for actor in range(config.workers):
-        memory = make_replay(config, frame_shape, dtype, actor, max(config.buffer_size // config.workers, 1))
-        streams = config.num_envs
+    for actor in range(config.distributed.workers):
+        capacity = max(config.agent.buffer_size // config.distributed.workers, 1)
+        memory = make_replay(config.agent, frame_shape, dtype, actor, config.run.total_steps, capacity)
+        streams = config.agent.num_envs
         memory.start(np.zeros((streams, *frame_shape), dtype))
         for _ in range(frames):
             observed = (rng.random((streams, *frame_shape)) * (255 if dtype == np.uint8 else 1)).astype(dtype)
@@ -46,20 +47,20 @@ def filled_memories(config: TrainConfig, frames: int) -> list:
 
 
 def measure(config: TrainConfig, updates: int) -> LearnerRow:
-    seed_everything(config.seed, config.threads)
-    device = resolve_device(config.device)
-    frame_shape, _, num_actions = env_shapes(config)
-    learner = make_learner(config, frame_shape, num_actions, device)
+    seed_everything(config.agent.seed, config.agent.threads)
+    device = resolve_device(config.agent.device)
+    frame_shape, _, num_actions = env_shapes(config.agent)
+    learner = make_learner(config.agent, frame_shape, num_actions, device)
     memories = filled_memories(config, 2_000)
     local = LocalParameters(learner)
-    train_from_replay(learner, memories, local, 20, config.batch_size)  # warm-up: kernels, allocator
+    train_from_replay(learner, memories, local, 20, config.agent.batch_size)  # warm-up: kernels, allocator
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
-    train_from_replay(learner, memories, local, updates, config.batch_size, beta=0.7)
+    train_from_replay(learner, memories, local, updates, config.agent.batch_size, beta=0.7)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return LearnerRow(str(device), config.model, config.batch_size, config.prioritized,
+    return LearnerRow(str(device), config.agent.model, config.agent.batch_size, config.agent.prioritized,
                       updates / (time.perf_counter() - started))
 
 

@@ -93,7 +93,7 @@ def _latencies(client: ParameterClient, run: str, repeats: int, redis_url: str) 
 
 
 def _pushing_client(url: str, run: str, size: int, shards: int, worker: int, ready, go, stop) -> None:
-    flat = model_parameters(bench_config(size, shards))
+    flat = model_parameters(bench_config(size, shards).agent)
     client = ParameterClient(url, run, flat, shards=shards, worker=worker)
     grad = np.full(flat.size, 1e-3, dtype=np.float32)
     client.pull()
@@ -154,7 +154,7 @@ def measure(size: int, redis_url: str, folder: Path, repeats: int, seconds: floa
     admin = redis.Redis.from_url(redis_url)
     try:
         wait_until_serving(admin, run, shards, processes)
-        flat = model_parameters(config)
+        flat = model_parameters(config.agent)
         client = ParameterClient(redis_url, run, flat, shards=shards)
         latencies = _latencies(client, run, repeats, redis_url)
         rates = {n: _throughput(redis_url, run, size, shards, n, seconds, client.conn) for n in (1, 2)}

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddq.config import build_config
+from ddq.config import build_config, flat_settings
 from ddq.gamesim import eats_apples
 from ddq.modes import run_training
 
@@ -47,7 +47,7 @@ def serial_table(env_id: str, summaries: list[dict[str, Any]], settings: dict[st
                 f"{_median([s['time_to_target_s'] for s in summaries])} | | | "
                 f"{statistics.median(s['final_eval_return'] for s in summaries):.1f} | "
                 f"{statistics.median(s['final_eval_rewarded_steps'] for s in summaries):.2f} |")
-    config = summaries[0]["config"]
+    config = flat_settings(summaries[0]["config"])
     mode = "serial mode" if config["mode"] == "serial" else f"{config['mode']}, {config['workers']} workers"
     mode += "".join(f", {name.replace('_', ' ')}" for name in ("prioritized", "per_actor_epsilon", "sync")
                     if config.get(name))

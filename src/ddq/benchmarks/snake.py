@@ -80,7 +80,7 @@ def _finish(trial: Trial) -> None:
     summary = json.loads((trial.run_dir / "summary.json").read_text())
     trial.apples = float(summary["final_eval_mean_apples"])
     trial.wall_time_s = float(summary["wall_time_s"])
-    trial.board = int(summary["config"]["env_options"]["snake_size"])
+    trial.board = int(summary["config"]["agent"]["env_options"]["snake_size"])
     print(f"ddq: {label}: {trial.apples:.2f} apples", file=sys.stderr)
 
 

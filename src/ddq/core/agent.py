@@ -1,4 +1,4 @@
-"""The DQN agent's builder: from a TrainConfig, the parts every training mode wires together."""
+"""The DQN agent's builder: from the agent's settings (`AgentConfig`), the parts every training mode wires together."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ddq.config import TrainConfig
+from ddq.config import AgentConfig
 from ddq.core.actor import Actor
 from ddq.core.dqn import LinearSchedule, UpdateSchedule
 from ddq.core.learner import Learner
@@ -36,71 +36,73 @@ def seed_everything(seed: int, threads: int) -> None:
     torch.set_flush_denormal(True)  # denormal optimizer state slows CPU arithmetic for no benefit
 
 
-def env_shapes(config: TrainConfig) -> tuple[tuple[int, ...], np.dtype, int]:
+def env_shapes(agent: AgentConfig) -> tuple[tuple[int, ...], np.dtype, int]:
     """(frame shape, frame dtype, number of actions) of the configured env."""
-    probe = make_vector_env(config.env, 1, config.env_options)
+    probe = make_vector_env(agent.env, 1, agent.env_options)
     try:
         space, actions = probe.single_observation_space, probe.single_action_space
         if not hasattr(actions, "n"):
-            raise ValueError(f"DQN needs a discrete action space; {config.env} has {actions}")
+            raise ValueError(f"DQN needs a discrete action space; {agent.env} has {actions}")
         return (*frame_layout(space), int(actions.n))
     finally:
         probe.close()
 
 
-def q_network(config: TrainConfig, frame_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
+def q_network(agent: AgentConfig, frame_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
     """The run's Q-network (model, hidden widths, dueling heads) for frames of `frame_shape`."""
-    return build_q_network(config.model, state_shape(frame_shape, config.frame_stack), num_actions,
-                           config.hidden, config.dueling)
+    return build_q_network(agent.model, state_shape(frame_shape, agent.frame_stack), num_actions,
+                           agent.hidden, agent.dueling)
 
 
-def make_learner(config: TrainConfig, frame_shape: tuple[int, ...], num_actions: int,
+def make_learner(agent: AgentConfig, frame_shape: tuple[int, ...], num_actions: int,
                  device: torch.device, seed: int | None = None) -> Learner:
     """The run's learner; with board symmetries, it augments minibatches with a stream of its own drawn
     from `seed` (the agent's: each worker differs), so the replay's and the actor's draws stay as they were."""
-    network = q_network(config, frame_shape, num_actions)
-    learner = Learner(network, config.optim, config.gamma, config.target_update,
-                      config.max_grad_norm, device, config.double_dqn, config.precision)
-    if config.board_symmetries:
-        moves = board_action_moves(config.env)
+    network = q_network(agent, frame_shape, num_actions)
+    learner = Learner(network, agent.optim, agent.gamma, agent.target_update,
+                      agent.max_grad_norm, device, agent.double_dqn, agent.precision)
+    if agent.board_symmetries:
+        moves = board_action_moves(agent.env)
         if moves is None:
-            raise ValueError(f"board_symmetries: {config.env} declares no board symmetries (Snake does)")
-        stream = np.random.default_rng([config.seed if seed is None else seed, 8])
+            raise ValueError(f"board_symmetries: {agent.env} declares no board symmetries (Snake does)")
+        stream = np.random.default_rng([agent.seed if seed is None else seed, 8])
         learner.augmentation = SymmetryAugmentation(board_symmetries(moves), stream)
     return learner
 
 
-def priority_settings(config: TrainConfig) -> PrioritySettings | None:
-    """Prioritized replay's settings when the run asks for it (beta reaches 1 at the end of the run)."""
-    if not config.prioritized:
+def priority_settings(agent: AgentConfig, total_steps: int) -> PrioritySettings | None:
+    """Prioritized replay's settings when the agent asks for it (beta reaches 1 at `total_steps`, the run's
+    end)."""
+    if not agent.prioritized:
         return None
-    return PrioritySettings(config.priority_alpha, config.priority_beta, config.total_steps)
+    return PrioritySettings(agent.priority_alpha, agent.priority_beta, total_steps)
 
 
-def importance_beta(config: TrainConfig, env_steps: int) -> float:
-    """The importance weights' exponent after `env_steps` of the run (unused by uniform replay)."""
-    return annealed_beta(env_steps, config.priority_beta, config.total_steps)
+def importance_beta(agent: AgentConfig, env_steps: int, total_steps: int) -> float:
+    """The importance weights' exponent after `env_steps` of `total_steps` (unused by uniform replay)."""
+    return annealed_beta(env_steps, agent.priority_beta, total_steps)
 
 
-def make_replay(config: TrainConfig, frame_shape: tuple[int, ...], dtype: np.dtype, seed: int,
+def make_replay(agent: AgentConfig, frame_shape: tuple[int, ...], dtype: np.dtype, seed: int, total_steps: int,
                 capacity: int | None = None) -> ReplayMemory:
-    return ReplayMemory(capacity or config.buffer_size, config.num_envs, frame_shape, dtype, config.frame_stack,
-                        seed, priority_settings(config), config.n_step, config.gamma)
+    """`total_steps`: the run's, over which prioritized replay's beta anneals to 1."""
+    return ReplayMemory(capacity or agent.buffer_size, agent.num_envs, frame_shape, dtype, agent.frame_stack,
+                        seed, priority_settings(agent, total_steps), agent.n_step, agent.gamma)
 
 
-def epsilon_schedule(config: TrainConfig) -> LinearSchedule:
-    return LinearSchedule(config.epsilon_start, config.epsilon_end, config.epsilon_steps)
+def epsilon_schedule(agent: AgentConfig) -> LinearSchedule:
+    return LinearSchedule(agent.epsilon_start, agent.epsilon_end, agent.epsilon_steps)
 
 
-def update_schedule(config: TrainConfig) -> UpdateSchedule:
-    return UpdateSchedule(config.replay_ratio, config.train_frequency, config.learning_starts)
+def update_schedule(agent: AgentConfig) -> UpdateSchedule:
+    return UpdateSchedule(agent.replay_ratio, agent.train_frequency, agent.learning_starts)
 
 
-def model_parameters(config: TrainConfig) -> FlatParameters:
+def model_parameters(agent: AgentConfig) -> FlatParameters:
     """The run's Q-network as flat parameters, initialised exactly as every process of the run does."""
-    seed_everything(config.seed, config.threads)
-    frame_shape, _, num_actions = env_shapes(config)
-    return FlatParameters(q_network(config, frame_shape, num_actions))
+    seed_everything(agent.seed, agent.threads)
+    frame_shape, _, num_actions = env_shapes(agent)
+    return FlatParameters(q_network(agent, frame_shape, num_actions))
 
 
 @dataclass
@@ -118,15 +120,14 @@ class DQNAgent:
     schedule: UpdateSchedule
 
 
-def build_agent(config: TrainConfig, seed: int) -> DQNAgent:
+def build_agent(agent: AgentConfig, seed: int, total_steps: int) -> DQNAgent:
     """Seeds everything with `seed`, then builds the agent's parts in a fixed order (so equal seeds give
-    equal agents in every mode)."""
-    seed_everything(seed, config.threads)
-    device = resolve_device(config.device)
-    frame_shape, dtype, num_actions = env_shapes(config)
-    learner = make_learner(config, frame_shape, num_actions, device, seed)
-    replay = make_replay(config, frame_shape, dtype, seed)
+    equal agents in every mode). `total_steps`: the run's (prioritized replay anneals over it)."""
+    seed_everything(seed, agent.threads)
+    device = resolve_device(agent.device)
+    frame_shape, dtype, num_actions = env_shapes(agent)
+    learner = make_learner(agent, frame_shape, num_actions, device, seed)
+    replay = make_replay(agent, frame_shape, dtype, seed, total_steps)
     rng = np.random.default_rng(seed)
-    actor = Actor(make_vector_env(config.env, config.num_envs, config.env_options), replay, config.frame_stack,
-                  rng, device)
-    return DQNAgent(device, learner, replay, actor, rng, epsilon_schedule(config), update_schedule(config))
+    actor = Actor(make_vector_env(agent.env, agent.num_envs, agent.env_options), replay, agent.frame_stack, rng, device)
+    return DQNAgent(device, learner, replay, actor, rng, epsilon_schedule(agent), update_schedule(agent))

@@ -72,8 +72,8 @@ def animate_checkpoint(checkpoint: str | Path, output: str | Path, seed: int | N
 
     saved = ckpt.load_checkpoint(checkpoint)
     config = ckpt.config_from_checkpoint(saved)
-    frame_shape, _, num_actions = env_shapes(config)
-    net = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.frame_stack), num_actions, device)
-    pictures = greedy_episode_pictures(net, config.env, config.frame_stack, config.env_options,
-                                       seed=config.seed + 7 if seed is None else seed, device=device)
+    frame_shape, _, num_actions = env_shapes(config.agent)
+    net = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.agent.frame_stack), num_actions, device)
+    pictures = greedy_episode_pictures(net, config.agent.env, config.agent.frame_stack, config.agent.env_options,
+                                       seed=config.agent.seed + 7 if seed is None else seed, device=device)
     return write_gif(pictures, output)

@@ -37,7 +37,7 @@ def save_checkpoint(path: str | Path, config: TrainConfig, learner: Learner,
         "counters": counters,
         "rng": rng_states,
     }
-    definition = model_definition(config.model)
+    definition = model_definition(config.agent.model)
     if definition is not None:  # so the checkpoint still loads where that file is not
         payload["model_definition"] = definition.read_text()
     tmp = path.with_suffix(".tmp")
@@ -71,9 +71,9 @@ def q_network_from_checkpoint(saved: dict[str, Any], state_shape: tuple[int, ...
                               device: str | torch.device = "cpu") -> torch.nn.Module:
     config = config_from_checkpoint(saved)
     if "model_definition" in saved:
-        net = network_from_definition(saved["model_definition"], config.model, state_shape, num_actions)
-        net = with_dueling_head(net, config.model) if config.dueling else net
+        net = network_from_definition(saved["model_definition"], config.agent.model, state_shape, num_actions)
+        net = with_dueling_head(net, config.agent.model) if config.agent.dueling else net
     else:
-        net = build_q_network(config.model, state_shape, num_actions, config.hidden, config.dueling)
+        net = build_q_network(config.agent.model, state_shape, num_actions, config.agent.hidden, config.agent.dueling)
     net.load_state_dict(saved["q_network"])
     return net.to(device)

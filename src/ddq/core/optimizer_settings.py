@@ -16,7 +16,7 @@ class OptimizerConfig:
     """Optimizer settings, with Caffe solver's learning-rate policy (fixed or step)."""
 
     optimizer: str = field(default="adam", metadata={"help": "update rule: " + ", ".join(OPTIMIZERS)})
-    lr: float = field(default=1e-3, metadata={"help": "base learning rate"})
+    lr: float = field(default=1e-3, metadata={"help": "base learning rate", "brief": True})
     momentum: float = field(default=0.0, metadata={"help": "momentum (sgd, rmsprop)"})
     weight_decay: float = field(default=0.0, metadata={"help": "L2 weight decay"})
     rms_decay: float = field(default=0.99, metadata={"help": "RMSprop smoothing constant"})

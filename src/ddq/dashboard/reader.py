@@ -99,10 +99,10 @@ class RunReader:
         server = self.server(info)
         return {"run": self.run, "state": info.get("state"), "started": info.get("started"),
                 "finished": info.get("finished"), "run_dir": info.get("run_dir"),
-                "env": config.env, "eats_apples": eats_apples(config.env), "mode": config.mode,
-                "model": config.model,
-                "workers": config.workers, "shards": config.server.shards,
-                "total_steps": config.total_steps, "target_return": config.target_return,
+                "env": config.agent.env, "eats_apples": eats_apples(config.agent.env), "mode": config.run.mode,
+                "model": config.agent.model,
+                "workers": config.distributed.workers, "shards": config.distributed.server.shards,
+                "total_steps": config.run.total_steps, "target_return": config.run.target_return,
                 "env_steps": int(steps or 0), "pushes": int(pushes or 0), "updates": server["version"],
                 "episodes": self.client.llen(self.keys.episodes),
                 "evaluations": self.client.llen(self.keys.evaluations), "summary": info.get("summary"),
@@ -141,7 +141,7 @@ class RunReader:
 
     # ------------------------------------------------------------------ latest state
     def server(self, info: dict | None = None) -> dict:
-        reports = shard_reports(self.client, self.keys, self.config(info).server.shards)
+        reports = shard_reports(self.client, self.keys, self.config(info).distributed.server.shards)
         return {**merge_server(reports), "per_shard": [
             {key: report.get(key) for key in ("shard", "version", "applied", "updates_per_s", "rejected_total",
                                               "dropped_stale", "time")} for report in reports]}
@@ -177,7 +177,7 @@ class RunReader:
     def _locate_first_layer(self) -> FirstLayer | str:
         if self._first_layer is None:
             info = self.info()
-            self._first_layer = self._first_layer_of(info.get("network"), self.config(info).server.shards)
+            self._first_layer = self._first_layer_of(info.get("network"), self.config(info).distributed.server.shards)
         return self._first_layer
 
     @staticmethod

@@ -47,15 +47,17 @@ UPDATES_PER_ROUND = 16  # the loop looks at its inbox and housekeeping between r
 
 def central_learner(config: TrainConfig, trained_before: int) -> CentralLearner:
     """The run's learner, one replay memory per actor."""
-    frame_shape, dtype, num_actions = env_shapes(config)
-    learner = make_learner(config, frame_shape, num_actions, resolve_device(config.device))
-    capacity = max(config.buffer_size // config.workers, 1)
-    memories = [make_replay(config, frame_shape, dtype, config.seed + 7919 * (k + 1), capacity)
-                for k in range(config.workers)]
-    settings = CentralSettings(config.batch_size, config.replay_ratio, config.publish_every,
-                               config.server.snapshot_every, config.eval_every, config.target_update,
-                               config.priority_beta, config.total_steps, config.sync)
-    return CentralLearner(learner, memories, update_schedule(config), settings, trained_before)
+    frame_shape, dtype, num_actions = env_shapes(config.agent)
+    learner = make_learner(config.agent, frame_shape, num_actions, resolve_device(config.agent.device))
+    capacity = max(config.agent.buffer_size // config.distributed.workers, 1)
+    memories = [make_replay(config.agent, frame_shape, dtype, config.agent.seed + 7919 * (k + 1),
+                            config.run.total_steps, capacity)
+                for k in range(config.distributed.workers)]
+    agent, distributed = config.agent, config.distributed
+    settings = CentralSettings(agent.batch_size, agent.replay_ratio, distributed.publish_every,
+                               distributed.server.snapshot_every, config.run.eval_every, agent.target_update,
+                               agent.priority_beta, config.run.total_steps, distributed.sync)
+    return CentralLearner(learner, memories, update_schedule(config.agent), settings, trained_before)
 
 
 class LearnerServer:
@@ -63,18 +65,18 @@ class LearnerServer:
 
     def __init__(self, config: TrainConfig, redis_url: str, run: str):
         tune_malloc()
-        seed_everything(config.seed, config.threads)
+        seed_everything(config.agent.seed, config.agent.threads)
         self.config, self.keys = config, RunKeys(run)
         self.redis = redis.Redis.from_url(redis_url)
         self.core = central_learner(config, int(self.redis.get(self.keys.trained_steps) or 0))
         flat = self.core.learner.flat
-        frame_shape, dtype, num_actions = env_shapes(config)
+        frame_shape, dtype, num_actions = env_shapes(config.agent)
         self.expect = ExpectExperience(run, frame_shape, np.dtype(dtype), num_actions)
         self.layout, self.bounds = layout_bytes(flat.layout_hash()), (0, flat.size)
         self.raise_to = self.redis.register_script(RAISE_TO)
         self.control = RunControl(self.redis, run)
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))
-        self.snapshot_path = Path(config.run_dir) / "learner.pt" if config.run_dir else None
+        self.snapshot_path = Path(config.run.run_dir) / "learner.pt" if config.run.run_dir else None
         self.inbox: queue.Queue[Experience] = queue.Queue()
         self.receiving = threading.Lock()  # held while a message is between Redis and the inbox
         self.stopping = threading.Event()
@@ -118,7 +120,8 @@ class LearnerServer:
         if self.inbox.qsize() >= INBOX_MESSAGES:
             return False
         with self.receiving:
-            taken = client.brpop([self.keys.experience], timeout=0.05 if self.config.sync else HOUSEKEEPING_S)
+            wait_s = 0.05 if self.config.distributed.sync else HOUSEKEEPING_S
+            taken = client.brpop([self.keys.experience], timeout=wait_s)
             if taken:
                 self._decode_into_inbox(typing.cast(bytes, taken[1]))
         return True
@@ -155,7 +158,7 @@ class LearnerServer:
             try:
                 experience = self.inbox.get(timeout=0.05)
             except queue.Empty:
-                if self.config.sync:
+                if self.config.distributed.sync:
                     self._finish_round()
                 return False
             self.core.ingest(experience)

@@ -16,12 +16,12 @@ def run_training(config: TrainConfig, run_dir: str | Path, started_at: float | N
     """Trains in the configured mode; (the run's summary, the exit code it earned: 0 only for a run that
     finished). The one place a mode is chosen (each imports its own machinery, Spark's included, lazily)."""
     started_at = time.time() if started_at is None else started_at
-    if config.mode == "serial":
+    if config.run.mode == "serial":
         from ddq.modes.serial import SerialTrainer
 
         serial = SerialTrainer(config, run_dir, started_at, resume=resume)
         return serial.run(), serial.exit_code
-    if config.mode == "actor-learner":
+    if config.run.mode == "actor-learner":
         from ddq.modes.actor_learner import train_actor_learner
 
         return train_actor_learner(config, run_dir, started_at, resume)

@@ -25,8 +25,10 @@ from ddq.modes.weights_service import LearnerProcess
 
 
 def actor_learner(config: TrainConfig, resumed_env_steps: int = 0) -> Wiring:
-    learner = LearnerProcess(epsilon_schedule(config), config.workers, config.per_actor_epsilon, resumed_env_steps)
-    return Wiring(weights=learner, task=actor_task, evaluator=PointEvaluator, barrier=config.sync)
+    distributed = config.distributed
+    learner = LearnerProcess(epsilon_schedule(config.agent), distributed.workers, distributed.per_actor_epsilon,
+                             resumed_env_steps)
+    return Wiring(weights=learner, task=actor_task, evaluator=PointEvaluator, barrier=distributed.sync)
 
 
 def train_actor_learner(config: TrainConfig, run_dir: str | Path, started_at: float | None = None,

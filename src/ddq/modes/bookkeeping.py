@@ -81,14 +81,14 @@ def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int
                 checkpoint: Path, reason: str | None) -> dict[str, Any]:
     """The summary.json of a finished run, the same for every mode; `reason`: why it stopped. Snake's
     also says how many apples the final greedy evaluation ate per episode."""
-    apples = {"final_eval_mean_apples": last_eval[2] if last_eval else None} if eats_apples(config.env) else {}
+    apples = {"final_eval_mean_apples": last_eval[2] if last_eval else None} if eats_apples(config.agent.env) else {}
     return {
-        "env": config.env, "mode": config.mode, "seed": config.seed, "stop_reason": reason,
+        "env": config.agent.env, "mode": config.run.mode, "seed": config.agent.seed, "stop_reason": reason,
         "wall_time_s": counters.wall_time_s, "env_steps": counters.env_steps,
         "updates": updates, "episodes": counters.episodes,
         "final_eval_return": last_eval[1] if last_eval else None,
         "final_eval_rewarded_steps": last_eval[2] if last_eval else None, **apples,
-        "target_return": config.target_return,
+        "target_return": config.run.target_return,
         "reached_target": counters.steps_to_target is not None,
         "time_to_target_s": counters.time_to_target_s,
         "steps_to_target": counters.steps_to_target,
@@ -115,8 +115,9 @@ def play_evaluation(network: nn.Module, config: TrainConfig, index: int, device:
                     should_stop: Callable[[], bool] | None = None) -> Evaluation:
     """The run's `index`-th greedy evaluation (0 first): its episodes' seeds depend on the index alone, so
     the same evaluation plays the same episodes whoever plays it and when."""
-    return evaluate(network, config.env, config.eval_episodes, config.frame_stack, config.env_options,
-                    seed=config.seed + EVAL_SEED_OFFSET * (1 + index), epsilon=config.eval_epsilon, device=device,
+    agent = config.agent
+    return evaluate(network, agent.env, config.run.eval_episodes, agent.frame_stack, agent.env_options,
+                    seed=agent.seed + EVAL_SEED_OFFSET * (1 + index), epsilon=config.run.eval_epsilon, device=device,
                     should_stop=should_stop)
 
 
@@ -128,7 +129,7 @@ def note_evaluation(result: Evaluation, config: TrainConfig, log: RunLog, counte
     log.write("eval", env_steps=env_steps, updates=updates, wall_time_s=counters.wall_time_s,
               mean_return=result.mean_return, returns=result.returns, mean_rewarded_steps=result.mean_rewarded_steps,
               **extra)
-    reached = config.target_return is not None and result.mean_return >= config.target_return
+    reached = config.run.target_return is not None and result.mean_return >= config.run.target_return
     if reached and counters.steps_to_target is None:
         counters.steps_to_target = env_steps
         counters.time_to_target_s = time.time() - origin

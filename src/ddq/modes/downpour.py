@@ -23,8 +23,8 @@ from ddq.modes.weights_service import ShardFleet
 
 
 def downpour(config: TrainConfig) -> Wiring:
-    return Wiring(weights=ShardFleet(config.server.shards, epsilon_schedule(config)), task=barista_task,
-                  evaluator=InlineEvaluator)
+    shards = ShardFleet(config.distributed.server.shards, epsilon_schedule(config.agent))
+    return Wiring(weights=shards, task=barista_task, evaluator=InlineEvaluator)
 
 
 def train_downpour(config: TrainConfig, run_dir: str | Path, started_at: float | None = None,

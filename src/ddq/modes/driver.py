@@ -65,11 +65,11 @@ class Driver:
         self.config, self.run_dir, self.wiring = config, Path(run_dir), wiring
         self.started_at = started_at if started_at is not None else time.time()
         self.run = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
-        seed_everything(config.seed, config.threads)
-        device = resolve_device(config.device)
-        frame_shape, _, num_actions = env_shapes(config)
-        self.state_shape = state_shape(frame_shape, config.frame_stack)
-        self.mirror = WeightsMirror(config, make_learner(config, frame_shape, num_actions, device), device,
+        seed_everything(config.agent.seed, config.agent.threads)
+        device = resolve_device(config.agent.device)
+        frame_shape, _, num_actions = env_shapes(config.agent)
+        self.state_shape = state_shape(frame_shape, config.agent.frame_stack)
+        self.mirror = WeightsMirror(config, make_learner(config.agent, frame_shape, num_actions, device), device,
                                     self.run_dir)
         counters = RunCounters.from_dict(resume["counters"]) if resume else RunCounters()
         # the run's clock: from the command's start, less the earlier sessions of a resumed run
@@ -84,11 +84,12 @@ class Driver:
     def train(self) -> dict[str, Any]:
         c = self.config
         with contextlib.ExitStack() as stack:
-            if not c.redis_url and (c.spark_master or launched_by_spark_submit()):
+            if not c.distributed.redis_url and (c.distributed.spark_master or launched_by_spark_submit()):
                 print("ddq: note: the private Redis listens on a unix socket of this machine; executors on other "
                       "machines need --redis-url redis://HOST:PORT (or rediss://) of a server they can reach",
                       file=sys.stderr)
-            master = c.spark_master or (None if launched_by_spark_submit() else local_master(c.workers))
+            given = c.distributed.spark_master
+            master = given or (None if launched_by_spark_submit() else local_master(c.distributed.workers))
             spark = spark_session(master, f"ddq-{self.run}", self.run_dir / "spark.log")
             stack.callback(spark.stop)
             stack.enter_context(self.signals)  # after Spark's session: pyspark installs a SIGINT handler of its own
@@ -129,8 +130,8 @@ class Driver:
     def _run_job(self, spark: Any) -> None:
         """Runs the workers' tasks to the end of the run, watching over it meanwhile (`_watch`)."""
         c = self.config
-        job = SparkJob(spark, self.wiring.task, c.workers, self.wiring.barrier, encode_settings(c), self.services.url,
-                       self.run)
+        job = SparkJob(spark, self.wiring.task, c.distributed.workers, self.wiring.barrier, encode_settings(c),
+                       self.services.url, self.run)
         job.start()
         clean = False
         try:
@@ -150,7 +151,7 @@ class Driver:
         time budget or a signal (the workers stop at the step budget themselves)."""
         c, counters, s = self.config, self.record.counters, self.services
         reached = False
-        with tqdm(total=c.total_steps, initial=counters.env_steps, unit="step", disable=not c.progress,
+        with tqdm(total=c.run.total_steps, initial=counters.env_steps, unit="step", disable=not c.run.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
             while job.is_alive():
                 job.join(0.5)
@@ -161,19 +162,19 @@ class Driver:
                 self.supervisor.check(stopping)
                 s.reporter.record_restarts(self.supervisor.restarts())
                 steps = int(s.redis.get(s.keys.env_steps) or 0)
-                bar.update(min(steps, c.total_steps) - bar.n)  # past the total, tqdm would drop the percentage
+                bar.update(min(steps, c.run.total_steps) - bar.n)  # past the total, tqdm would drop the percentage
                 counters.env_steps = steps
                 counters.wall_time_s = time.time() - self.record.origin
                 self._drain_episodes()
                 epsilon = self.wiring.weights.workers_epsilon(steps)
                 s.reporter.record_progress(steps, epsilon)
                 recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
-                bar.set_postfix(progress_values(recent, epsilon, self.record.last_eval, eats_apples(c.env)),
+                bar.set_postfix(progress_values(recent, epsilon, self.record.last_eval, eats_apples(c.agent.env)),
                                 refresh=False)
                 reached = self.evaluator.periodic(steps, stopping) or reached
-                reason = stop_reason(None, c.total_steps, reached, c.time_budget_s, self.started_at,
+                reason = stop_reason(None, c.run.total_steps, reached, c.run.time_budget_s, self.started_at,
                                      user_stopped=self.signals.received is not None,
-                                     episodes=counters.episodes, total_episodes=c.total_episodes)
+                                     episodes=counters.episodes, total_episodes=c.run.total_episodes)
                 if reason is not None and not stopping:
                     s.control.stop(reason)
 

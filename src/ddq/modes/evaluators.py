@@ -75,12 +75,12 @@ class InlineEvaluator:
 
     def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices):
         self.mirror, self.record, self.services = mirror, record, services
-        self.next_eval = next_mark(record.counters.env_steps, record.config.eval_every)
+        self.next_eval = next_mark(record.counters.env_steps, record.config.run.eval_every)
 
     def periodic(self, env_steps: int, stopping: bool) -> bool:
         if env_steps < self.next_eval or stopping:
             return False
-        self.next_eval = next_mark(env_steps, self.record.config.eval_every)
+        self.next_eval = next_mark(env_steps, self.record.config.run.eval_every)
         return self.mirror.evaluate(self.record, self.services)
 
     def close(self) -> None:

@@ -31,8 +31,8 @@ class RunServices:
     def open(self, stack: contextlib.ExitStack, info: dict[str, Any], slices: int, env_steps: int) -> None:
         """Redis, the run's control key, its episodes list, its reporter (`info`: what the dashboard shows
         of the run) and its settings file. `env_steps`: where a resumed run's workers go on from."""
-        if self.config.redis_url:
-            self.url = self.config.redis_url
+        if self.config.distributed.redis_url:
+            self.url = self.config.distributed.redis_url
         else:
             embedded = stack.enter_context(EmbeddedRedis(log_dir=self.run_dir))
             self.supervisor.watch("redis-server", embedded.process, embedded.log_path)
@@ -49,10 +49,10 @@ class RunServices:
     def start_helpers(self, stack: contextlib.ExitStack) -> None:
         """Celery (background evaluation of snapshots) and the dashboard, when the run wants them; the run
         goes on without either if it dies."""
-        if self.config.celery:
+        if self.config.services.celery:
             worker = start_celery_worker(self.url, self.run, self.run_dir, self.settings)
             self.supervisor.watch("the Celery worker", worker, self.run_dir / "celery.log", essential=False)
             stack.callback(stop, worker)
-        if self.config.dashboard:
-            stack.enter_context(serve_dashboard(self.url, self.run, self.run_dir, self.config.dashboard_port,
+        if self.config.services.dashboard:
+            stack.enter_context(serve_dashboard(self.url, self.run, self.run_dir, self.config.services.dashboard_port,
                                                 self.supervisor))

@@ -34,7 +34,7 @@ class SerialTrainer:
         self.config = config
         self.run_dir = Path(run_dir)
         self.started_at = started_at if started_at is not None else time.time()
-        agent = build_agent(config, config.seed)
+        agent = build_agent(config.agent, config.agent.seed, config.run.total_steps)
         self.device, self.learner, self.replay, self.actor = agent.device, agent.learner, agent.replay, agent.actor
         self.rng, self.schedule = agent.rng, agent.schedule
         self.weights = LocalParameters(self.learner)  # the learner's own optimizer applies each gradient
@@ -56,31 +56,31 @@ class SerialTrainer:
     def run(self) -> dict[str, Any]:
         """Train until the step budget is spent or the target return is reached."""
         c = self.config
-        self.actor.reset(seed=c.seed + self.counters.env_steps)
+        self.actor.reset(seed=c.agent.seed + self.counters.env_steps)
         self.actor.env_steps = self.counters.env_steps
         marks = {name: self._next_mark(getattr(c, name)) for name in ("log_every", "eval_every", "checkpoint_every")}
         reached = False
-        with StopSignals() as signals, tqdm(total=c.total_steps, initial=self.actor.env_steps, unit="step",
-                                            disable=not c.progress, mininterval=1.0, dynamic_ncols=True) as bar:
-            while (reason := stop_reason(self.actor.env_steps, c.total_steps, reached, c.time_budget_s,
+        with StopSignals() as signals, tqdm(total=c.run.total_steps, initial=self.actor.env_steps, unit="step",
+                                            disable=not c.run.progress, mininterval=1.0, dynamic_ncols=True) as bar:
+            while (reason := stop_reason(self.actor.env_steps, c.run.total_steps, reached, c.run.time_budget_s,
                                          self.started_at, user_stopped=signals.received is not None,
-                                         episodes=self.counters.episodes, total_episodes=c.total_episodes)) is None:
+                                         episodes=self.counters.episodes, total_episodes=c.run.total_episodes)) is None:
                 before = self.actor.env_steps
                 self._act()
                 self._train(self.actor.env_steps - before)
                 self.counters.wall_time_s = time.time() - self.origin
-                bar.update(min(self.actor.env_steps, c.total_steps) - bar.n)  # past the total, tqdm drops the %
+                bar.update(min(self.actor.env_steps, c.run.total_steps) - bar.n)  # past the total, tqdm drops the %
                 steps = self.actor.env_steps
                 if steps >= marks["log_every"]:
-                    marks["log_every"] = self._next_mark(c.log_every)
+                    marks["log_every"] = self._next_mark(c.run.log_every)
                     self._log_training()
                     bar.set_postfix(self._bar_values(), refresh=False)
                 if steps >= marks["eval_every"]:
-                    marks["eval_every"] = self._next_mark(c.eval_every)
+                    marks["eval_every"] = self._next_mark(c.run.eval_every)
                     reached = self._evaluate_and_check()
                     bar.set_postfix(self._bar_values(), refresh=False)  # the bar shows the newest greedy score
                 if steps >= marks["checkpoint_every"]:
-                    marks["checkpoint_every"] = self._next_mark(c.checkpoint_every)
+                    marks["checkpoint_every"] = self._next_mark(c.run.checkpoint_every)
                     self.save()
         self.stopped_because, self.stopped_by = reason, signals.received
         self.exit_code = signals.exit_code()
@@ -101,8 +101,9 @@ class SerialTrainer:
     def _train(self, new_steps: int) -> None:
         """Gradient updates at the configured replay ratio, in rounds every `train_frequency` steps."""
         due = self.schedule.due(new_steps, self.actor.env_steps)
-        for stats in train_from_replay(self.learner, self.replay, self.weights, due, self.config.batch_size,
-                                       importance_beta(self.config, self.counters.env_steps)):
+        for stats in train_from_replay(self.learner, self.replay, self.weights, due, self.config.agent.batch_size,
+                                       importance_beta(self.config.agent, self.counters.env_steps,
+                                                       self.config.run.total_steps)):
             for key in self._window:
                 if (value := getattr(stats, key)) is not None:  # mean max-Q, gradient norm: measured 1 in 8
                     self._window[key].append(value)
@@ -121,7 +122,7 @@ class SerialTrainer:
 
     def _bar_values(self) -> dict[str, str]:
         return progress_values(self._recent_return(), self.epsilon(self.actor.env_steps), self.last_eval,
-                               eats_apples(self.config.env))
+                               eats_apples(self.config.agent.env))
 
     def _evaluate_and_check(self) -> bool:
         self.last_eval, reached = evaluate_and_record(
@@ -133,7 +134,7 @@ class SerialTrainer:
     def save(self) -> Path:
         path = ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
                                     self.counters.as_dict(), self._rng_states())
-        if self.config.save_replay:
+        if self.config.run.save_replay:
             self.replay.save(str(self.run_dir / ckpt.REPLAY_NAME))
         return path
 
@@ -153,7 +154,7 @@ class SerialTrainer:
         if isinstance(self.learner.augmentation, SymmetryAugmentation) and "augmentation" in saved["rng"]:
             self.learner.augmentation.rng.bit_generator.state = saved["rng"]["augmentation"]
         replay_file = self.run_dir / ckpt.REPLAY_NAME
-        if self.config.save_replay and replay_file.exists():
+        if self.config.run.save_replay and replay_file.exists():
             self.replay.load(str(replay_file))
 
     def _finish(self) -> dict[str, Any]:

@@ -42,9 +42,9 @@ def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: 
     from ddq.param_server.client import ParameterClient
 
     config = decode_settings(settings, "the driver's settings")
-    context = BarrierTaskContext.get() if config.sync else TaskContext.get()
+    context = BarrierTaskContext.get() if config.distributed.sync else TaskContext.get()
     attempt = context.attemptNumber() if context else 0
-    meet = context.allGather if config.sync and isinstance(context, BarrierTaskContext) else None
+    meet = context.allGather if config.distributed.sync and isinstance(context, BarrierTaskContext) else None
     actor = ExperienceActor(config, redis_url, run, index,
                             lambda flat: ParameterClient(redis_url, run, flat, 1, index), attempt, meet)
     yield dataclasses.asdict(actor.run())

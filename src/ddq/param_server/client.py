@@ -158,6 +158,6 @@ def remote_source(config: TrainConfig, redis_url: str, run: str, worker: int) ->
     """What a Barista is handed in downpour: builds the client that keeps its learner's weights and target
     in step with the run's shards."""
     def connect(learner: Learner) -> ParameterClient:
-        return ParameterClient(redis_url, run, learner.flat, config.server.shards, worker,
-                               target=learner.target_flat, max_backlog=config.server.max_backlog)
+        return ParameterClient(redis_url, run, learner.flat, config.distributed.server.shards, worker,
+                               target=learner.target_flat, max_backlog=config.distributed.server.max_backlog)
     return connect

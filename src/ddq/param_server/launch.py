@@ -29,7 +29,7 @@ def start_shards(config: TrainConfig, redis_url: str, run: str, folder: Path,
     """One `ddq param-server` process per shard; `settings` is the run's settings file (written into
     folder/config.json when not given)."""
     settings = settings or write_settings(config, folder / "config.json")
-    return [start_shard(settings, redis_url, run, folder, k) for k in range(config.server.shards)]
+    return [start_shard(settings, redis_url, run, folder, k) for k in range(config.distributed.server.shards)]
 
 
 def wait_until_serving(client: redis.Redis, run: str, shards: int, processes: list[subprocess.Popen],

@@ -42,25 +42,26 @@ class ShardServer:
     def __init__(self, config: TrainConfig, redis_url: str, run: str, shard: int):
         tune_malloc()
         self.config, self.shard = config, shard
-        flat = model_parameters(config)
-        self.bounds = shard_bounds(flat.size, config.server.shards)[shard]
+        flat = model_parameters(config.agent)
+        self.bounds = shard_bounds(flat.size, config.distributed.server.shards)[shard]
         start, end = self.bounds
         self.layout = layout_bytes(flat.layout_hash())
         self.params = flat.data[start:end].clone()
         self.target = self.params.clone()
         slice_of = lambda v: None if v is None else v[start:end].clone()  # noqa: E731
-        self.optimizer = FlatOptimizer(config.optim, end - start, "cpu", slice_of(flat.multipliers("lr_mult")),
+        self.optimizer = FlatOptimizer(config.agent.optim, end - start, "cpu", slice_of(flat.multipliers("lr_mult")),
                                        slice_of(flat.multipliers("decay_mult")))
         self.version = self.target_version = 0
         self.keys = RunKeys(run).shard(shard)
-        self.policy = StalenessPolicy(config.server.max_staleness, config.server.staleness_scaling)
+        server = config.distributed.server
+        self.policy = StalenessPolicy(server.max_staleness, server.staleness_scaling)
         self.expect = gradient_expectation(self.layout, self.bounds, max_bytes=64 + 4 * (end - start) * 2)
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))
         self.before = torch.empty_like(self.params)  # weights before a sampled update, for the ratios
         self.redis = redis.Redis.from_url(redis_url)
         self.control = RunControl(self.redis, run)
         self.fast = RespConnection(redis_url, buffer_bytes=4 * (end - start) + 4096, max_bulk=self.expect.max_bytes)
-        run_dir = Path(config.run_dir) if config.run_dir else None
+        run_dir = Path(config.run.run_dir) if config.run.run_dir else None
         self.snapshot_path = run_dir / f"param-server-shard{shard}.pt" if run_dir else None
         if run_dir:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -123,10 +124,10 @@ class ShardServer:
             self.metrics.record_layers(self.before, self.params, grad)
         self.version += 1
         self.metrics.accept(staleness, header.loss)
-        if target_refresh_due(self.version, self.config.target_update):
+        if target_refresh_due(self.version, self.config.agent.target_update):
             self.target.copy_(self.params)
             self.target_version = self.version
-        if self.version % self.config.server.snapshot_every == 0:
+        if self.version % self.config.distributed.server.snapshot_every == 0:
             self.snapshot()
         return True
 

@@ -55,12 +55,12 @@ def _settings() -> tuple[str, str, TrainConfig, Path]:
     url = os.environ.get("DDQ_REDIS_URL", "redis://127.0.0.1:6379/0")
     settings_file = os.environ.get("DDQ_SETTINGS")
     config = read_settings(settings_file) if settings_file else TrainConfig()
-    run_dir = Path(os.environ.get("DDQ_RUN_DIR") or config.run_dir or ".")
+    run_dir = Path(os.environ.get("DDQ_RUN_DIR") or config.run.run_dir or ".")
     return url, os.environ.get("DDQ_RUN", "default"), config, run_dir
 
 
 REDIS_URL, RUN, CONFIG, RUN_DIR = _settings()
-torch.set_num_threads(CONFIG.threads)  # evaluation is a background job: no spinning thread pool
+torch.set_num_threads(CONFIG.agent.threads)  # evaluation is a background job: no spinning thread pool
 app = Celery("ddq", broker=celery_url(REDIS_URL), backend=celery_url(REDIS_URL))
 app.conf.update(
     task_serializer="json", result_serializer="json", accept_content=["json"],  # nothing else is decoded
@@ -77,7 +77,7 @@ def newest_snapshot(client: redis.Redis, run: str, config: TrainConfig, flat: Fl
     version, or None before the first snapshot."""
     layout = layout_bytes(flat.layout_hash())
     versions = []
-    for shard, bounds in enumerate(shard_bounds(flat.size, config.server.shards)):
+    for shard, bounds in enumerate(shard_bounds(flat.size, config.distributed.server.shards)):
         saved = snapshots.from_redis(client, RunKeys(run).shard(shard).snapshot, layout, bounds, optimizer=False)
         if saved is None:
             return None
@@ -98,13 +98,14 @@ def evaluate_snapshot(episodes: int | None = None) -> dict | None:
         return None
     version, learner = newest
     network = learner.online.train(False)
-    result = evaluate(network, CONFIG.env, episodes or CONFIG.eval_episodes, CONFIG.frame_stack, CONFIG.env_options,
-                      seed=CONFIG.seed + version, epsilon=CONFIG.eval_epsilon)
+    agent = CONFIG.agent
+    result = evaluate(network, agent.env, episodes or CONFIG.run.eval_episodes, agent.frame_stack, agent.env_options,
+                      seed=CONFIG.agent.seed + version, epsilon=CONFIG.run.eval_epsilon)
     keys = RunKeys(RUN)
     env_steps = int(client.get(keys.env_steps) or 0)
     record = record_evaluation(client, keys, "celery", version, env_steps, result.mean_return, result.returns,
                                mean_rewarded_steps=result.mean_rewarded_steps)
-    if CONFIG.env.startswith("ddq/Snake"):
+    if CONFIG.agent.env.startswith("ddq/Snake"):
         replay = _snake_episode(network, version)
         episode = {**replay, "version": version, "time": record["time"], "env_steps": env_steps,
                    "mean_return": result.mean_return}
@@ -116,8 +117,8 @@ def _snake_episode(network: torch.nn.Module, seed: int) -> dict:
     """One greedy Snake episode's board images (uint8 gray levels, base64), for the dashboard to replay."""
     from ddq.core.evaluate import greedy_episode_frames
 
-    options = dataclasses.replace(CONFIG.env_options, step_latency_ms=0.0)  # a replay need not sleep
-    frames = greedy_episode_frames(network, CONFIG.env, CONFIG.frame_stack, options, seed=seed,
+    options = dataclasses.replace(CONFIG.agent.env_options, step_latency_ms=0.0)  # a replay need not sleep
+    frames = greedy_episode_frames(network, CONFIG.agent.env, CONFIG.agent.frame_stack, options, seed=seed,
                                    max_frames=EPISODE_FRAMES_LIMIT)
     return {"side": int(frames[0].shape[0]), "count": len(frames),
             "frames": base64.b64encode(np.stack(frames).tobytes()).decode(), "palette": PALETTE}
@@ -142,8 +143,8 @@ def _newest_learner(client: redis.Redis):
     """(version, a learner holding the newest snapshot's weights and target), or None before the first."""
     from ddq.core.agent import env_shapes, make_learner
 
-    frame_shape, _, num_actions = env_shapes(CONFIG)
-    learner = make_learner(CONFIG, frame_shape, num_actions, torch.device("cpu"))
+    frame_shape, _, num_actions = env_shapes(CONFIG.agent)
+    learner = make_learner(CONFIG.agent, frame_shape, num_actions, torch.device("cpu"))
     version = newest_snapshot(client, RUN, CONFIG, learner.flat, learner.target_flat.data)
     if version is None:
         return None
