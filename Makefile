@@ -29,7 +29,7 @@ test: lint chromium
 
 # ruff (lint, import order) and mypy (types: the package ships py.typed), configured in pyproject.toml.
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests examples
 	$(BIN)/mypy
 
 # The browser tests drive the system's Chromium with Playwright (no downloaded browser).

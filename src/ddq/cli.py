@@ -5,75 +5,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import sys
-import time
 from pathlib import Path
 
 from ddq.benchmarks.commands import add_bench_commands
-from ddq.config import REDIS_URL_ENV, build_config, has_masked_secret, read_settings
+from ddq.config import REDIS_URL_ENV, build_config, read_settings
 from ddq.flags import add_config_flags
 from ddq.gamesim import eats_apples
-from ddq.preflight import check_redis, check_run
+from ddq.preflight import check_redis
 from ddq.processes import process_started_at
 
 
-def _default_run_dir(env_id: str) -> str:
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", env_id).strip("-")
-    return str(Path("runs") / f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}")
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    from ddq.core import checkpoint as ckpt
-    from ddq.modes import run_training
-    from ddq.modes.bookkeeping import write_summary
-    from ddq.services.plot import plot_run
+    from ddq.api import execute, prepare
 
     cli_values = {k: v for k, v in vars(args).items()
                   if k not in ("func", "config", "resume", "command", "started_at", "solver")}
     if "redis_url" not in cli_values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
         cli_values["redis_url"] = os.environ[REDIS_URL_ENV]
-    saved = None
-    if args.resume:
-        saved = ckpt.load_checkpoint(args.resume)
-        config = build_config(cli_values, args.config, base=ckpt.config_from_checkpoint(saved),
-                              solver_file=args.solver)
-        resume_path = Path(args.resume)
-        config.run.run_dir = str(resume_path.parent if resume_path.is_file() else resume_path)
-    else:
-        config = build_config(cli_values, args.config, solver_file=args.solver)
-    if has_masked_secret(config.distributed.redis_url):
-        raise ValueError("the run used a Redis with a password, which ddq never writes down: give --redis-url "
-                         "again to resume it")
-    run_dir = config.run.run_dir or _default_run_dir(config.agent.env)
-    if not args.resume and (Path(run_dir) / "metrics.jsonl").exists():
-        raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
-                         "or choose another --run-dir")
-    config.run.run_dir = run_dir
-    check_run(config)  # before a folder or a process exists: a mistake costs one line
-    print(f"ddq: training {config.agent.env} ({config.run.mode}) into {run_dir}", file=sys.stderr)
-    summary, exit_code = run_training(config, run_dir, args.started_at, resume=saved)
-    summary["learning_curve"] = str(plot_run(run_dir, env_id=config.agent.env))
-    summary["animation"] = _animate_run(summary)
-    write_summary(run_dir, summary)
+    config, saved = prepare(cli_values, args.config, args.solver, args.resume)
+    summary, exit_code = execute(config, saved, args.started_at)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
-    print(f"ddq: the same summary, with every setting, is in {Path(run_dir) / 'summary.json'}", file=sys.stderr)
+    print(f"ddq: the same summary, with every setting, is in {Path(str(config.run.run_dir)) / 'summary.json'}",
+          file=sys.stderr)
     return exit_code  # 0 only for a run that finished: 1 when it failed, 128+N when a signal stopped it
-
-
-def _animate_run(summary: dict) -> str | None:
-    """replay.gif beside the run's final checkpoint: one greedy episode, for a person to watch."""
-    checkpoint = Path(str(summary.get("checkpoint")))
-    if not checkpoint.is_file():
-        return None
-    from ddq.core.animation import animate_checkpoint
-
-    try:
-        return str(animate_checkpoint(checkpoint, checkpoint.parent / "replay.gif"))
-    except ValueError as error:  # an env that draws no pictures
-        print(f"ddq: no replay.gif: {error}", file=sys.stderr)
-        return None
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

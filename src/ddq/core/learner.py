@@ -17,12 +17,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from ddq.config import PRECISIONS
 from ddq.core.dqn import double_dqn_targets, dqn_targets, target_refresh_due, td_errors, td_loss
 from ddq.core.optimizers import FlatOptimizer, OptimizerConfig
 from ddq.core.replay import Batch
 from ddq.models import FlatParameters
 
-PRECISIONS = ("fp32", "bf16")
 # The mean max-Q and the gradient norm are telemetry: each costs about 20 us on CPU (a fiftieth of a small
 # MLP's update, and a host synchronisation on a GPU), so the learner reports them on every 8th gradient.
 # With clipping on (max_grad_norm, the default) the norm is still computed for every gradient, to clip it.

@@ -58,7 +58,8 @@ class SerialTrainer:
         c = self.config
         self.actor.reset(seed=c.agent.seed + self.counters.env_steps)
         self.actor.env_steps = self.counters.env_steps
-        marks = {name: self._next_mark(getattr(c, name)) for name in ("log_every", "eval_every", "checkpoint_every")}
+        marks = {name: self._next_mark(getattr(c.run, name))
+                 for name in ("log_every", "eval_every", "checkpoint_every")}
         reached = False
         with StopSignals() as signals, tqdm(total=c.run.total_steps, initial=self.actor.env_steps, unit="step",
                                             disable=not c.run.progress, mininterval=1.0, dynamic_ncols=True) as bar:

@@ -1,0 +1,236 @@
+"""ddq's Python API: `ddq.train(...)` runs training and returns a `Run`; `ddq.load(...)` returns an `Agent` that acts.
+
+In the habit of Stable-Baselines3 (`agent.predict(obs)`) and Gymnasium (an
+agent acts on what `env.reset()` and `env.step()` return). `ddq train` on the
+command line is one more caller of the same program (`prepare`, then `execute`).
+
+    run = ddq.train(env="CartPole-v1", mode="serial", target_return=475)
+    agent = ddq.load(run.run_dir)
+    action = agent.act(observation)
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ddq.config import TrainConfig, build_config, has_masked_secret
+from ddq.lifecycle import StopReason
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+    import torch
+
+
+class TrainingFailed(RuntimeError):
+    """A run that could not go on (a process that kept dying, Redis gone, a failed Spark job). Its summary
+    says what ended it; its newest checkpoint is in the run folder, to resume."""
+
+    def __init__(self, summary: dict[str, Any]):
+        super().__init__(str(summary.get("stop_reason")))
+        self.summary = summary
+
+
+@dataclass
+class Run:
+    """A finished (or stopped) training run: its folder and its summary (`summary.json`)."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+
+    @property
+    def reached_target(self) -> bool:
+        return bool(self.summary.get("reached_target"))
+
+    @property
+    def stop_reason(self) -> str | None:
+        """What ended the run, in words (`ddq.lifecycle.StopReason`): "target return reached", "step budget
+        spent", "stopped by the user", ..."""
+        return self.summary.get("stop_reason")
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.summary.get("env_steps") or 0)
+
+    @property
+    def final_eval_return(self) -> float | None:
+        return self.summary.get("final_eval_return")
+
+    @property
+    def checkpoint(self) -> Path:
+        return Path(self.summary["checkpoint"])
+
+    def agent(self, device: str = "cpu") -> Agent:
+        """The trained agent (`load` of this run)."""
+        return load(self.run_dir, device)
+
+
+def train(env: str | None = None, mode: str | None = None, *, config: str | Path | None = None,
+          run_dir: str | Path | None = None, progress: bool = False, animate: bool = False,
+          **settings: Any) -> Run:
+    """Trains an agent and returns the run.
+
+    `env`: a Gymnasium id ("CartPole-v1", "ddq/Snake-v0", "ALE/Pong-v5"); `mode`: serial, downpour or
+    actor-learner; `config`: a TOML file of settings; `settings`: any setting of `ddq train --help-all` by
+    name (`workers=2`, `target_return=475`, `total_steps=50_000`, `lr=1e-3`), applied after the env's
+    preset and the file. `run_dir`: where the run writes (default runs/<env>-<time>; it must not hold a
+    run). `progress`: show a progress bar; `animate`: write replay.gif of one greedy episode.
+    Raises ValueError for a bad setting (before anything starts) and TrainingFailed for a run that could
+    not go on. Ctrl-C stops a run cleanly: the returned run's stop_reason then says so."""
+    values = {**settings, "progress": progress}
+    values.update({k: str(v) for k, v in (("env", env), ("mode", mode), ("run_dir", run_dir)) if v is not None})
+    prepared, _ = prepare(values, None if config is None else str(config))
+    summary, _ = execute(prepared, animate=animate)
+    if str(summary.get("stop_reason") or "").startswith(StopReason.FAILURE.value):
+        raise TrainingFailed(summary)
+    return Run(Path(str(prepared.run.run_dir)), summary)
+
+
+def prepare(values: dict[str, Any], config_file: str | None = None, solver_file: str | None = None,
+            resume: str | None = None) -> tuple[TrainConfig, dict[str, Any] | None]:
+    """The run's settings, checked before anything starts (a mistake costs one line), and the checkpoint
+    it resumes from, if any."""
+    from ddq.core import checkpoint as ckpt
+    from ddq.preflight import check_run
+
+    saved = None
+    if resume:
+        saved = ckpt.load_checkpoint(resume)
+        config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file)
+        config.run.run_dir = str(Path(resume).parent if Path(resume).is_file() else Path(resume))
+    else:
+        config = build_config(values, config_file, solver_file=solver_file)
+    if has_masked_secret(config.distributed.redis_url):
+        raise ValueError("the run used a Redis with a password, which ddq never writes down: give --redis-url "
+                         "again to resume it")
+    run_dir = config.run.run_dir or default_run_dir(config.agent.env)
+    if not resume and (Path(run_dir) / "metrics.jsonl").exists():
+        raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
+                         "or choose another --run-dir")
+    config.run.run_dir = run_dir
+    check_run(config)
+    return config, saved
+
+
+def execute(config: TrainConfig, saved: dict[str, Any] | None = None, started_at: float | None = None,
+            animate: bool = True) -> tuple[dict[str, Any], int]:
+    """Trains a prepared run; its summary (also in summary.json, with the learning curve and the animation)
+    and the exit code it earned: 0 only for a run that finished, 1 when it failed, 128+N when signal N
+    stopped it."""
+    from ddq.modes import run_training
+    from ddq.modes.bookkeeping import write_summary
+    from ddq.services.plot import plot_run
+
+    run_dir = str(config.run.run_dir)
+    print(f"ddq: training {config.agent.env} ({config.run.mode}) into {run_dir}", file=sys.stderr)
+    summary, exit_code = run_training(config, run_dir, started_at, resume=saved)
+    summary["learning_curve"] = str(plot_run(run_dir, env_id=config.agent.env))
+    summary["animation"] = animate_run(summary) if animate else None
+    write_summary(run_dir, summary)
+    return summary, exit_code
+
+
+def default_run_dir(env_id: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", env_id).strip("-")
+    return str(Path("runs") / f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def animate_run(summary: dict[str, Any]) -> str | None:
+    """replay.gif beside the run's final checkpoint: one greedy episode, for a person to watch. An env that
+    cannot draw here (no pictures, or its renderer's package missing) gets one line instead."""
+    from gymnasium.error import DependencyNotInstalled
+
+    from ddq.core.animation import animate_checkpoint
+
+    checkpoint = Path(str(summary.get("checkpoint")))
+    if not checkpoint.is_file():
+        return None
+    try:
+        return str(animate_checkpoint(checkpoint, checkpoint.parent / "replay.gif"))
+    except (ValueError, DependencyNotInstalled) as error:
+        print(f"ddq: no replay.gif: {error}", file=sys.stderr)
+        return None
+
+
+class Agent:
+    """A trained Q-network that acts greedily in the env it was trained on.
+
+    `act` takes one observation (as `env.reset()` or `env.step()` return it) and gives one action, or a
+    batch of observations (a vector env's) and gives an action each. With stacked frames the agent keeps
+    the recent frames itself: call `reset()` (or pass `episode_start`) when an episode starts."""
+
+    def __init__(self, network: torch.nn.Module, config: TrainConfig, frame_shape: tuple[int, ...],
+                 dtype: np.dtype, device: torch.device):
+        self.network, self.config, self.device = network.eval(), config, device
+        self.frame_shape, self.dtype = frame_shape, dtype
+        self._stacker: Any = None
+
+    @property
+    def env_id(self) -> str:
+        return self.config.agent.env
+
+    def make_env(self, render_mode: str | None = None) -> gym.Env:
+        """The env the agent was trained on, with the same options."""
+        from ddq.gamesim.envs import make_env
+
+        return make_env(self.env_id, self.config.agent.env_options, render_mode=render_mode)
+
+    def reset(self) -> None:
+        """Forgets the frames of the episodes played so far (stacked frames start anew)."""
+        self._stacker = None
+
+    def q_values(self, observation: Any, episode_start: Any = None) -> np.ndarray:
+        """Q(s, a) for each action: [actions] for one observation, [n, actions] for a batch of n."""
+        import torch
+
+        from ddq.core.replay import FrameStacker
+
+        frames = np.asarray(observation, dtype=self.dtype)
+        single = frames.shape == self.frame_shape or frames.shape == (*self.frame_shape, 1)
+        frames = frames[None] if single else frames
+        starts = np.ones(len(frames), bool) if episode_start is None else np.atleast_1d(np.asarray(episode_start, bool))
+        if self._stacker is None or len(self._stacker.frames) != len(frames):
+            self._stacker = FrameStacker(len(frames), self.frame_shape, self.dtype, self.config.agent.frame_stack)
+            states = self._stacker.reset(frames)
+        else:
+            states = self._stacker.push(frames, starts if episode_start is not None else np.zeros(len(frames), bool))
+        with torch.no_grad():
+            values = self.network(torch.from_numpy(states).to(self.device)).float().cpu().numpy()
+        return values[0] if single else values
+
+    def act(self, observation: Any) -> Any:
+        """The greedy action: an int for one observation, an array for a batch."""
+        actions = np.argmax(self.q_values(observation), axis=-1)
+        return int(actions) if actions.ndim == 0 else actions
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[Any, None]:
+        """Stable-Baselines3's signature: (action, None). A Q-network's policy is greedy: `deterministic` is
+        accepted for compatibility and `state` is unused."""
+        actions = np.argmax(self.q_values(observation, episode_start), axis=-1)
+        return (int(actions) if actions.ndim == 0 else actions), None
+
+
+def load(path: str | Path, device: str = "cpu") -> Agent:
+    """The agent saved in a run folder (its checkpoint.pt) or in a checkpoint file."""
+    from ddq.core import checkpoint as ckpt
+    from ddq.core.agent import env_shapes, resolve_device
+    from ddq.core.replay import state_shape
+
+    path = Path(path)
+    file = path / ckpt.CHECKPOINT_NAME if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"{path} holds no ddq checkpoint ({ckpt.CHECKPOINT_NAME})")
+    saved = ckpt.load_checkpoint(file)
+    config = ckpt.config_from_checkpoint(saved, str(file))
+    frame_shape, dtype, num_actions = env_shapes(config.agent)
+    torch_device = resolve_device(device)
+    network = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.agent.frame_stack), num_actions,
+                                             torch_device)
+    return Agent(network, config, frame_shape, np.dtype(dtype), torch_device)

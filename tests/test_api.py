@@ -1,0 +1,58 @@
+"""The Python API: `ddq.train(...)` returns a Run, `ddq.load(...)` an agent that plays a Gymnasium env."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import ddq
+
+
+def play(agent: ddq.Agent, episodes: int) -> list[float]:
+    env = gym.make("CartPole-v1")
+    returns = []
+    for episode in range(episodes):
+        observation, _ = env.reset(seed=100 + episode)
+        total, done = 0.0, False
+        while not done:
+            action, _ = agent.predict(observation)
+            observation, reward, terminated, truncated, _ = env.step(action)
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    env.close()
+    return returns
+
+
+@pytest.mark.slow
+def test_train_reaches_475_then_load_plays_a_gymnasium_env(tmp_path, capfd):
+    run = ddq.train(env="CartPole-v1", mode="serial", target_return=475, total_steps=30_000, seed=3,
+                    run_dir=tmp_path / "run")
+    assert isinstance(run, ddq.Run) and run.reached_target and run.stop_reason == "target return reached"
+    assert run.env_steps <= 30_000 and run.final_eval_return >= 475 and run.checkpoint.is_file()
+    assert "%|" not in capfd.readouterr().err  # no progress bar unless asked
+
+    agent = ddq.load(run.run_dir)
+    assert agent.env_id == "CartPole-v1"
+    assert np.mean(play(agent, 5)) >= 400  # an untrained network balances for about 10-40 steps
+    observations = np.stack([gym.make("CartPole-v1").reset(seed=s)[0] for s in range(3)])
+    actions = agent.act(observations)  # a vector env's batch: an action each
+    assert actions.shape == (3,) and [agent.act(o) for o in observations] == actions.tolist()
+    assert ddq.load(run.checkpoint).act(observations[0]) == agent.act(observations[0])
+
+
+def test_a_bad_setting_is_one_clear_error_before_anything_starts(tmp_path):
+    with pytest.raises(ValueError, match="unknown setting 'learning_rate'"):
+        ddq.train(env="CartPole-v1", mode="serial", learning_rate=0.1, run_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match="batch_size must be positive"):
+        ddq.train(env="CartPole-v1", mode="serial", batch_size=0, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(FileNotFoundError, match="holds no ddq checkpoint"):
+        ddq.load(tmp_path)
+
+
+@pytest.mark.slow
+def test_train_in_downpour_mode_returns_the_run(tmp_path):
+    run = ddq.train(env="CartPole-v1", mode="downpour", workers=2, total_steps=3_000, eval_every=3_000,
+                    eval_episodes=2, dashboard=False, celery=False, run_dir=tmp_path / "run")
+    assert run.stop_reason == "step budget spent" and run.env_steps >= 3_000
+    assert sorted(worker["worker"] for worker in run.summary["workers"]) == [0, 1]
+    assert run.agent().act(np.zeros(4, np.float32)) in (0, 1)
