@@ -49,7 +49,7 @@ def test_the_episodes_table_has_time_speedup_and_final_return_beside_grandios_ti
 def test_a_tiny_study_stops_each_run_at_its_episode_budget():
     """Serial alone (`--actors` with no counts): an actor-learner run's episode budget is test_actor_learner.py's
     --sync test, which would start Spark once more here."""
-    result = run_ddq("bench", "seed004", "--envs", "CartPole-v1", "--actors", "--episodes", "20")
+    result = run_ddq("bench", "actors", "--envs", "CartPole-v1", "--actors", "--episodes", "20")
     assert result.returncode == 0, result.stderr
     rows = {line.split("|")[1].strip(): line.split("|") for line in result.stdout.splitlines() if line.startswith("| ")}
     assert set(rows) == {"configuration", "serial"}

@@ -11,7 +11,7 @@ import redis
 import torch
 from torch import nn
 
-from ddq.config import TrainConfig
+from ddq.config import config_of
 from ddq.models import FlatParameters
 from ddq.modes.background_eval import BackgroundEvaluations
 from ddq.modes.bookkeeping import play_evaluation
@@ -53,7 +53,7 @@ def test_points_arrive_in_order_with_their_counts_and_are_deleted_once_read(clie
 
 
 def test_background_evaluations_play_each_point_with_its_own_weights_and_report_in_order():
-    config = TrainConfig.of(env="CartPole-v1", eval_episodes=5, seed=3)
+    config = config_of(env="CartPole-v1", eval_episodes=5, seed=3)
     network = _network(1)
     flat = FlatParameters(network)
     weights = [np.random.default_rng(k).normal(size=flat.size).astype(np.float32) for k in range(3)]

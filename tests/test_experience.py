@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ddq.barista.experience_actor import Outbox
-from ddq.config import TrainConfig
+from ddq.config import config_of
 from ddq.core.actor import Actor
 from ddq.core.replay import ReplayMemory
 from ddq.gamesim.envs import make_vector_env
@@ -77,7 +77,7 @@ class Tee:
 
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_the_learner_rebuilds_the_actors_replay_memory_from_its_messages(n_step):
-    config = TrainConfig.of(env="CartPole-v1", num_envs=3)
+    config = config_of(env="CartPole-v1", num_envs=3)
     own = ReplayMemory(500, 3, (4,), np.dtype(np.float32), 2, seed=0)
     rebuilt = ReplayMemory(500, 3, (4,), np.dtype(np.float32), 2, seed=0, n_step=n_step, gamma=0.99)
     outbox = Outbox(gamma=0.99, n_step=n_step)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import redis
 
-from ddq.config import TrainConfig
+from ddq.config import config_of
 from ddq.learner_process.server import INBOX_MESSAGES, LearnerServer
 from ddq.transport.experience import Experience, encode
 from ddq.transport.keys import RunKeys
@@ -31,7 +31,7 @@ def message(sequence: int) -> bytes:
 
 
 def test_the_learner_takes_one_message_ahead_and_publishes_trained_steps_with_its_weights(server_url):
-    config = TrainConfig.of(env="CartPole-v1", workers=1, num_envs=STREAMS, learning_starts=64, replay_ratio=1.0,
+    config = config_of(env="CartPole-v1", workers=1, num_envs=STREAMS, learning_starts=64, replay_ratio=1.0,
                          batch_size=16, publish_every=10, hidden=[16])
     server = LearnerServer(config, server_url, RUN)
     client, keys = redis.Redis.from_url(server_url), RunKeys(RUN)

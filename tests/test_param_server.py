@@ -156,7 +156,7 @@ def test_applied_updates_equal_the_optimizer_bit_for_bit(redis_server, tmp_path,
             if i + 1 == 6:
                 after_six = local.clone()
         assert torch.equal(h.flat.data, local)
-        h.client.target = model_parameters(h.config)
+        h.client.target = model_parameters(h.config.agent)
         h.client.pull_target()  # refreshed every 3 updates: it holds the weights after update 6
         assert h.client.target_versions == [6] * shards and torch.equal(h.client.target.data, after_six)
         metrics = wait_for(lambda: (m := h.metrics(shards - 1))["applied"] == 7 and m, what="metrics")
@@ -244,7 +244,7 @@ def test_restart_resumes_from_the_newest_snapshot(redis_server, tmp_path):
         h.processes[0].send_signal(signal.SIGKILL)  # a crash: only the snapshot at 5 survives
         h.processes[0].wait()
         h.processes = h.start()
-        resumed = ParameterClient(h.url, h.run, model_parameters(h.config))
+        resumed = ParameterClient(h.url, h.run, model_parameters(h.config.agent))
         resumed.pull()
         assert resumed.versions == [5]
         h.client.close()
@@ -320,7 +320,7 @@ def test_a_push_waiting_on_a_full_backlog_gives_up_when_the_run_stops(redis_serv
     """Shards stop draining when the run stops; a worker waiting for its backlog must not wait forever."""
     from ddq.transport.wire import WEIGHTS
 
-    flat = model_parameters(build_config({"env": "CartPole-v1", "hidden": [8]}))
+    flat = model_parameters(build_config({"env": "CartPole-v1", "hidden": [8]}).agent)
     run, admin = f"stuck-{uuid.uuid4().hex[:6]}", redis_server.client()
     keys = RunKeys(run)
     admin.set(keys.shard(0).weights, encode(Header(WEIGHTS, layout_bytes(flat.layout_hash()), 0, flat.size),

@@ -23,9 +23,11 @@ def test_train_help_is_short_and_help_all_lists_every_setting_grouped_with_defau
     brief, full = run_ddq("train", "--help"), run_ddq("train", "--help-all")
     assert brief.returncode == full.returncode == 0
     assert "--lr LR" in brief.stdout and "--epsilon-steps" not in brief.stdout and "--help-all" in brief.stdout
-    for group in ("run", "environment", "network", "algorithm", "exploration", "evaluation", "distributed",
-                  "services"):
-        assert f"\n{group} settings:\n" in full.stdout
+    for group, section in (("run", "run"), ("environment", "agent"), ("network", "agent"), ("algorithm", "agent"),
+                           ("optimizer", "agent.optim"), ("exploration", "agent"), ("evaluation", "run"),
+                           ("cluster", "distributed"), ("parameter server", "distributed.server"),
+                           ("actor-learner", "distributed"), ("services", "services")):
+        assert f"\n{group} settings ([{section}] in a --config file):\n" in full.stdout
     assert "--epsilon-steps" in full.stdout and "(default: 0.99)" in " ".join(full.stdout.split())  # gamma
 
 

@@ -147,8 +147,8 @@ class ExperienceActor:
         self.episodes: list[Episode] = []  # finished since the last send
         self.global_steps, self.trained_steps, self.sent_steps = 0, 0, 0
         self.stopped = False
-        # a short queue keeps acting close to learning: a backlog of 8 messages per actor needed about twice
-        # the env steps of serial to reach CartPole's 475 with one actor, a backlog of 1 as many as serial
+        # a short queue keeps acting close to learning: with one actor, a backlog of 8 messages per actor needs
+        # about twice serial's env steps to reach CartPole's 475, a backlog of 1 about as many as serial
         self.backlog_limit = config.distributed.actor_backlog * config.distributed.workers
         if config.distributed.sync and meet is None:
             raise ValueError("sync rounds need a barrier to meet at (a Spark barrier stage)")

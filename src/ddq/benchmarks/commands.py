@@ -162,7 +162,7 @@ def add_bench_commands(commands: Any) -> None:
     scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
     scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
     scaling.set_defaults(func=cmd_bench_scaling)
-    grandio = kinds.add_parser("grandio", aliases=["seed004", "actors"],
+    grandio = kinds.add_parser("grandio", aliases=["actors"],
                                help="Grandio's MPI DQN runtime study re-done: serial beside actor-learner with 1 to N "
                                     "actors, for 500 training episodes (or to a target return), side by side")
     grandio.add_argument("--envs", "--env", nargs="+", default=["CartPole-v1", "LunarLander-v3"],

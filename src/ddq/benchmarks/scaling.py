@@ -1,7 +1,7 @@
 """`ddq bench scaling`: distributed throughput with 1, 2, 4, ... workers on an env with a slow simulator.
 
 Each env step sleeps a fixed latency (a stand-in for an expensive simulator,
-like seed 004's 3D one), so the workers' waiting leaves the cores free and
+like the 3D simulator of Grandio's MPI-based distributed DQN), so the workers' waiting leaves the cores free and
 what limits the speedup is ddq itself: Spark, Redis, the parameter server,
 and each worker's own acting and learning. Each row is one real `ddq train
 --mode downpour` run; rates are summed over the workers' active time, which

@@ -57,7 +57,7 @@ def q_network(agent: AgentConfig, frame_shape: tuple[int, ...], num_actions: int
 def make_learner(agent: AgentConfig, frame_shape: tuple[int, ...], num_actions: int,
                  device: torch.device, seed: int | None = None) -> Learner:
     """The run's learner; with board symmetries, it augments minibatches with a stream of its own drawn
-    from `seed` (the agent's: each worker differs), so the replay's and the actor's draws stay as they were."""
+    from `seed` (the agent's: each worker differs), so the replay's and the actor's draws match a run without it."""
     network = q_network(agent, frame_shape, num_actions)
     learner = Learner(network, agent.optim, agent.gamma, agent.target_update,
                       agent.max_grad_norm, device, agent.double_dqn, agent.precision)

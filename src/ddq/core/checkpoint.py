@@ -62,7 +62,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def config_from_checkpoint(saved: dict[str, Any], source: str = "the checkpoint") -> TrainConfig:
-    if "settings" not in saved and isinstance(saved.get("config"), dict):  # written before settings documents
+    if "settings" not in saved and isinstance(saved.get("config"), dict):  # a bare config dict, no settings document
         return merge(TrainConfig(), saved["config"], source)
     return config_from_document(saved.get("settings"), source)
 

@@ -122,7 +122,7 @@ def serve(redis_url: str, run: str | None, host: str = "127.0.0.1", port: int = 
     """Serves the dashboard of `run` until the process is stopped; prints (and writes) its URL."""
     client = redis.Redis.from_url(redis_url)
     run = pick_run(client, run)
-    RunReader(client, run).info()  # a wrong run id is an error now, not a blank page
+    RunReader(client, run).info()  # a wrong run id fails at start, not as a blank page
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
     server = make_server(host, port, create_app(client, run), threaded=True)
     url = f"http://{host}:{server.server_port}/"

@@ -5,10 +5,10 @@ Actor-learner's driver evaluates each of the learner's evaluation points
 slow simulator one evaluation can take longer than the learner needs to
 reach the next mark, so several play side by side, each on its own copy of
 the network; an evaluation mostly waits on its envs, so threads suffice. A
-thread starts whenever a point would wait for a busy one, up to `MAX_THREADS`:
-with 4 actors on a simulator slept 2 ms a step, four threads fell behind by
-100,000 env steps on LunarLander, and the run learned of its target return
-that much later.
+thread starts whenever a point would wait for a busy one, up to `MAX_THREADS`,
+which is well above four: with 4 actors on a simulator slept 2 ms a step, four
+threads fall about 100,000 env steps behind on LunarLander, and the run learns
+of its target return that much later.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The parameter server's parts; for now the optimizers it applies to flat vectors."""
+"""The parameter server's parts: shards, the workers' client, launcher, metrics, snapshots, staleness rule."""

@@ -1,0 +1,47 @@
+"""Typed run configuration: settings in sections (`sections`), where they come from and how they combine
+(`sources`), and the one document that carries them between processes (`documents`)."""
+
+from ddq.config.documents import (
+    MASKED,
+    REDIS_URL_ENV,
+    config_from_document,
+    decode_settings,
+    encode_settings,
+    has_masked_secret,
+    masked_url,
+    read_settings,
+    settings_document,
+    without_secrets,
+    write_settings,
+)
+from ddq.config.sections import (
+    MODES,
+    PRECISIONS,
+    AgentConfig,
+    DistributedConfig,
+    RunConfig,
+    ServerConfig,
+    ServicesConfig,
+    TrainConfig,
+)
+from ddq.config.sources import (
+    PRESETS,
+    SECTIONS,
+    SETTINGS,
+    SETTINGS_FORMAT,
+    SETTINGS_VERSION,
+    build_config,
+    config_of,
+    field_type,
+    flat_settings,
+    load_toml,
+    merge,
+    preset_for,
+    setting_path,
+)
+
+__all__ = ["MASKED", "MODES", "PRECISIONS", "PRESETS", "REDIS_URL_ENV", "SECTIONS", "SETTINGS", "SETTINGS_FORMAT",
+           "SETTINGS_VERSION", "AgentConfig", "DistributedConfig", "RunConfig", "ServerConfig", "ServicesConfig",
+           "TrainConfig", "build_config", "config_from_document", "config_of", "decode_settings", "encode_settings",
+           "field_type", "flat_settings", "has_masked_secret", "load_toml", "masked_url", "merge", "preset_for",
+           "read_settings", "settings_document", "setting_path", "without_secrets", "write_settings"]

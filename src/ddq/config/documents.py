@@ -1,0 +1,86 @@
+"""The run's settings across processes and on disk: one versioned document, with any Redis password masked.
+
+This is the only form in which settings leave the driver: the Spark tasks'
+closure, the shards', learner's and Celery's settings file, the run's info in
+Redis (the dashboard) and checkpoints all carry it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from ddq.config.sections import TrainConfig
+from ddq.config.sources import SETTINGS_FORMAT, SETTINGS_VERSION, document_values, merge
+
+REDIS_URL_ENV = "DDQ_REDIS_URL"  # how the processes ddq starts receive the Redis URL: never on a command line
+MASKED = "***"
+
+
+def masked_url(url: str | None) -> str | None:
+    """`url` with its password (and user name) replaced by ***: what files, logs and Redis keys may hold."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.password is not None or parts.username is not None:  # redis://user:password@host
+        url = url.replace(parts.netloc, f"{MASKED}@" + parts.netloc.rsplit("@", 1)[1], 1)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if any(key in ("password", "username") for key, _ in pairs):  # unix:///path?password=...
+        url = url.split("?", 1)[0] + "?" + urlencode(
+            [(key, MASKED if key in ("password", "username") else value) for key, value in pairs], safe="*")
+    return url
+
+
+def has_masked_secret(url: str | None) -> bool:
+    return bool(url) and MASKED in str(url)
+
+
+def without_secrets(config: TrainConfig) -> TrainConfig:
+    """A copy of `config` fit to be written down: the Redis URL's password masked."""
+    distributed = dataclasses.replace(config.distributed, redis_url=masked_url(config.distributed.redis_url))
+    return dataclasses.replace(config, distributed=distributed)
+
+
+def settings_document(config: TrainConfig) -> dict[str, Any]:
+    """The resolved settings of a run as plain data, with a format and version, for another process.
+
+    This is the only form in which settings leave the driver: the Spark tasks'
+    closure, the shards' and Celery's settings file, the run's info in Redis
+    (the dashboard) and checkpoints all carry this document. A Redis password is
+    masked: processes ddq starts receive the URL in their environment instead."""
+    return {"format": SETTINGS_FORMAT, "version": SETTINGS_VERSION,
+            "config": dataclasses.asdict(without_secrets(config))}
+
+
+def config_from_document(document: Any, source: str) -> TrainConfig:
+    """The TrainConfig a `settings_document` holds. No preset is applied again: the driver already
+    resolved every setting, so a child process runs exactly the driver's configuration."""
+    return merge(TrainConfig(), document_values(document, source), source)
+
+
+def encode_settings(config: TrainConfig) -> str:
+    """`settings_document` as JSON text."""
+    return json.dumps(settings_document(config))
+
+
+def decode_settings(text: str | bytes, source: str) -> TrainConfig:
+    """The TrainConfig of `encode_settings`'s text; one clear error for anything else."""
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"{source} is not JSON: {error}") from error
+    return config_from_document(document, source)
+
+
+def write_settings(config: TrainConfig, path: Path) -> Path:
+    """The run's settings as a file (`settings.json` in a run folder) that processes ddq starts read."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings_document(config), indent=1))
+    return path
+
+
+def read_settings(path: str | Path) -> TrainConfig:
+    return decode_settings(Path(path).read_text(), str(path))

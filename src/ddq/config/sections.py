@@ -1,0 +1,190 @@
+"""The run's settings in sections: the agent's (all the core receives), the run's, the distribution's and the
+services'. Each field says its default, its group in `ddq train --help-all` and its help (`setting`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddq.core.optimizer_settings import OptimizerConfig
+from ddq.gamesim import SNAKE_ID
+from ddq.gamesim.envs import EnvOptions
+
+MODES = ("serial", "downpour", "actor-learner")
+PRECISIONS = ("fp32", "bf16")
+
+
+def setting(default: Any, group: str, help: str, brief: bool = False) -> Any:
+    """A field of a settings section: its default, its group in `ddq train --help-all`, its help, and
+    whether `ddq train --help` shows it (`brief`). Everything a new setting needs, in one place."""
+    metadata = {"group": group, "help": help, "brief": brief}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def section(kind: type, group: str) -> Any:
+    """A nested section (env options, optimizer, parameter server): its fields are in `group`."""
+    return field(default_factory=kind, metadata={"group": group, "section": True})
+
+
+def _positive(config: Any, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
+
+
+def _fraction(config: Any, *names: str) -> None:
+    for name in names:
+        if not 0 <= getattr(config, name) <= 1:
+            raise ValueError(f"{name} must be between 0 and 1, got {getattr(config, name)}")
+
+
+def _positive_or_none(config: Any, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) is not None and getattr(config, name) <= 0:
+            raise ValueError(f"{name} must be positive (or none), got {getattr(config, name)}")
+
+
+@dataclass
+class AgentConfig:
+    """The DQN agent: its env, network, algorithm, exploration and arithmetic. All the core receives."""
+
+    env: str = setting(SNAKE_ID, "environment", "Gymnasium env id (ddq/Snake-v0, CartPole-v1, ALE/Pong-v5, ...)", True)
+    num_envs: int = setting(8, "environment", "envs stepped together per actor")
+    frame_stack: int = setting(1, "environment", "frames per state (stacked at sampling time)")
+    env_options: EnvOptions = section(EnvOptions, "environment")
+    model: str = setting("auto", "network", "Q-network: auto, mlp, deepq, nature, a shipped definition (ddq models) or a Caffe .prototxt file")
+    hidden: list[int] = setting([256, 256], "network", "MLP hidden layer widths")
+    dueling: bool = setting(False, "network", "dueling heads: Q = V(s) + A(s, a) - mean A (Wang et al. 2016)")
+    buffer_size: int = setting(100_000, "algorithm", "replay memory capacity in transitions")
+    batch_size: int = setting(64, "algorithm", "minibatch size")
+    gamma: float = setting(0.99, "algorithm", "discount factor")
+    n_step: int = setting(1, "algorithm", "n-step returns: rewards summed over this many steps before bootstrapping (1: the original one-step target)")
+    learning_starts: int = setting(1_000, "algorithm", "env steps of pure exploration before training")
+    train_frequency: int = setting(64, "algorithm", "env steps between training rounds")
+    replay_ratio: float = setting(0.5, "algorithm", "gradient updates per env step (independent of workers)")
+    target_update: int = setting(100, "algorithm", "updates between target-network refreshes (C)")
+    double_dqn: bool = setting(True, "algorithm", "Double-DQN targets (off: the original max over the target net)")
+    max_grad_norm: float | None = setting(10.0, "algorithm", "clip the gradient's global norm (none: off)")
+    prioritized: bool = setting(False, "algorithm", "prioritized replay (proportional, Schaul et al. 2016)")
+    priority_alpha: float = setting(0.6, "algorithm", "prioritized replay: how much priorities matter (0: uniform)")
+    priority_beta: float = setting(0.4, "algorithm", "prioritized replay: importance-weight exponent at the start, annealed to 1 over total_steps")
+    board_symmetries: bool = setting(False, "algorithm", "train on each replayed transition turned or mirrored by one of the board's 8 symmetries, at random (envs whose rules are the same on a turned board: Snake)")
+    optim: OptimizerConfig = section(OptimizerConfig, "optimizer")
+    epsilon_start: float = setting(1.0, "exploration", "initial exploration rate")
+    epsilon_end: float = setting(0.05, "exploration", "final exploration rate")
+    epsilon_steps: int = setting(10_000, "exploration", "env steps over which epsilon falls linearly")
+    seed: int = setting(0, "compute", "seed of envs, network init, exploration and replay sampling", True)
+    device: str = setting("cpu", "compute", "torch device: cpu, cuda, cuda:1, auto", True)
+    threads: int = setting(1, "compute", "torch CPU threads (one per process is fastest on few cores)")
+    precision: str = setting("fp32", "compute", "gradient arithmetic: fp32, or bf16 autocast")
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        _positive(self, "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update", "buffer_size",
+                  "threads", "replay_ratio", "n_step")
+        for name in ("learning_starts", "epsilon_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
+        _fraction(self, "gamma", "epsilon_start", "epsilon_end", "priority_beta")
+        _positive_or_none(self, "max_grad_norm")
+        if self.priority_alpha < 0:
+            raise ValueError(f"priority_alpha must be at least 0, got {self.priority_alpha}")
+        if any(width <= 0 for width in self.hidden) or not self.hidden:
+            raise ValueError(f"hidden must list positive layer widths, got {self.hidden}")
+
+
+@dataclass
+class RunConfig:
+    """One run: its mode, budgets, output folder, evaluations and checkpoints."""
+
+    mode: str = setting("downpour", "run", f"training mode: {', '.join(MODES)}", True)
+    total_steps: int = setting(200_000, "run", "env steps to train for", True)
+    total_episodes: int | None = setting(None, "run", "stop once this many training episodes have ended (every worker's together)")
+    time_budget_s: float | None = setting(None, "run", "stop after this much wall time (from the command's start)", True)
+    target_return: float | None = setting(None, "run", "stop once a greedy evaluation averages at least this", True)
+    run_dir: str | None = setting(None, "run", "output folder (default runs/<env>-<time>)", True)
+    progress: bool = setting(True, "run", "show a progress bar")
+    eval_every: int = setting(5_000, "evaluation", "env steps between greedy evaluations")
+    eval_episodes: int = setting(10, "evaluation", "episodes per greedy evaluation")
+    eval_epsilon: float = setting(0.0, "evaluation", "exploration rate during evaluation")
+    log_every: int = setting(1_000, "evaluation", "env steps between logged training points")
+    checkpoint_every: int = setting(50_000, "evaluation", "env steps between checkpoints")
+    save_replay: bool = setting(True, "evaluation", "save the replay memory with checkpoints (exact resumes)")
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        _positive(self, "total_steps", "eval_episodes", "eval_every", "log_every", "checkpoint_every")
+        _fraction(self, "eval_epsilon")
+        _positive_or_none(self, "time_budget_s", "total_episodes")
+
+
+@dataclass
+class ServerConfig:
+    """The parameter server's settings (downpour)."""
+
+    shards: int = setting(1, "parameter server", "parameter-server processes, each owning a slice of the weights")
+    max_staleness: int | None = setting(None, "parameter server", "drop gradients more than this many updates old (none: keep all)")
+    staleness_scaling: bool = setting(False, "parameter server", "divide each step by its gradient's staleness (Zhang et al. 2016)")
+    snapshot_every: int = setting(1000, "parameter server", "updates between snapshots (Redis and a checkpoint file)")
+    max_backlog: int = setting(8, "parameter server", "queued gradients per shard beyond which a worker waits")
+
+    def __post_init__(self) -> None:
+        if self.shards < 1 or self.snapshot_every < 1 or self.max_backlog < 1:
+            raise ValueError("shards, snapshot_every and max_backlog must be positive")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError("max_staleness must be at least 0")
+
+
+@dataclass
+class DistributedConfig:
+    """How a distributed run spreads: workers, Spark, Redis, the parameter server and actor-learner's rules."""
+
+    workers: int = setting(2, "cluster", "Barista workers (Spark tasks) in distributed modes", True)
+    spark_master: str | None = setting(None, "cluster", "Spark master URL (default local[WORKERS])")
+    redis_url: str | None = setting(None, "cluster", "Redis to use: redis://, rediss://, unix:// (default: a private redis-server ddq starts)")
+    server: ServerConfig = section(ServerConfig, "parameter server")
+    publish_every: int = setting(10, "actor-learner", "learner updates between weight publications (--sync: once a round)")
+    send_every: int = setting(16, "actor-learner", "vector steps an actor sends per message")
+    actor_backlog: int = setting(1, "actor-learner", "messages per actor waiting for the learner beyond which actors wait (more lets them act on older weights)")
+    per_actor_epsilon: bool = setting(False, "actor-learner", "Ape-X's fixed epsilon per actor, 0.4^(1 + 7 i / (N - 1)), instead of the schedule")
+    sync: bool = setting(False, "actor-learner", "rounds: every sync_every episodes each actor waits at a Spark barrier, the learner trains on what arrived and all start the next round with the same weights")
+    sync_every: int = setting(2, "actor-learner", "--sync: episodes each actor plays per round")
+
+    def __post_init__(self) -> None:
+        _positive(self, "workers", "publish_every", "send_every", "sync_every", "actor_backlog")
+
+
+@dataclass
+class ServicesConfig:
+    """What babysits a distributed run."""
+
+    celery: bool = setting(True, "services", "run a Celery worker for background greedy evaluation of snapshots (distributed modes)")
+    dashboard: bool = setting(True, "services", "serve the live dashboard on 127.0.0.1 while training (distributed modes)")
+    dashboard_port: int | None = setting(None, "services", "the dashboard's port (default: a free one)")
+
+    def __post_init__(self) -> None:
+        if self.dashboard_port is not None and not 0 <= self.dashboard_port <= 65535:
+            raise ValueError(f"dashboard_port must be a port number (0-65535), got {self.dashboard_port}")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run, in sections: the agent's settings (all the core receives),
+    the run's, the distribution's and the services'. A TOML file has the same sections ([agent],
+    [agent.optim], [run], ...), or names settings without them: every setting's name is unique."""
+
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    services: ServicesConfig = field(default_factory=ServicesConfig)
+
+    def __post_init__(self) -> None:
+        if self.distributed.sync and self.run.mode != "actor-learner":
+            raise ValueError(f"sync rounds are a way of actor-learner training, not of {self.run.mode} mode")
+        if self.run.mode == "actor-learner" and self.distributed.server.shards != 1:
+            raise ValueError(f"shards must be 1 in actor-learner mode (its one learner owns the weights), "
+                             f"got {self.distributed.server.shards}")
