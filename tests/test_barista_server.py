@@ -12,7 +12,7 @@ import redis
 
 from conftest import run_ddq
 from ddq.config import build_config
-from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
+from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 
@@ -59,7 +59,7 @@ def test_dummy_client_drives_a_barista(tmp_path):
         finally:
             if barista.poll() is None:
                 barista.kill()
-            assert stop_shards(admin, "hand", shards) == [0]
+            assert stop_servers(admin, "hand", shards) == [0]
 
 
 def test_the_heartbeat_window_means_the_mean_max_q_the_learner_measured():

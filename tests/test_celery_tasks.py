@@ -18,7 +18,7 @@ from conftest import run_ddq
 from ddq.config import build_config, write_settings
 from ddq.core.agent import model_parameters
 from ddq.param_server.client import ParameterClient
-from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
+from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
 from ddq.services.tasks import celery_url
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
@@ -69,4 +69,4 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
             worker.send_signal(signal.SIGTERM)
             worker.wait(30)
             client.close()
-            assert stop_shards(admin, "bg", shards) == [0]
+            assert stop_servers(admin, "bg", shards) == [0]

@@ -23,7 +23,7 @@ from ddq.config import build_config
 from ddq.core.agent import model_parameters
 from ddq.core.optimizers import FlatOptimizer
 from ddq.param_server.client import ParameterClient
-from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
+from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
 from ddq.transport.keys import RunKeys, readable_names
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.wire import GRADIENT, HEADER, Header, encode, layout_bytes
@@ -79,7 +79,7 @@ class Harness:
 
     def stop(self) -> list[int | None]:
         self.client.close()
-        codes = stop_shards(self.admin, self.run, self.processes)
+        codes = stop_servers(self.admin, self.run, self.processes)
         self.admin.delete(RunKeys(self.run).control)
         return codes
 

@@ -26,7 +26,7 @@ import redis
 from ddq.config import TrainConfig, build_config
 from ddq.core.agent import model_parameters
 from ddq.param_server.client import ParameterClient
-from ddq.param_server.launch import start_shards, stop_shards, wait_until_serving
+from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.resp import RespConnection
@@ -160,7 +160,7 @@ def measure(size: int, redis_url: str, folder: Path, repeats: int, seconds: floa
         rates = {n: _throughput(redis_url, run, size, shards, n, seconds, client.conn) for n in (1, 2)}
         client.close()
     finally:
-        stop_shards(admin, run, processes)
+        stop_servers(admin, run, processes)
         admin.close()
     return PsRow(size, shards, flat.size, *latencies, rates, numpy_rmsprop_ms(flat.size))
 

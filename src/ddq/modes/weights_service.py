@@ -20,7 +20,7 @@ import redis
 
 from ddq.core.dqn import LinearSchedule, per_actor_epsilon
 from ddq.learner_process.launch import start_learner
-from ddq.param_server.launch import start_shard, stop_shards, wait_until_serving
+from ddq.param_server.launch import start_shard, stop_servers, wait_until_serving
 from ddq.processes import Supervisor, Watched
 from ddq.services.telemetry import json_object
 from ddq.transport.keys import RunKeys
@@ -75,19 +75,23 @@ class _Processes:
 
     context: ServiceContext
     entries: list[Watched]
+    name: str  # of one process, for error lines
 
     def processes(self) -> list[subprocess.Popen]:
         return [entry.process for entry in self.entries]
 
     def stop(self) -> None:
-        stop_shards(self.context.redis, self.context.run, self.processes())
+        stop_servers(self.context.redis, self.context.run, self.processes())
 
     def serving(self, timeout: float = SERVING_TIMEOUT_S) -> None:
-        wait_until_serving(self.context.redis, self.context.run, len(self.entries), self.processes(), timeout)
+        wait_until_serving(self.context.redis, self.context.run, len(self.entries), self.processes(), timeout,
+                           self.name)
 
 
 class ShardFleet(_Processes):
     """Downpour's parameter server: `shards` processes, shard k owning a slice of the flat weights."""
+
+    name = "a parameter-server shard"
 
     def __init__(self, shards: int, epsilon: LinearSchedule):
         self.slices, self.epsilon = shards, epsilon
@@ -129,6 +133,7 @@ class LearnerProcess(_Processes):
     parameter server's one slice does, so workers read it through the same client."""
 
     slices = 1
+    name = "the learner"
 
     def __init__(self, epsilon: LinearSchedule, actors: int, per_actor: bool, resumed_env_steps: int = 0):
         """`per_actor`: the actors act with Ape-X's fixed epsilons, not the schedule; `resumed_env_steps`: a

@@ -33,10 +33,11 @@ def start_shards(config: TrainConfig, redis_url: str, run: str, folder: Path,
 
 
 def wait_until_serving(client: redis.Redis, run: str, shards: int, processes: list[subprocess.Popen],
-                       timeout: float = 120.0) -> None:
-    """Returns once every shard process published its weights; raises if one died or the wait ran out.
+                       timeout: float = 120.0, name: str = "a parameter-server shard") -> None:
+    """Returns once every serving process (each shard, or the actor-learner learner, which serves as shard
+    0) published its weights; raises, saying `name`, if one died or the wait ran out.
 
-    A shard announces itself with its pid in its metrics, right after publishing
+    A server announces itself with its pid in its metrics, right after publishing
     its weights, so weights a dead predecessor left behind do not count.
     """
     keys = [RunKeys(run).shard(k).metrics for k in range(shards)]
@@ -47,14 +48,15 @@ def wait_until_serving(client: redis.Redis, run: str, shards: int, processes: li
             return
         dead = [p for p in processes if p.poll() is not None]
         if dead:
-            raise RuntimeError(f"a parameter-server shard exited with code {dead[0].returncode}")
+            raise RuntimeError(f"{name} exited with code {dead[0].returncode}")
         time.sleep(0.05)
-    raise RuntimeError(f"parameter servers did not publish weights within {timeout:.0f} s")
+    raise RuntimeError(f"{name} did not publish weights within {timeout:.0f} s")
 
 
-def stop_shards(client: redis.Redis, run: str, processes: list[subprocess.Popen], timeout: float = 30.0,
+def stop_servers(client: redis.Redis, run: str, processes: list[subprocess.Popen], timeout: float = 30.0,
                 reason: StopReason | None = None) -> list[int | None]:
-    """Asks the run's shards to finish (they snapshot and exit by themselves), then makes sure. The run
+    """Asks the run's serving processes (shards, or the learner) to finish (they snapshot and exit by
+    themselves), then makes sure. The run
     keeps the stop reason it already has; `reason` (default: the budget) only when it has none."""
     with contextlib.suppress(redis.RedisError):  # Redis gone: the shards are ended below all the same
         RunControl(client, run).stop(StopReason.BUDGET if reason is None else reason)
