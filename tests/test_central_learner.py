@@ -4,8 +4,9 @@ and snapshot marks, evaluation marks, sync rounds, lost messages and its snapsho
 import numpy as np
 import torch
 
-from ddq.core.central_learner import CentralLearner, CentralSettings, Experience
+from ddq.core.central_learner import CentralLearner, CentralSettings
 from ddq.core.dqn import UpdateSchedule
+from ddq.core.experience import Experience
 from ddq.core.learner import Learner
 from ddq.core.optimizers import OptimizerConfig
 from ddq.core.replay import ReplayMemory
@@ -95,7 +96,7 @@ def test_a_sync_round_finishes_once_every_update_it_earned_is_done_and_nothing_i
         assert not core.train_once().publish  # inside a round nothing is published
     assert not core.round_finishable(0, nothing_queued=False)  # an actor's message is on its way
     assert core.round_finishable(0, nothing_queued=True)
-    core.round_done = 0
+    core.finish_round(0)
     assert not core.round_finishable(0, nothing_queued=True)  # done already
 
 

@@ -11,6 +11,7 @@ command line is one more caller of the same program (`prepare`, then `execute`).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ddq.config import TrainConfig, build_config, has_masked_secret
+from ddq.config import REDIS_URL_ENV, TrainConfig, build_config, flat_settings, has_masked_secret, load_toml
 from ddq.lifecycle import StopReason
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class Run:
 
 
 def train(env: str | None = None, mode: str | None = None, *, config: str | Path | None = None,
-          run_dir: str | Path | None = None, progress: bool = False, animate: bool = False,
+          run_dir: str | Path | None = None, progress: bool | None = None, animate: bool = False,
           **settings: Any) -> Run:
     """Trains an agent and returns the run.
 
@@ -80,12 +81,18 @@ def train(env: str | None = None, mode: str | None = None, *, config: str | Path
     actor-learner; `config`: a TOML file of settings; `settings`: any setting of `ddq train --help-all` by
     name (`workers=2`, `target_return=475`, `total_steps=50_000`, `lr=1e-3`), applied after the env's
     preset and the file. `run_dir`: where the run writes (default runs/<env>-<time>; it must not hold a
-    run). `progress`: show a progress bar; `animate`: write replay.gif of one greedy episode.
+    run). `progress`: show a progress bar (default: only where `config` asks for one); `animate`: write
+    replay.gif of one greedy episode. A Redis password comes from $DDQ_REDIS_URL, as for `ddq train`.
     Raises ValueError for a bad setting (before anything starts) and TrainingFailed for a run that could
     not go on. Ctrl-C stops a run cleanly: the returned run's stop_reason then says so."""
-    values = {**settings, "progress": progress}
+    values = dict(settings)
     values.update({k: str(v) for k, v in (("env", env), ("mode", mode), ("run_dir", run_dir)) if v is not None})
-    prepared, _ = prepare(values, None if config is None else str(config))
+    if progress is not None:
+        values["progress"] = progress
+    config_file = None if config is None else str(config)
+    prepared, _ = prepare(values, config_file)
+    if progress is None and not (config_file and "progress" in flat_settings(load_toml(config_file))):
+        prepared.run.progress = False  # a library call prints no bar unless asked
     summary, _ = execute(prepared, animate=animate)
     if str(summary.get("stop_reason") or "").startswith(StopReason.FAILURE.value):
         raise TrainingFailed(summary)
@@ -100,6 +107,8 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     from ddq.preflight import check_run
 
     saved = None
+    if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
+        values = {**values, "redis_url": os.environ[REDIS_URL_ENV]}
     if resume:
         saved = ckpt.load_checkpoint(resume)
         config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file)
@@ -137,8 +146,14 @@ def execute(config: TrainConfig, saved: dict[str, Any] | None = None, started_at
 
 
 def default_run_dir(env_id: str) -> str:
+    """runs/<env>-<time>, or with -2, -3, ... when a run started within the same second."""
     slug = re.sub(r"[^A-Za-z0-9]+", "-", env_id).strip("-")
-    return str(Path("runs") / f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}")
+    base = Path("runs") / f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}"
+    candidate, number = base, 1
+    while candidate.exists():
+        number += 1
+        candidate = base.with_name(f"{base.name}-{number}")
+    return str(candidate)
 
 
 def animate_run(summary: dict[str, Any]) -> str | None:
@@ -194,6 +209,10 @@ class Agent:
         frames = np.asarray(observation, dtype=self.dtype)
         single = frames.shape == self.frame_shape or frames.shape == (*self.frame_shape, 1)
         frames = frames[None] if single else frames
+        if frames.ndim < 2 or int(np.prod(frames.shape[1:])) != int(np.prod(self.frame_shape)):
+            raise ValueError(f"an observation of shape {np.shape(observation)} is not one (or a batch) of the "
+                             f"{self.frame_shape} frames {self.env_id} was trained on; play the env that "
+                             "agent.make_env() returns")
         starts = np.ones(len(frames), bool) if episode_start is None else np.atleast_1d(np.asarray(episode_start, bool))
         if self._stacker is None or len(self._stacker.frames) != len(frames):
             self._stacker = FrameStacker(len(frames), self.frame_shape, self.dtype, self.config.agent.frame_stack)
@@ -204,9 +223,10 @@ class Agent:
             values = self.network(torch.from_numpy(states).to(self.device)).float().cpu().numpy()
         return values[0] if single else values
 
-    def act(self, observation: Any) -> Any:
-        """The greedy action: an int for one observation, an array for a batch."""
-        actions = np.argmax(self.q_values(observation), axis=-1)
+    def act(self, observation: Any, episode_start: Any = None) -> Any:
+        """The greedy action: an int for one observation, an array for a batch. `episode_start` (one bool, or
+        one per observation): the observation starts an episode, so stacked frames start anew."""
+        actions = np.argmax(self.q_values(observation, episode_start), axis=-1)
         return int(actions) if actions.ndim == 0 else actions
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,

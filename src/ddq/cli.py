@@ -22,8 +22,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cli_values = {k: v for k, v in vars(args).items()
                   if k not in ("func", "config", "resume", "command", "started_at", "solver")}
-    if "redis_url" not in cli_values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
-        cli_values["redis_url"] = os.environ[REDIS_URL_ENV]
     config, saved = prepare(cli_values, args.config, args.solver, args.resume)
     summary, exit_code = execute(config, saved, args.started_at)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))

@@ -113,7 +113,9 @@ def _collect(values: dict[str, Any], within: tuple[str, ...], source: str,
         key = key.replace("-", "_")
         path = SECTIONS.get(key) or SETTINGS.get(key)
         if path is None:
-            raise ValueError(f"unknown setting {key!r} {_where(source, key)}; `ddq train --help` lists them")
+            table = f" in [{'.'.join(within)}]" if within else ""
+            raise ValueError(f"unknown setting {key!r}{table} {_where(source, key)}; `ddq train --help-all` "
+                             "lists them")
         if path[:len(within)] != within:
             raise ValueError(f"{key} {_where(source, key)} is not a setting of [{'.'.join(within)}]; it belongs "
                              f"in [{'.'.join(path[:-1]) or 'the top level'}]")
@@ -121,6 +123,8 @@ def _collect(values: dict[str, Any], within: tuple[str, ...], source: str,
             if not isinstance(value, dict):
                 raise ValueError(f"{key} {_where(source, key)} must be a table of settings, not {value!r}")
             _collect(value, path, source, updates)
+        elif path in updates:
+            raise ValueError(f"{key} {_where(source, key)} is given twice (alone and in its section's table)")
         else:
             updates[path] = value
 

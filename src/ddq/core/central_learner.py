@@ -23,34 +23,11 @@ import numpy as np
 import torch
 
 from ddq.core.dqn import UpdateSchedule, next_mark, target_refresh_due
+from ddq.core.experience import Experience
 from ddq.core.learner import GradientStats, Learner
 from ddq.core.prioritized import annealed_beta
 from ddq.core.replay import ReplayMemory
 from ddq.core.weights import LocalParameters, train_from_replay
-
-
-@dataclass
-class Experience:
-    """Consecutive vector steps of one actor, as its replay memory would record them (`ReplayMemory.add`);
-    arrays are [rows, streams, ...]. `td_errors` (initial priorities, negative where unknown) only when the
-    actor computed them. `ddq.transport.experience` carries it between processes."""
-
-    actor: int
-    attempt: int
-    sequence: int
-    frames: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    terminated: np.ndarray
-    continues: np.ndarray
-    td_errors: np.ndarray | None = None
-    weights_version: int = 0
-    epsilon: float = 0.0  # the actor's, for telemetry
-
-    @property
-    def env_steps(self) -> int:
-        """Transitions in the message (a row where a stream started an episode is none)."""
-        return int(self.continues.sum())
 
 
 @dataclass
@@ -159,6 +136,10 @@ class CentralLearner:
         """--sync: whether round `ready` (every actor sent it) can be published as done: it is newer than the
         last one done, nothing sent is still on its way (`nothing_queued`) and nothing earned is owed."""
         return ready > self.round_done and nothing_queued and self.owed <= 0
+
+    def finish_round(self, ready: int) -> None:
+        """--sync: round `ready` is trained on and its weights published."""
+        self.round_done = ready
 
     def take_lags(self) -> list[int]:
         lags, self.lags = self.lags, []

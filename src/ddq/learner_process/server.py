@@ -45,9 +45,9 @@ INBOX_MESSAGES = 1
 UPDATES_PER_ROUND = 16  # the loop looks at its inbox and housekeeping between rounds of at most this many
 
 
-def central_learner(config: TrainConfig, trained_before: int) -> CentralLearner:
+def central_learner(config: TrainConfig, trained_before: int, frame_shape: tuple[int, ...], dtype: np.dtype,
+                    num_actions: int) -> CentralLearner:
     """The run's learner, one replay memory per actor."""
-    frame_shape, dtype, num_actions = env_shapes(config.agent)
     learner = make_learner(config.agent, frame_shape, num_actions, resolve_device(config.agent.device))
     capacity = max(config.agent.buffer_size // config.distributed.workers, 1)
     memories = [make_replay(config.agent, frame_shape, dtype, config.agent.seed + 7919 * (k + 1),
@@ -68,9 +68,10 @@ class LearnerServer:
         seed_everything(config.agent.seed, config.agent.threads)
         self.config, self.keys = config, RunKeys(run)
         self.redis = redis.Redis.from_url(redis_url)
-        self.core = central_learner(config, int(self.redis.get(self.keys.trained_steps) or 0))
-        flat = self.core.learner.flat
         frame_shape, dtype, num_actions = env_shapes(config.agent)
+        self.core = central_learner(config, int(self.redis.get(self.keys.trained_steps) or 0), frame_shape,
+                                    np.dtype(dtype), num_actions)
+        flat = self.core.learner.flat
         self.expect = ExpectExperience(run, frame_shape, np.dtype(dtype), num_actions)
         self.layout, self.bounds = layout_bytes(flat.layout_hash()), (0, flat.size)
         self.raise_to = self.redis.register_script(RAISE_TO)
@@ -82,7 +83,7 @@ class LearnerServer:
         self.stopping = threading.Event()
         self.receiver = threading.Thread(target=self._receive, args=(redis_url,), name="receive", daemon=True)
         self.publisher = WeightsPublisher(redis.Redis.from_url(redis_url), self.keys)
-        self.core.round_done = int(self.redis.get(self.keys.round_done) or -1)
+        self.core.finish_round(int(self.redis.get(self.keys.round_done) or -1))
         self._resume()
 
     # ---------------------------------------------------------------- snapshots
@@ -105,7 +106,7 @@ class LearnerServer:
     def _receive(self, redis_url: str) -> None:
         """The receiving thread: takes messages off the run's list and decodes them into the inbox."""
         client = redis.Redis.from_url(redis_url)
-        while not self.stopping.is_set():
+        while not self.stopping.is_set() and not self.publisher.failed.is_set():
             try:
                 if not self.receive_once(client):
                     time.sleep(0.002)
@@ -185,7 +186,7 @@ class LearnerServer:
                 return
         self.send_now()  # with the env steps trained on, before the actors may read the round done
         self.redis.set(self.keys.round_done, ready)
-        self.core.round_done = ready
+        self.core.finish_round(ready)
 
     def housekeeping(self) -> bool:
         """Publishes metrics and the trained steps; False once the run was told to stop."""

@@ -99,18 +99,6 @@ def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
 
 
-def evaluate_and_record(network: nn.Module, config: TrainConfig, log: RunLog, counters: RunCounters, env_steps: int,
-                        updates: int, origin: float, device: torch.device) -> tuple[tuple[int, float, float], bool]:
-    """A run's periodic greedy evaluation, the same in every mode: evaluates on fresh seeds, logs the
-    point, notes the first time the target return was reached in `counters` (time_to_target_s: seconds
-    since `origin`, the run's clock, as wall_time_s).
-
-    Returns (env steps, mean return, mean rewarded steps) and whether the target is reached.
-    """
-    result = play_evaluation(network, config, counters.evaluations, device)
-    return note_evaluation(result, config, log, counters, env_steps, updates, origin)
-
-
 def play_evaluation(network: nn.Module, config: TrainConfig, index: int, device: torch.device,
                     should_stop: Callable[[], bool] | None = None) -> Evaluation:
     """The run's `index`-th greedy evaluation (0 first): its episodes' seeds depend on the index alone, so

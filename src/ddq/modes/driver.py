@@ -42,7 +42,6 @@ from ddq.services.archive import save_telemetry
 from ddq.services.telemetry import network_info, worker_rows
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
-DRAIN_TIMEOUT_S = 120.0  # after the job: how long the weights service may take to apply what was sent
 
 
 @dataclass
@@ -96,7 +95,7 @@ class Driver:
             self._start_services(stack)
             try:
                 self._run_job(spark)
-                self.wiring.weights.drained(DRAIN_TIMEOUT_S)
+                self.wiring.weights.drained()
                 self.mirror.evaluate(self.record, self.services)
                 self.services.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
             except (ProcessFailed, SparkJobFailed, redis.RedisError) as error:
@@ -119,7 +118,8 @@ class Driver:
         self.services.open(stack, info, weights.slices, self.record.counters.env_steps)
         s = self.services
         weights.start(ServiceContext(s.settings, s.url, self.run, self.run_dir, s.redis, self.supervisor))
-        stack.callback(weights.stop)
+        stack.callback(weights.stop)  # before waiting: a process that dies at start leaves none behind
+        weights.serving()
         s.start_helpers(stack)
         self.mirror.connect(stack, s.url, self.run, weights.slices)
         self.evaluator = self.wiring.evaluator(self.mirror, self.record, s)

@@ -23,7 +23,7 @@ from ddq.core.symmetry import SymmetryAugmentation
 from ddq.core.weights import LocalParameters, train_from_replay
 from ddq.gamesim import eats_apples
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
-from ddq.modes.bookkeeping import RunCounters, RunLog, evaluate_and_record, progress_values, run_summary
+from ddq.modes.bookkeeping import RunCounters, RunLog, note_evaluation, play_evaluation, progress_values, run_summary
 
 
 class SerialTrainer:
@@ -126,9 +126,10 @@ class SerialTrainer:
                                eats_apples(self.config.agent.env))
 
     def _evaluate_and_check(self) -> bool:
-        self.last_eval, reached = evaluate_and_record(
-            self.learner.online, self.config, self.log, self.counters, self.actor.env_steps,
-            self.learner.updates, self.origin, self.device)
+        """The run's periodic greedy evaluation on fresh seeds, logged; True once it reached the target."""
+        result = play_evaluation(self.learner.online, self.config, self.counters.evaluations, self.device)
+        self.last_eval, reached = note_evaluation(result, self.config, self.log, self.counters, self.actor.env_steps,
+                                                  self.learner.updates, self.origin)
         return reached
 
     # ----------------------------------------------------------- checkpoints

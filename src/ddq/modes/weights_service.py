@@ -46,15 +46,15 @@ class WeightsService(Protocol):
     slices: int  # how many slices of the weights a worker reads (one per shard)
 
     def start(self, context: ServiceContext) -> None:
-        """Starts its processes under the run's supervisor; returns once they serve (`serving`)."""
+        """Starts its processes under the run's supervisor, without waiting for them (`serving` does)."""
         ...
 
     def serving(self, timeout: float = SERVING_TIMEOUT_S) -> None:
         """Returns once every process published its weights; raises if one died or the time ran out."""
         ...
 
-    def drained(self, timeout: float) -> None:
-        """Returns once everything workers sent was applied, or the time ran out."""
+    def drained(self, timeout: float | None = None) -> None:
+        """Returns once everything workers sent was applied, or the time (its own default) ran out."""
         ...
 
     def stop(self) -> None:
@@ -73,19 +73,27 @@ class WeightsService(Protocol):
 class _Processes:
     """The processes a service watches, and how it stops them."""
 
-    context: ServiceContext
-    entries: list[Watched]
     name: str  # of one process, for error lines
+
+    def __init__(self) -> None:
+        self.context: ServiceContext | None = None
+        self.entries: list[Watched] = []
 
     def processes(self) -> list[subprocess.Popen]:
         return [entry.process for entry in self.entries]
 
     def stop(self) -> None:
-        stop_servers(self.context.redis, self.context.run, self.processes())
+        if self.context is not None:
+            stop_servers(self.context.redis, self.context.run, self.processes())
 
     def serving(self, timeout: float = SERVING_TIMEOUT_S) -> None:
+        assert self.context is not None, "start() first"
         wait_until_serving(self.context.redis, self.context.run, len(self.entries), self.processes(), timeout,
                            self.name)
+
+    def _context(self) -> ServiceContext:
+        assert self.context is not None, "start() first"
+        return self.context
 
 
 class ShardFleet(_Processes):
@@ -94,6 +102,7 @@ class ShardFleet(_Processes):
     name = "a parameter-server shard"
 
     def __init__(self, shards: int, epsilon: LinearSchedule):
+        super().__init__()
         self.slices, self.epsilon = shards, epsilon
 
     def start(self, context: ServiceContext) -> None:
@@ -102,18 +111,17 @@ class ShardFleet(_Processes):
                                                  context.run_dir / f"param-server-{k}.log",
                                                  restart=functools.partial(self.restart, k))
                         for k in range(self.slices)]
-        self.serving()
 
     def restart(self, index: int = 0) -> subprocess.Popen:
-        c = self.context
+        c = self._context()
         return start_shard(c.settings, c.url, c.run, c.run_dir, index)
 
-    def drained(self, timeout: float) -> None:
+    def drained(self, timeout: float | None = 60.0) -> None:
         """Every shard process has ended (a stopped shard applies its queue before it exits), or every queue is
         empty and each shard reported after that (it applies what it took before it reports). Counts would
         not do: a restarted shard counts from zero."""
-        keys, client = RunKeys(self.context.run), self.context.redis
-        deadline, empty_since = time.monotonic() + timeout, None
+        keys, client = RunKeys(self._context().run), self._context().redis
+        deadline, empty_since = time.monotonic() + (timeout or 60.0), None
         while time.monotonic() < deadline and not all(p.poll() is not None for p in self.processes()):
             if any(client.llen(keys.shard(k).grads) for k in range(self.slices)):
                 empty_since = None
@@ -138,6 +146,7 @@ class LearnerProcess(_Processes):
     def __init__(self, epsilon: LinearSchedule, actors: int, per_actor: bool, resumed_env_steps: int = 0):
         """`per_actor`: the actors act with Ape-X's fixed epsilons, not the schedule; `resumed_env_steps`: a
         resumed run's env steps, where its epsilon goes on from."""
+        super().__init__()
         self.epsilon, self.actors, self.per_actor = epsilon, actors, per_actor
         self.resumed_env_steps = resumed_env_steps
 
@@ -146,16 +155,15 @@ class LearnerProcess(_Processes):
         context.redis.set(RunKeys(context.run).trained_steps, self.resumed_env_steps, nx=True)
         self.entries = [context.supervisor.watch("the learner", self.restart(), context.run_dir / "learner.log",
                                                  restart=self.restart)]
-        self.serving()
 
     def restart(self, index: int = 0) -> subprocess.Popen:
-        c = self.context
+        c = self._context()
         return start_learner(c.settings, c.url, c.run, c.run_dir)
 
-    def drained(self, timeout: float) -> None:
+    def drained(self, timeout: float | None = 120.0) -> None:
         """The learner has trained on everything the actors sent and exited, as it does once the run stops
         (it publishes its final weights first)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (timeout or 120.0)
         while time.monotonic() < deadline and self.entries[0].process.poll() is None:
             time.sleep(0.05)
 
@@ -164,4 +172,5 @@ class LearnerProcess(_Processes):
         (the actors' epsilon follows what it knows)."""
         if self.per_actor:
             return sum(per_actor_epsilon(i, self.actors) for i in range(self.actors)) / self.actors
-        return self.epsilon(int(self.context.redis.get(RunKeys(self.context.run).trained_steps) or 0))
+        c = self._context()
+        return self.epsilon(int(c.redis.get(RunKeys(c.run).trained_steps) or 0))

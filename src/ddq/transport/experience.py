@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ddq.core.central_learner import Experience
+from ddq.core.experience import Experience
 
 MAGIC = b"DDQE"
 FORMAT = 1
