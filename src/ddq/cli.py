@@ -93,18 +93,12 @@ def cmd_learner(args: argparse.Namespace) -> int:
 def cmd_package(args: argparse.Namespace) -> int:
     """Writes ddq.zip (for spark-submit --py-files) and ddq_submit.py (the script spark-submit runs)."""
     import shutil
-    import zipfile
 
-    import ddq
+    from ddq.modes.placement import package_zip
 
     out = Path(args.folder)
-    out.mkdir(parents=True, exist_ok=True)
-    package = Path(ddq.__file__).parent
-    with zipfile.ZipFile(out / "ddq.zip", "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(package.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                archive.write(path, Path("ddq") / path.relative_to(package))
-    shutil.copy(package / "spark_submit.py", out / "ddq_submit.py")
+    package_zip(out)
+    shutil.copy(Path(__file__).parent / "spark_submit.py", out / "ddq_submit.py")
     print(f"spark-submit --master URL --py-files {out / 'ddq.zip'} {out / 'ddq_submit.py'} [ddq train flags]")
     return 0
 

@@ -15,6 +15,7 @@ import re
 import socket
 
 from ddq.config import TrainConfig, masked_url
+from ddq.transport.redis_client import connect as connect_redis
 
 SPARK_MASTER = re.compile(r"^(local(\[(\d+|\*)(,\s*\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
 REDIS_TIMEOUT_S = 3.0  # also how long a Spark master may take to accept a connection
@@ -30,6 +31,8 @@ def check_run(config: TrainConfig) -> None:
     check_model(config, *shapes)
     check_device(config.agent.device)
     if config.run.mode != "serial":
+        if config.distributed.listen is not None:
+            check_listen(config.distributed.listen)
         if config.distributed.spark_master is not None:
             check_spark_master(config.distributed.spark_master)
         if config.distributed.redis_url:
@@ -77,6 +80,18 @@ def check_device(name: str) -> None:
         raise SettingError(f"--device {name!r}: {error}; use cpu, cuda, cuda:N or auto") from error
 
 
+def check_listen(address: str) -> None:
+    """An address of this host that a server can bind (0.0.0.0 or :: only when given as such)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family) as probe:
+            probe.bind((address, 0))
+    except (OSError, UnicodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise SettingError(f"--listen {address}: not an address of this host ({reason}); give one of its IP "
+                           "addresses, or 0.0.0.0 for all of them") from error
+
+
 def check_spark_master(master: str) -> None:
     """A master URL of a kind Spark knows; a standalone master (spark://HOST:PORT) must accept a connection."""
     if not SPARK_MASTER.match(master):
@@ -98,11 +113,21 @@ def check_redis(url: str, setting: str) -> None:
     import redis
 
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
+        client = connect_redis(url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
         try:
             client.ping()
         finally:
             client.close()
+    except redis.AuthenticationError as error:
+        raise SettingError(f"{setting} {masked_url(url)}: Redis refused the user name or password "
+                           f"({_first_line(error)})") from error
     except (redis.RedisError, ValueError, OSError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise SettingError(f"{setting} {masked_url(url)}: no Redis answers there ({reason})") from error
+        if "CERTIFICATE_VERIFY_FAILED" in str(error) or "certificate verify failed" in str(error):
+            raise SettingError(f"{setting} {masked_url(url)}: the server's TLS certificate is not one this URL "
+                               "trusts (give its CA as ssl_ca_data, or ssl_ca_certs=FILE)") from error
+        raise SettingError(f"{setting} {masked_url(url)}: no Redis answers there ({_first_line(error)})") from error
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error)
+    return text.splitlines()[0] if text else type(error).__name__

@@ -51,12 +51,14 @@ def _background() -> None:  # runs in the child between fork and exec
 
 
 def spawn(command: Sequence[str], log_path: Path | None = None, env: dict[str, str] | None = None,
-          cwd: str | Path | None = None, background: bool = False, core: int | None = None) -> subprocess.Popen:
+          cwd: str | Path | None = None, background: bool = False, core: int | None = None,
+          stdin_text: str | None = None) -> subprocess.Popen:
     """Starts `command` so that it gets SIGTERM when this process dies, however it dies (Linux).
 
     `background` lowers its CPU priority: jobs that babysit training (evaluation, the dashboard)
     then run on the time the workers leave idle rather than on theirs. `core` pins it (and every
-    thread it will start) to that CPU core."""
+    thread it will start) to that CPU core. `stdin_text`: written to its standard input, which is then
+    closed (settings that must not appear on a command line)."""
     full_env = dict(os.environ, **MALLOC_ENV, **(env or {}))
 
     def prepare() -> None:  # runs in the child between fork and exec
@@ -66,8 +68,13 @@ def spawn(command: Sequence[str], log_path: Path | None = None, env: dict[str, s
 
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(open(log_path, "ab")) if log_path else subprocess.DEVNULL
-        return subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=full_env, cwd=cwd, preexec_fn=prepare, start_new_session=True)
+        process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL if stdin_text is None else subprocess.PIPE,
+                                   stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd, preexec_fn=prepare,
+                                   start_new_session=True)
+    if stdin_text is not None and process.stdin is not None:
+        with process.stdin:
+            process.stdin.write(stdin_text.encode())
+    return process
 
 
 def stop(process: subprocess.Popen, timeout: float = 10.0) -> int | None:

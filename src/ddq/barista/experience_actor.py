@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 import numpy as np
-import redis
 import torch
 from torch import nn
 
@@ -37,6 +36,7 @@ from ddq.lifecycle import is_stop
 from ddq.models import FlatParameters
 from ddq.transport.experience import Experience, encode
 from ddq.transport.keys import RunKeys
+from ddq.transport.redis_client import connect as connect_redis
 
 # Builds an actor's weights source around its network's flat parameters (kept current by `sync`).
 WeightsFactory = Callable[[FlatParameters], WeightsSource]
@@ -139,7 +139,7 @@ class ExperienceActor:
         self.actor = Actor(envs, self.outbox, agent.frame_stack, np.random.default_rng(seed), self.device)
         self.actor.reset(seed=seed)
         self.schedule = epsilon_schedule(config.agent)
-        self.redis = redis.Redis.from_url(redis_url)
+        self.redis = connect_redis(redis_url)
         self.keys = RunKeys(run)
         self.stats = WorkerStats(actor, attempt, pid=os.getpid())
         self.window = StatsWindow()

@@ -18,14 +18,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-import redis
-
 from ddq.config import TrainConfig
 from ddq.core.agent import build_agent, importance_beta
 from ddq.core.learner import Learner
 from ddq.core.weights import ParameterSource, train_from_replay
 from ddq.lifecycle import is_stop
 from ddq.transport.keys import RunKeys
+from ddq.transport.redis_client import connect as connect_redis
 
 # Builds a worker's parameter source around its learner (whose flat weights and target it keeps current).
 SourceFactory = Callable[[Learner], ParameterSource]
@@ -100,7 +99,7 @@ class Barista:
         self.rng, self.epsilon, self.schedule = agent.rng, agent.epsilon, agent.schedule  # epsilon: by global steps
         self.source = connect(self.learner)
         self.actor.reset(seed=seed)
-        self.redis = redis.Redis.from_url(redis_url)
+        self.redis = connect_redis(redis_url)
         self.keys = RunKeys(run)
         self.stats = WorkerStats(worker, attempt, pid=os.getpid())
         self.window = StatsWindow()

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import redis
 
 from ddq.config import TrainConfig, build_config
 from ddq.core.agent import model_parameters
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
 from ddq.transport.keys import RunKeys
+from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.resp import RespConnection
 from ddq.transport.wire import HEADER, read_header
@@ -151,7 +151,7 @@ def measure(size: int, redis_url: str, folder: Path, repeats: int, seconds: floa
     config = bench_config(size, shards)
     run = f"bench-ps-{size}-{shards}"
     processes = start_shards(config, redis_url, run, folder / run)
-    admin = redis.Redis.from_url(redis_url)
+    admin = connect_redis(redis_url)
     try:
         wait_until_serving(admin, run, shards, processes)
         flat = model_parameters(config.agent)
@@ -171,7 +171,7 @@ def run_bench(sizes: list[int], shard_counts: list[int], repeats: int = 30, seco
     with tempfile.TemporaryDirectory(prefix="ddq-bench-ps-") as tmp:
         with contextlib.ExitStack() as stack:
             url = redis_url or stack.enter_context(EmbeddedRedis()).url
-            info = redis.Redis.from_url(url).info("server")
+            info = connect_redis(url).info("server")
             rows = [measure(size, url, Path(tmp), repeats, seconds, shards)
                     for size in sizes for shards in shard_counts]
     return rows, f"redis-server {info['redis_version']}"

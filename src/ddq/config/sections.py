@@ -146,6 +146,7 @@ class DistributedConfig:
     workers: int = setting(2, "cluster", "Barista workers (Spark tasks) in distributed modes", True)
     spark_master: str | None = setting(None, "cluster", "Spark master URL (default local[WORKERS])")
     redis_url: str | None = setting(None, "cluster", "Redis to use: redis://, rediss://, unix:// (default: a private redis-server ddq starts)")
+    listen: str | None = setting(None, "cluster", "an address of this host where Spark's driver and the run's private Redis serve executors on other hosts; the Redis then speaks only TLS, with a certificate authority and a password made for the run (default: this host only; with a cluster master and no redis_url, the address that reaches the master)")
     server: ServerConfig = section(ServerConfig, "parameter server")
     publish_every: int = setting(10, "actor-learner", "learner updates between weight publications (--sync: once a round)")
     send_every: int = setting(16, "actor-learner", "vector steps an actor sends per message")

@@ -20,6 +20,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
 from ddq.dashboard.reader import RunNotFound, RunReader, runs_in
+from ddq.transport.redis_client import connect as connect_redis
 
 DEFAULT_POINTS, MAX_POINTS = 500, 5000
 
@@ -120,7 +121,7 @@ def pick_run(client: redis.Redis, run: str | None) -> str:
 def serve(redis_url: str, run: str | None, host: str = "127.0.0.1", port: int = 0,
           url_file: str | None = None) -> None:
     """Serves the dashboard of `run` until the process is stopped; prints (and writes) its URL."""
-    client = redis.Redis.from_url(redis_url)
+    client = connect_redis(redis_url)
     run = pick_run(client, run)
     RunReader(client, run).info()  # a wrong run id fails at start, not as a blank page
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request

@@ -34,6 +34,7 @@ from ddq.param_server.metrics import ServerMetrics, layer_segments
 from ddq.processes import tune_malloc
 from ddq.transport.experience import ExpectExperience, Experience, ExperienceError, decode
 from ddq.transport.keys import RunKeys
+from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.wire import layout_bytes
 
 log = logging.getLogger("ddq.learner")
@@ -67,7 +68,7 @@ class LearnerServer:
         tune_malloc()
         seed_everything(config.agent.seed, config.agent.threads)
         self.config, self.keys = config, RunKeys(run)
-        self.redis = redis.Redis.from_url(redis_url)
+        self.redis = connect_redis(redis_url)
         frame_shape, dtype, num_actions = env_shapes(config.agent)
         self.core = central_learner(config, int(self.redis.get(self.keys.trained_steps) or 0), frame_shape,
                                     np.dtype(dtype), num_actions)
@@ -82,7 +83,7 @@ class LearnerServer:
         self.receiving = threading.Lock()  # held while a message is between Redis and the inbox
         self.stopping = threading.Event()
         self.receiver = threading.Thread(target=self._receive, args=(redis_url,), name="receive", daemon=True)
-        self.publisher = WeightsPublisher(redis.Redis.from_url(redis_url), self.keys)
+        self.publisher = WeightsPublisher(connect_redis(redis_url), self.keys)
         self.core.finish_round(int(self.redis.get(self.keys.round_done) or -1))
         self._resume()
 
@@ -105,7 +106,7 @@ class LearnerServer:
     # ---------------------------------------------------------------- experience in
     def _receive(self, redis_url: str) -> None:
         """The receiving thread: takes messages off the run's list and decodes them into the inbox."""
-        client = redis.Redis.from_url(redis_url)
+        client = connect_redis(redis_url)
         while not self.stopping.is_set() and not self.publisher.failed.is_set():
             try:
                 if not self.receive_once(client):

@@ -34,6 +34,7 @@ from ddq.gamesim import eats_apples
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.bookkeeping import RunCounters, RunLog, RunRecord, progress_values, run_summary
 from ddq.modes.evaluators import Evaluator, WeightsMirror
+from ddq.modes.placement import package_zip, placement
 from ddq.modes.run_services import RunServices
 from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask, launched_by_spark_submit, local_master, spark_session
 from ddq.modes.weights_service import ServiceContext, WeightsService
@@ -83,14 +84,14 @@ class Driver:
     def train(self) -> dict[str, Any]:
         c = self.config
         with contextlib.ExitStack() as stack:
-            if not c.distributed.redis_url and (c.distributed.spark_master or launched_by_spark_submit()):
-                print("ddq: note: the private Redis listens on a unix socket of this machine; executors on other "
-                      "machines need --redis-url redis://HOST:PORT (or rediss://) of a server they can reach",
-                      file=sys.stderr)
-            given = c.distributed.spark_master
-            master = given or (None if launched_by_spark_submit() else local_master(c.distributed.workers))
-            spark = spark_session(master, f"ddq-{self.run}", self.run_dir / "spark.log")
+            submitted = launched_by_spark_submit()
+            place = self.placement = placement(c, submitted)
+            master = c.distributed.spark_master or (None if submitted else local_master(c.distributed.workers))
+            driver_host = place.advertise if place.cluster or not submitted else None
+            spark = spark_session(master, f"ddq-{self.run}", self.run_dir / "spark.log", driver_host, place.listen)
             stack.callback(spark.stop)
+            if place.ship:  # executors elsewhere import ddq from the job, not from their own environment
+                spark.sparkContext.addPyFile(str(package_zip(self.run_dir / "ship")))
             stack.enter_context(self.signals)  # after Spark's session: pyspark installs a SIGINT handler of its own
             self._start_services(stack)
             try:
@@ -115,7 +116,8 @@ class Driver:
         weights, flat = self.wiring.weights, self.mirror.learner.flat
         info = {"run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
                 "network": network_info(flat.layout, flat.layout_hash(), self.state_shape)}
-        self.services.open(stack, info, weights.slices, self.record.counters.env_steps)
+        self.services.open(stack, info, weights.slices, self.record.counters.env_steps, self.placement.listen,
+                           self.placement.advertise)
         s = self.services
         weights.start(ServiceContext(s.settings, s.url, self.run, self.run_dir, s.redis, self.supervisor))
         stack.callback(weights.stop)  # before waiting: a process that dies at start leaves none behind
@@ -131,7 +133,7 @@ class Driver:
         """Runs the workers' tasks to the end of the run, watching over it meanwhile (`_watch`)."""
         c = self.config
         job = SparkJob(spark, self.wiring.task, c.distributed.workers, self.wiring.barrier, encode_settings(c),
-                       self.services.url, self.run)
+                       self.services.remote_url, self.run)
         job.start()
         clean = False
         try:

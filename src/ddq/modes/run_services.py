@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from ddq.config import TrainConfig, settings_document, write_settings
 from ddq.dashboard.launch import serve_dashboard
 from ddq.lifecycle import RunControl
@@ -17,6 +15,7 @@ from ddq.processes import Supervisor, stop
 from ddq.services.celery_launch import start_celery_worker
 from ddq.services.telemetry import ListCursor, RunReporter
 from ddq.transport.keys import RunKeys
+from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.redis_server import EmbeddedRedis
 
 
@@ -28,16 +27,23 @@ class RunServices:
         self.config, self.run, self.run_dir, self.supervisor = config, run, run_dir, supervisor
         self.keys = RunKeys(run)
 
-    def open(self, stack: contextlib.ExitStack, info: dict[str, Any], slices: int, env_steps: int) -> None:
+    def open(self, stack: contextlib.ExitStack, info: dict[str, Any], slices: int, env_steps: int,
+             listen: str | None = None, advertise: str | None = None) -> None:
         """Redis, the run's control key, its episodes list, its reporter (`info`: what the dashboard shows
-        of the run) and its settings file. `env_steps`: where a resumed run's workers go on from."""
+        of the run) and its settings file. `env_steps`: where a resumed run's workers go on from. `listen`:
+        the private Redis also serves other hosts there (TLS, a password made for the run), reached at
+        `advertise`; `remote_url` is then theirs, `url` this host's processes'."""
         if self.config.distributed.redis_url:
-            self.url = self.config.distributed.redis_url
+            self.url = self.remote_url = self.config.distributed.redis_url
         else:
-            embedded = stack.enter_context(EmbeddedRedis(log_dir=self.run_dir))
+            embedded = stack.enter_context(EmbeddedRedis(log_dir=self.run_dir, listen=listen, advertise=advertise,
+                                                         run=self.run))
             self.supervisor.watch("redis-server", embedded.process, embedded.log_path)
-            self.url = embedded.url
-        self.redis = redis.Redis.from_url(self.url)
+            self.url, self.remote_url = embedded.url, embedded.remote_url
+            if listen:
+                print(f"ddq: the run's Redis serves other hosts at {advertise} (TLS, a password made for the run)",
+                      file=sys.stderr, flush=True)
+        self.redis = connect_redis(self.url)
         self.control = RunControl(self.redis, self.run)
         self.episodes = ListCursor(self.redis, self.keys.episodes)
         self.reporter = RunReporter(self.redis, self.keys, {**info, "settings": settings_document(self.config)},

@@ -100,17 +100,24 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit's PythonRunner hands its JVM over this way
 
 
-def spark_session(master: str | None, app: str, log_path: Path | None = None) -> Any:
-    """A SparkSession whose driver binds 127.0.0.1; a local master's Python workers run this interpreter.
-    `master` None keeps the one spark-submit was given. `log_path`: where the JVM's own output goes
-    (its start-up warnings, Spark's log, the Python workers' stderr) instead of the terminal."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+def spark_session(master: str | None, app: str, log_path: Path | None = None, driver_host: str | None = "127.0.0.1",
+                  bind: str | None = None) -> Any:
+    """A SparkSession whose driver executors reach at `driver_host` (None: as spark-submit was told), bound
+    to `bind` (default `driver_host`). A local master's Python workers run this interpreter; a cluster's
+    run the Python its configuration names (`spark.pyspark.python`, `PYSPARK_PYTHON`). `master` None keeps
+    the one spark-submit was given. `log_path`: where the JVM's own output goes (its start-up warnings,
+    Spark's log, the Python workers' stderr) instead of the terminal."""
+    if master is not None and master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if driver_host is not None:
+        os.environ.setdefault("SPARK_LOCAL_IP", bind or driver_host)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
+    if driver_host is not None:
+        builder = builder.config("spark.driver.host", driver_host).config("spark.driver.bindAddress",
+                                                                           bind or driver_host)
     configured = (builder.appName(app)
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.task.maxFailures", str(TASK_RETRIES))
                .config("spark.python.worker.reuse", "true"))

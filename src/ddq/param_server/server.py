@@ -30,6 +30,7 @@ from ddq.param_server.metrics import ServerMetrics, layer_segments
 from ddq.param_server.staleness import StalenessPolicy
 from ddq.processes import tune_malloc
 from ddq.transport.keys import RunKeys, shard_bounds
+from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.resp import Oversized, RespConnection
 from ddq.transport.wire import WEIGHTS, Header, WireError, decode, gradient_expectation, layout_bytes, pack_header
 
@@ -58,7 +59,7 @@ class ShardServer:
         self.expect = gradient_expectation(self.layout, self.bounds, max_bytes=64 + 4 * (end - start) * 2)
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))
         self.before = torch.empty_like(self.params)  # weights before a sampled update, for the ratios
-        self.redis = redis.Redis.from_url(redis_url)
+        self.redis = connect_redis(redis_url)
         self.control = RunControl(self.redis, run)
         self.fast = RespConnection(redis_url, buffer_bytes=4 * (end - start) + 4096, max_bulk=self.expect.max_bytes)
         run_dir = Path(config.run.run_dir) if config.run.run_dir else None

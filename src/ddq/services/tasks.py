@@ -36,6 +36,7 @@ from ddq.models import FlatParameters
 from ddq.param_server import snapshots
 from ddq.services.telemetry import record_evaluation
 from ddq.transport.keys import RunKeys, shard_bounds
+from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.wire import layout_bytes
 
 EPISODE_FRAMES_LIMIT = 2000  # frames kept of the recorded Snake episode
@@ -92,7 +93,7 @@ def evaluate_snapshot(episodes: int | None = None) -> dict | None:
     """Greedy evaluation of the newest snapshot; the result is also appended to the run's list."""
     from ddq.core.evaluate import evaluate
 
-    client = redis.Redis.from_url(REDIS_URL)
+    client = connect_redis(REDIS_URL)
     newest = _newest_learner(client)
     if newest is None:
         return None
@@ -129,7 +130,7 @@ def archive_snapshot(folder: str | None = None) -> str | None:
     """Writes the newest snapshot as a checkpoint file that `ddq evaluate` reads; returns its path."""
     from ddq.core import checkpoint as ckpt
 
-    newest = _newest_learner(redis.Redis.from_url(REDIS_URL))
+    newest = _newest_learner(connect_redis(REDIS_URL))
     if newest is None:
         return None
     version, learner = newest

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import ipaddress
 import os
+import secrets
 import shutil
 import socket
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 
 from ddq.processes import spawn, stop
+from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.tls import make_server_certificates
+
+ACL_USER = "ddq"
 
 
 def redis_server_binary() -> str:
@@ -30,52 +37,97 @@ def redis_server_binary() -> str:
                        "package, or point ddq at a running server with --redis-url")
 
 
+def _host(address: str) -> str:
+    """An address as a URL's host part ([::1] for IPv6)."""
+    try:
+        return f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+    except ValueError:
+        return address
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
 
 
 class EmbeddedRedis:
-    """Starts redis-server listening on a unix socket in a private folder (or on 127.0.0.1, `tcp=True`).
+    """Starts redis-server listening on a unix socket in a private folder (or on 127.0.0.1, `tcp=True`), or,
+    asked to `listen` on an address for other hosts, with TLS and a password made for the run.
 
-    Persistence is off (ddq writes its own snapshots; SAVE still writes dump.rdb on request), the socket is readable by
-    this user only, and the server receives SIGTERM if this process dies.
+    Persistence is off (ddq writes its own snapshots; SAVE still writes dump.rdb on request), the socket is
+    readable by this user only, and the server receives SIGTERM if this process dies. Its settings reach it
+    on its standard input, so no password is on its command line or in a file.
     """
 
     def __init__(self, tcp: bool = False, log_dir: str | Path | None = None, timeout: float = 10.0,
-                 rdb: Path | None = None):
-        """`rdb`: a Redis snapshot file to start from (a copy is loaded; the file is not changed)."""
+                 rdb: Path | None = None, listen: str | None = None, advertise: str | None = None,
+                 run: str = "ddq"):
+        """`rdb`: a Redis snapshot file to start from (a copy is loaded; the file is not changed).
+        `listen`: an address of this host to serve other hosts on, TLS only, as the ACL user `ddq` with a
+        password generated here; `advertise`: the address they reach it at (default `listen`)."""
         self.folder = Path(tempfile.mkdtemp(prefix="ddq-redis-"))
         if rdb is not None:
             shutil.copyfile(rdb, self.folder / "dump.rdb")
         self.socket_path = self.folder / "redis.sock"
         self.port = free_port() if tcp else 0
         self.log_path = Path(log_dir or self.folder) / "redis.log"
-        command = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-                   "--unixsocket", str(self.socket_path), "--unixsocketperm", "700", "--save", "",
-                   "--appendonly", "no", "--dir", str(self.folder), "--protected-mode", "yes",
-                   "--proto-max-bulk-len", str(512 * 2**20)]
-        self.process = spawn(command, self.log_path)
+        settings = {"port": str(self.port), "bind": "127.0.0.1", "unixsocket": str(self.socket_path),
+                    "unixsocketperm": "700", "save": '""', "appendonly": "no", "dir": str(self.folder),
+                    "protected-mode": "yes", "proto-max-bulk-len": str(512 * 2**20)}
+        self.remote: str | None = None  # the URL other hosts use
+        self._password: str | None = None
+        if listen:
+            settings.update(self._listening(listen, advertise or listen, run))
+        self.process = spawn([redis_server_binary(), "-"], self.log_path,
+                             stdin_text="".join(f"{key} {value}\n" for key, value in settings.items()))
         atexit.register(self.stop)
         self._wait_until_ready(timeout)
 
+    def _listening(self, listen: str, advertise: str, run: str) -> dict[str, str]:
+        """The settings of a server for other hosts: TLS on `listen` (plain TCP off), the default user off,
+        one user with a password generated now; clients trust the run's CA, which the remote URL carries."""
+        certificates = make_server_certificates(self.folder / "tls", sorted({advertise, "127.0.0.1"}), run)
+        self._password = secrets.token_urlsafe(32)
+        tls_port = free_port(listen)
+        self.remote = (f"rediss://{ACL_USER}:{self._password}@{_host(advertise)}:{tls_port}/0"
+                       f"?ssl_ca_data={quote(certificates.ca_pem)}")
+        return {"port": "0", "bind": listen, "tls-port": str(tls_port), "tls-cert-file": str(certificates.cert_file),
+                "tls-key-file": str(certificates.key_file), "tls-ca-cert-file": str(certificates.ca_file),
+                "tls-auth-clients": "no", "protected-mode": "no",
+                "user default": "off", f"user {ACL_USER}": f"on >{self._password} ~* &* +@all"}
+
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0" if self.port else f"unix://{self.socket_path}?db=0"
+        """The URL of processes on this host (a unix socket, or 127.0.0.1 when `tcp`)."""
+        if self.port:
+            return f"redis://127.0.0.1:{self.port}/0"
+        if self._password:
+            return f"unix://{self.socket_path}?db=0&username={ACL_USER}&password={self._password}"
+        return f"unix://{self.socket_path}?db=0"
+
+    @property
+    def remote_url(self) -> str:
+        """The URL of processes on other hosts when the server listens for them, else `url`."""
+        return self.remote or self.url
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     def client(self, **options) -> redis.Redis:
-        return redis.Redis.from_url(self.url, **options)
+        return connect_redis(self.url, **options)
 
     def _wait_until_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 log = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+                if self.remote and "tls-port" in log:
+                    raise RuntimeError(f"{redis_server_binary()} has no TLS, which serving other hosts needs: "
+                                       "install Debian's redis-server (apt-get install redis-server) or set "
+                                       "DDQ_REDIS_SERVER to a redis-server built with TLS")
                 raise RuntimeError(f"redis-server exited with code {self.process.returncode}:\n{log}")
             try:
                 with self.client(socket_timeout=1) as client:

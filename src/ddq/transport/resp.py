@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from ddq.transport.redis_client import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S, set_keepalive
+
 # A reply: int, str, memoryview (bulk), Oversized, None or a list of replies; the command sent decides
 # which, so callers read it as what they asked for.
 Reply = Any
@@ -37,6 +39,8 @@ class RespError(RuntimeError):
 
 
 def _connect(url: str, timeout: float | None) -> tuple[socket.socket, dict]:
+    """A connected socket for `url` (TLS verified against the URL's `ssl_ca_data` CA when it has one, else
+    the system's), and its credentials: from the URL's user part, or its `username`/`password` query."""
     parsed = urlparse(url)
     query = parse_qs(parsed.query)
     if parsed.scheme == "unix":
@@ -45,21 +49,25 @@ def _connect(url: str, timeout: float | None) -> tuple[socket.socket, dict]:
         sock.settimeout(timeout)
         sock.connect(unquote(parsed.path))
     elif parsed.scheme in ("redis", "rediss"):
-        sock = socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout)
+        sock = socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), CONNECT_TIMEOUT_S)
+        sock.settimeout(timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_keepalive(sock)
         if parsed.scheme == "rediss":
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=parsed.hostname)
+            context = ssl.create_default_context(cadata=query["ssl_ca_data"][0] if "ssl_ca_data" in query else None)
+            sock = context.wrap_socket(sock, server_hostname=parsed.hostname)
     else:
         raise ValueError(f"unsupported Redis URL scheme {parsed.scheme!r} (redis://, rediss://, unix://)")
     db = query.get("db", [parsed.path.strip("/") if parsed.scheme != "unix" else ""])[0] or "0"
-    return sock, {"username": unquote(parsed.username) if parsed.username else None,
-                  "password": unquote(parsed.password) if parsed.password else None, "db": int(db)}
+    username = unquote(parsed.username) if parsed.username else query.get("username", [None])[0]
+    password = unquote(parsed.password) if parsed.password else query.get("password", [None])[0]
+    return sock, {"username": username, "password": password, "db": int(db)}
 
 
 class RespConnection:
     """One Redis connection; `command(...)` returns the reply, bulk strings as views into `self.buffer`."""
 
-    def __init__(self, url: str, buffer_bytes: int = 1 << 20, timeout: float | None = 30.0,
+    def __init__(self, url: str, buffer_bytes: int = 1 << 20, timeout: float | None = SOCKET_TIMEOUT_S,
                  max_bulk: int | None = None):
         """`max_bulk`: longer bulk strings are read past and returned as `Oversized`, never buffered."""
         self.sock, auth = _connect(url, timeout)

@@ -1,0 +1,72 @@
+"""Where a distributed run's parts listen, and how executors on other hosts get ddq: the one part of a run
+that knows about hosts.
+
+On a laptop (`local[N]`) everything stays on this host: Spark's driver binds 127.0.0.1 and the private
+Redis a unix socket. With a cluster master (spark://, yarn, k8s://), executors run elsewhere: the driver
+advertises the address of this host that reaches the master, the private Redis listens there (TLS, a
+password made for the run; unless the run names its own Redis), and the job carries ddq itself as a zip
+(`SparkContext.addPyFile`), so executors need only ddq's dependencies.
+"""
+
+from __future__ import annotations
+
+import socket
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ddq.config import TrainConfig
+
+LOOPBACK = "127.0.0.1"
+ANY_ADDRESS = ("0.0.0.0", "::")
+
+
+@dataclass(frozen=True)
+class Placement:
+    cluster: bool  # executors may run on other hosts
+    listen: str | None  # where the private Redis serves other hosts (None: this host only)
+    advertise: str  # the address other hosts reach this one at (Spark's driver, the private Redis)
+    ship: bool  # the job carries ddq to its executors
+
+
+def is_cluster(master: str | None) -> bool:
+    return master is not None and not master.startswith("local")
+
+
+def address_toward(master: str) -> str:
+    """This host's address on the route to the Spark master (no packet is sent: a UDP socket's connect only
+    picks the route); for a master without a host (yarn), this host name's address."""
+    host = urlsplit(master.replace("spark://", "tcp://", 1)).hostname if "://" in master else None
+    if host:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host.split(",")[0], 7077))
+            return str(probe.getsockname()[0])
+    return socket.gethostbyname(socket.gethostname())
+
+
+def placement(config: TrainConfig, spark_submit: bool) -> Placement:
+    """Where this run's parts listen: `--listen` when given; with a cluster master and no `--redis-url`, the
+    address toward the master; else this host only."""
+    d = config.distributed
+    cluster = is_cluster(d.spark_master) or (spark_submit and d.listen is not None)
+    listen = d.listen
+    if listen is None and is_cluster(d.spark_master) and not d.redis_url:
+        listen = address_toward(str(d.spark_master))
+    advertise = listen if listen and listen not in ANY_ADDRESS else LOOPBACK
+    if listen in ANY_ADDRESS and d.spark_master:
+        advertise = address_toward(d.spark_master)
+    return Placement(cluster, None if d.redis_url else listen, advertise, cluster and not spark_submit)
+
+
+def package_zip(folder: Path) -> Path:
+    """folder/ddq.zip: the ddq package as Spark's --py-files (and `addPyFile`) take it."""
+    import ddq
+
+    package = Path(ddq.__file__).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / "ddq.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(package.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                archive.write(path, Path("ddq") / path.relative_to(package))
+    return folder / "ddq.zip"
