@@ -149,6 +149,7 @@ def test_a_killed_redis_ends_the_run_with_a_summary_and_nothing_left(tmp_path, s
     summary = summary_of(run_dir)
     assert summary["stop_reason"].startswith("a process failed: redis-server")
     assert (run_dir / "checkpoint.pt").exists() and summary["env_steps"] < 200_000
+    assert sorted(row["worker"] for row in summary["workers"]) == [0, 1]  # kept by the driver, not only in Redis
     assert processes_mentioning(str(run_dir)) == []
 
     # a new private Redis; the shard starts from its snapshot file in the run folder

@@ -1,0 +1,47 @@
+"""A base install: `pip install ddq` with no extras, in a fresh venv, runs what the README shows for classic
+control. CartPole draws with pygame, which only the box2d extra brings: the run must still exit 0, with
+one line saying why there is no replay.gif."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+TORCH = "torch==2.13.0"  # the CPU build these machines carry, installed first as `make` does
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def base_venv(tmp_path_factory) -> Path:
+    venv = tmp_path_factory.mktemp("base") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    for what in ([TORCH], [str(REPOSITORY)]):
+        installed = subprocess.run([*pip, *what], capture_output=True, text=True, timeout=900)
+        assert installed.returncode == 0, installed.stderr[-3000:]
+    return venv
+
+
+def test_the_base_install_has_no_extra(base_venv):
+    python = str(base_venv / "bin" / "python")
+    assert subprocess.run([python, "-c", "import ddq, torch, pyspark, celery, flask"]).returncode == 0
+    for extra in ("pygame", "ale_py", "Box2D", "stable_baselines3", "playwright"):
+        assert subprocess.run([python, "-c", f"import {extra}"], capture_output=True).returncode != 0, extra
+
+
+@pytest.mark.parametrize("mode", ["serial", "downpour"])
+def test_a_base_install_trains_cartpole_to_exit_0(base_venv, tmp_path, mode):
+    run_dir = tmp_path / "run"
+    result = subprocess.run([str(base_venv / "bin" / "ddq"), "train", "--mode", mode, "--env", "CartPole-v1",
+                             "--total-steps", "2000", "--eval-every", "1000", "--eval-episodes", "2", "--no-progress",
+                             "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (run_dir / "summary.json").is_file() and (run_dir / "checkpoint.pt").is_file()
+    said = [line for line in result.stderr.splitlines() if line.startswith("ddq: no replay.gif")]
+    assert len(said) == 1 and "pygame" in said[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
