@@ -14,6 +14,19 @@ def run_ddq(*args: str, timeout: float = 600, cwd: Path | None = None,
                           timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})), cwd=cwd)
 
 
+def command_lines_holding(secret: str) -> list[bytes]:
+    """The command lines of every process on this machine that hold `secret` (there should be none)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if secret.encode() in line:
+            found.append(line)
+    return found
+
+
 def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 

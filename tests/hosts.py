@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,10 @@ import pytest
 PREFIX = "ddqt"  # every namespace and folder this harness makes starts so, with its creator's pid
 SUBNET = "198.18.74"
 BASE = Path("/var/tmp")  # outside /tmp, which each host replaces with its own
+# The software every host runs, at the same path on each, as a cluster's shared install would be: the
+# repository (its source and .venv) and this Python. Under /tmp (a clone made there) they are mounted
+# back into each host's own /tmp; nothing of a run is ever written there.
+SOFTWARE = [Path(__file__).resolve().parents[1], Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 
 def why_not_here() -> str | None:
@@ -137,7 +142,7 @@ class TestHosts:
         """`command` on `host`: in its network namespace, with its /tmp; stopped when the hosts go. `log`
         is a path as seen from outside the hosts."""
         wrapper = ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",
-                   "sh", "-c", 'mount --bind "$0" /tmp && exec "$@"', str(self.tmp(host)), *command]
+                   "sh", "-c", self._own_tmp(host) + ' && exec "$@"', "sh", *command]
         output = open(log, "ab") if log else subprocess.DEVNULL
         try:
             process = subprocess.Popen(wrapper, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
@@ -148,10 +153,23 @@ class TestHosts:
         self.processes.append(process)
         return process
 
+    def _own_tmp(self, host: str) -> str:
+        """Shell commands, run in a new mount namespace, that give it `host`'s /tmp, with the software
+        found under /tmp mounted back at the same paths."""
+        steps = []
+        for path in SOFTWARE:
+            if path.is_relative_to("/tmp") and path != Path("/tmp"):
+                inside = self.tmp(host) / path.relative_to("/tmp")
+                inside.mkdir(parents=True, exist_ok=True)
+                steps.append(f"mount --bind {shlex.quote(str(path))} {shlex.quote(str(inside))}")
+        steps.append(f"mount --rbind {shlex.quote(str(self.tmp(host)))} /tmp")
+        return " && ".join(steps)
+
     def run(self, host: str, command: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess:
         """`command` on `host`, to its end."""
-        return subprocess.run(["ip", "netns", "exec", self.namespace(host), *command], capture_output=True,
-                              text=True, timeout=timeout)
+        wrapper = ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",
+                   "sh", "-c", self._own_tmp(host) + ' && exec "$@"', "sh", *command]
+        return subprocess.run(wrapper, capture_output=True, text=True, timeout=timeout)
 
     def pids(self, host: str) -> list[int]:
         return [int(pid) for pid in _ip("netns", "pids", self.namespace(host), check=False).stdout.split()]

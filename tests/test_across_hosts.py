@@ -39,15 +39,17 @@ class Cluster:
 
     def start(self) -> None:
         h = self.hosts
-        h.start("h0", [SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", h.address("h0"), "--port",
-                       str(MASTER_PORT), "--webui-port", "18080"], h.folder / "master.log", self.spark_env("h0"))
+        self.daemons = [h.start("h0", [SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", h.address("h0"), "--port",
+                       str(MASTER_PORT), "--webui-port", "18080"], h.folder / "master.log", self.spark_env("h0"))]
         for host in ("h1", "h2"):
-            h.start(host, [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", self.master, "--host",
+            self.daemons.append(h.start(host, [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", self.master, "--host",
                            h.address(host), "--cores", "1", "--memory", "1g", "--webui-port", "18081",
-                           "--work-dir", "/tmp/spark-work"], h.folder / f"worker-{host}.log", self.spark_env(host))
+                           "--work-dir", "/tmp/spark-work"], h.folder / f"worker-{host}.log", self.spark_env(host)))
         deadline = time.monotonic() + 120
         while not all("Successfully registered with master" in self.log(f"worker-{host}") for host in ("h1", "h2")):
-            assert time.monotonic() < deadline, "the Spark workers did not register:\n" + self.log("master")[-2000:]
+            logs = "\n".join(self.log(name)[-1500:] for name in ("master", "worker-h1", "worker-h2"))
+            assert time.monotonic() < deadline, "the Spark workers did not register:\n" + logs
+            assert all(daemon.poll() is None for daemon in self.daemons), "a Spark daemon exited:\n" + logs
             time.sleep(0.2)
 
     def log(self, name: str) -> str:

@@ -7,7 +7,6 @@ code, the summary, the checkpoint, and that none of the run's processes is left.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import run_ddq, summary_of
+from conftest import command_lines_holding, run_ddq, summary_of
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 from test_downpour import processes_mentioning
@@ -193,11 +192,7 @@ def test_a_password_stays_secret_and_a_killed_driver_leaves_nothing_running(tmp_
         while not client.llen(RunKeys(run).evaluations) or not (run_dir / "dashboard.url").exists():
             assert time.monotonic() < deadline and process.poll() is None, "no Celery evaluation, no dashboard"
             time.sleep(0.2)
-        command_lines = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            with contextlib.suppress(OSError):
-                command_lines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
-        assert not [line for line in command_lines if secret.encode() in line]
+        assert command_lines_holding(secret) == []
         assert processes_mentioning(run)  # the JVM names the run (its app), the shards, Celery and the dashboard
 
         process.kill()

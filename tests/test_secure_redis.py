@@ -6,7 +6,6 @@ clear line before anything starts. The address is 127.0.0.2: beyond the default,
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from urllib.parse import quote
 import pytest
 import redis
 
-from conftest import run_ddq, summary_of
+from conftest import command_lines_holding, run_ddq, summary_of
 from ddq.preflight import SettingError, check_listen, check_redis
 from ddq.transport.redis_client import connect
 from ddq.transport.redis_server import EmbeddedRedis
@@ -90,11 +89,7 @@ def test_a_run_listening_beyond_loopback_trains_over_tls_and_keeps_its_password_
                     urls = [line.split(b"=", 1)[1].decode() for line in environ if line.startswith(b"DDQ_REDIS_URL=")]
                     secret = password_of(urls[0]) if urls and str(run_dir) in Path(f"/proc/{pid}/cmdline").read_text() else None
             time.sleep(0.2)
-        command_lines = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            with contextlib.suppress(OSError):
-                command_lines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
-        assert not [line for line in command_lines if secret.encode() in line]
+        assert command_lines_holding(secret) == []
         out, _ = process.communicate(timeout=300)
     finally:
         if process.poll() is None:
