@@ -95,6 +95,7 @@ class TestHosts:
         self.hub = f"{self.tag}-hub"
         self.folder = BASE / self.tag
         self.processes: list[subprocess.Popen] = []
+        self.started_on: dict[int, str] = {}  # pid of each process started -> its host
 
     def namespace(self, host: str) -> str:
         return f"{self.tag}-{host}"
@@ -151,6 +152,7 @@ class TestHosts:
             if log:
                 output.close()  # type: ignore[union-attr]
         self.processes.append(process)
+        self.started_on[process.pid] = host
         return process
 
     def _own_tmp(self, host: str) -> str:
@@ -174,9 +176,17 @@ class TestHosts:
     def pids(self, host: str) -> list[int]:
         return [int(pid) for pid in _ip("netns", "pids", self.namespace(host), check=False).stdout.split()]
 
-    def crash(self, host: str) -> None:
-        """Every process of `host` killed at once, as when a machine dies."""
+    def crash(self, host: str, timeout: float = 10) -> None:
+        """Every process of `host` killed at once, as when a machine dies; returns once none is left."""
         _kill_all_in(self.namespace(host))
+        for process in self.processes:  # reaped, so that none lingers as a zombie of this test
+            if self.started_on.get(process.pid) == host:
+                process.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while self.pids(host):
+            assert time.monotonic() < deadline, f"processes of {host} outlived SIGKILL: {self.pids(host)}"
+            _kill_all_in(self.namespace(host))
+            time.sleep(0.05)
 
     def link_down(self, host: str) -> None:
         self._in(self.namespace(host), "link", "set", "eth0", "down")

@@ -94,3 +94,64 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
         assert list((cluster.hosts.tmp(host) / "spark-work").rglob("ddq.zip")), f"ddq was not shipped to {host}"
     assert not (cluster.hosts.tmp("h1") / name).exists() and not (cluster.hosts.tmp("h2") / name).exists()
     assert len(summary["workers"]) == 2
+
+
+def wait_for_worker_steps(cluster: Cluster, name: str, worker: int, env_steps: int, timeout: float = 180) -> None:
+    """Until the driver logged an episode of `worker` ended past `env_steps` (a condition, not a time)."""
+    metrics = cluster.hosts.tmp("h0") / name / "metrics.jsonl"
+    deadline = time.monotonic() + timeout
+    while True:
+        assert time.monotonic() < deadline, f"worker {worker} never passed {env_steps} env steps"
+        if metrics.exists() and any(point.get("worker") == worker and point.get("env_steps", 0) > env_steps
+                                    for point in map(json.loads, metrics.read_text().splitlines()[-200:])):
+            return
+        time.sleep(0.2)
+
+
+def test_a_worker_hosts_link_cut_for_20_s_mid_run_and_the_run_completes_its_budget(cluster):
+    """Connections wait out the cut (their 30 s deadline is longer), Spark keeps the executor, and every
+    gradient pushed is applied exactly once: the server's version is the sum of the workers' pushes."""
+    name = "cut-20s"
+    driver = cluster.hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--spark-master", cluster.master,
+                                        "--mode", "downpour", "--env", "CartPole-v1", "--workers", "2",
+                                        "--total-steps", "16000", "--eval-every", "8000", "--eval-episodes", "2",
+                                        "--no-progress", "--no-dashboard", "--no-celery", "--run-dir", f"/tmp/{name}"],
+                                 cluster.hosts.folder / f"{name}.log", {"PYSPARK_PYTHON": str(cluster.python)})
+    wait_for_worker_steps(cluster, name, 1, 1500)  # worker 1: the task on h1 or h2, whichever Spark chose
+    cluster.hosts.link_down("h1")
+    time.sleep(20)  # the fault itself: 20 s without a link
+    cluster.hosts.link_up("h1")
+    code = driver.wait(400)
+    log = cluster.log(name)
+    assert code == 0, log[-4000:]
+    summary = json.loads((cluster.hosts.tmp("h0") / name / "summary.json").read_text())
+    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 16000
+    workers = sorted(summary["workers"], key=lambda w: (w["worker"], w["attempt"]))
+    assert [(w["worker"], w["attempt"], w["state"]) for w in workers] == [(0, 0, "finished"), (1, 0, "finished")]
+    assert summary["updates"] == sum(w["pushes"] for w in workers) > 0  # none lost, none applied twice
+
+
+def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(cluster):
+    """Every process of h1 is killed at once (its Spark worker daemon and executor). Spark retries the lost
+    task on the host left; the summary shows the crashed attempt as replaced, its pushes still counted.
+    Runs last: h1 stays down."""
+    name = "crash-h1"
+    driver = cluster.hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--spark-master", cluster.master,
+                                        "--mode", "downpour", "--env", "CartPole-v1", "--workers", "2",
+                                        "--total-steps", "12000", "--eval-every", "6000", "--eval-episodes", "2",
+                                        "--no-progress", "--no-dashboard", "--no-celery", "--run-dir", f"/tmp/{name}"],
+                                 cluster.hosts.folder / f"{name}.log", {"PYSPARK_PYTHON": str(cluster.python)})
+    wait_for_worker_steps(cluster, name, 0, 1500)
+    wait_for_worker_steps(cluster, name, 1, 1500)
+    cluster.hosts.crash("h1")
+    assert cluster.hosts.pids("h1") == []
+    code = driver.wait(400)
+    log = cluster.log(name)
+    assert code == 0, log[-4000:]
+    summary = json.loads((cluster.hosts.tmp("h0") / name / "summary.json").read_text())
+    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 12000
+    attempts = sorted((w["worker"], w["attempt"], w["state"]) for w in summary["workers"])
+    lost = [row for row in attempts if row[2] == "replaced"]
+    assert len(lost) == 1 and (lost[0][0], lost[0][1] + 1, "finished") in attempts, attempts
+    # a crashed attempt's last heartbeat misses at most its last second of pushes: none is applied twice
+    assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"]
