@@ -153,5 +153,9 @@ def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(c
     attempts = sorted((w["worker"], w["attempt"], w["state"]) for w in summary["workers"])
     lost = [row for row in attempts if row[2] == "replaced"]
     assert len(lost) == 1 and (lost[0][0], lost[0][1] + 1, "finished") in attempts, attempts
+    # the summary names them: what was lost with the host, and what was redone elsewhere
+    assert [(row["worker"], row["attempt"]) for row in summary["lost"]] == [lost[0][:2]]
+    assert [(row["worker"], row["attempt"], row["state"]) for row in summary["redone"]] == [
+        (lost[0][0], lost[0][1] + 1, "finished")]
     # a crashed attempt's last heartbeat misses at most its last second of pushes: none is applied twice
     assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"]

@@ -98,3 +98,15 @@ def test_progress_point_sums_running_workers_only():
     assert point["env_steps_per_s"] == 40.0 and point["pushes_per_s"] == 4.0
     assert point["loss"] == 0.5 and point["mean_max_q"] == 3.0 and point["wall_time_s"] == 60.0
     assert point["updates"] == 7 and point["layer_ratios"] == {"w": pytest.approx(1e-3)}
+
+
+def test_lost_and_redone_name_dead_attempts_and_their_retries():
+    from ddq.services.telemetry import lost_and_redone
+
+    rows = [{"worker": 0, "attempt": 0, "restarts": 0, "state": "replaced", "env_steps": 900, "pushes": 40},
+            {"worker": 0, "attempt": 1, "restarts": 1, "state": "finished", "env_steps": 300, "pushes": 10},
+            {"worker": 1, "attempt": 0, "restarts": 0, "state": "finished", "env_steps": 5000, "pushes": 200}]
+    named = lost_and_redone(rows)
+    assert [(r["worker"], r["attempt"], r["env_steps"]) for r in named["lost"]] == [(0, 0, 900)]
+    assert [(r["worker"], r["attempt"], r["state"]) for r in named["redone"]] == [(0, 1, "finished")]
+    assert lost_and_redone(rows[2:]) == {"lost": [], "redone": []}

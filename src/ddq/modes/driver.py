@@ -40,7 +40,7 @@ from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask, launched_by_spa
 from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor
 from ddq.services.archive import save_telemetry
-from ddq.services.telemetry import network_info, worker_rows
+from ddq.services.telemetry import lost_and_redone, network_info, worker_rows
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
 
@@ -206,7 +206,8 @@ class Driver:
         path = self.mirror.save(self.record)
         reason = f"{StopReason.FAILURE.value}: {self.failure}" if self.failure else s.control.reason()
         summary = run_summary(self.config, counters, self.record.last_eval, self.mirror.version, path, reason)
-        summary.update(stopped_by=self.signals.received, restarts=self.supervisor.restarts(), workers=workers)
+        summary.update(stopped_by=self.signals.received, restarts=self.supervisor.restarts(), workers=workers,
+                       **lost_and_redone(workers))
         self.record.log.write_summary(summary)
         self.record.log.close()
         return summary

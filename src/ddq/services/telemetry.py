@@ -123,6 +123,19 @@ def worker_rows(client: redis.Redis, keys: RunKeys, now: float | None = None) ->
     return rows
 
 
+def lost_and_redone(rows: list[dict]) -> dict[str, list[dict]]:
+    """What a run lost with workers that died (a crashed host, a killed task) and what retries redid:
+    `worker_rows` attempts that were replaced or fell silent, and each one's next attempt. A lost attempt's
+    env steps and pushes still count; the work it would have done was played by the others or its retry."""
+    def brief(row: dict) -> dict:
+        return {key: row.get(key) for key in ("worker", "attempt", "env_steps", "pushes", "state")}
+
+    lost = [row for row in rows if row.get("state") in ("replaced", "silent")]
+    redone = [row for row in rows if any(row["worker"] == gone["worker"] and row["restarts"] > gone["restarts"]
+                                         for gone in lost)]
+    return {"lost": [brief(row) for row in lost], "redone": [brief(row) for row in redone]}
+
+
 def _mean(rows: list[dict], key: str) -> float | None:
     values = [v for v in (_number(row.get(key)) for row in rows) if v is not None and math.isfinite(v)]
     return sum(values) / len(values) if values else None
