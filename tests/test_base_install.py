@@ -27,11 +27,16 @@ def base_venv(tmp_path_factory) -> Path:
     return venv
 
 
-def test_the_base_install_has_no_extra(base_venv):
+def test_the_base_install_has_no_extra_and_names_the_one_an_atari_game_needs(base_venv, tmp_path):
     python = str(base_venv / "bin" / "python")
     assert subprocess.run([python, "-c", "import ddq, torch, pyspark, celery, flask"]).returncode == 0
     for extra in ("pygame", "ale_py", "Box2D", "stable_baselines3", "playwright"):
         assert subprocess.run([python, "-c", f"import {extra}"], capture_output=True).returncode != 0, extra
+    atari = subprocess.run([str(base_venv / "bin" / "ddq"), "train", "--env", "ALE/Pong-v5", "--run-dir",
+                            str(tmp_path / "pong")], capture_output=True, text=True, timeout=120)
+    lines = atari.stderr.strip().splitlines()
+    assert atari.returncode != 0 and len(lines) == 1 and "pip install 'ddq[atari]'" in lines[0], atari.stderr
+    assert not (tmp_path / "pong").exists()  # said before anything started
 
 
 @pytest.mark.parametrize("mode", ["serial", "downpour"])

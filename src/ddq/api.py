@@ -182,7 +182,7 @@ class Agent:
 
     def __init__(self, network: torch.nn.Module, config: TrainConfig, frame_shape: tuple[int, ...],
                  dtype: np.dtype, device: torch.device):
-        self.network, self.config, self.device = network.eval(), config, device
+        self.network, self.config, self.device = network.train(False), config, device  # inference mode
         self.frame_shape, self.dtype = frame_shape, dtype
         self._stacker: Any = None
 

@@ -52,13 +52,16 @@ def make_env(env_id: str, options: EnvOptions | None = None, render_mode: str | 
                         max_steps_without_apple=options.snake_max_steps_without_apple,
                         starving_dies=options.snake_starving_dies)
     if is_atari(env_id):
-        import ale_py  # the wheel carries the ROMs: nothing is downloaded
+        try:
+            import ale_py  # the wheel carries the ROMs: nothing is downloaded
 
-        gym.register_envs(ale_py)
-        env = gym.make(env_id, frameskip=1, render_mode=render_mode)
-        return gym.wrappers.AtariPreprocessing(
-            env, noop_max=options.atari_noop_max, frame_skip=4, screen_size=84,
-            terminal_on_life_loss=options.atari_terminal_on_life_loss, grayscale_obs=True)
+            gym.register_envs(ale_py)
+            env = gym.make(env_id, frameskip=1, render_mode=render_mode)
+            return gym.wrappers.AtariPreprocessing(
+                env, noop_max=options.atari_noop_max, frame_skip=4, screen_size=84,
+                terminal_on_life_loss=options.atari_terminal_on_life_loss, grayscale_obs=True)
+        except (ImportError, gym.error.DependencyNotInstalled) as error:  # ale-py, or opencv for the resize
+            raise RuntimeError(f"Atari games need the atari extra ({error}): pip install 'ddq[atari]'") from None
     try:
         return gym.make(env_id, render_mode=render_mode)
     except gym.error.DependencyNotInstalled as error:
