@@ -89,7 +89,7 @@ class Driver:
             place = self.placement = placement(c, submitted)
             master = c.distributed.spark_master or (None if submitted else local_master(c.distributed.workers))
             driver_host = place.advertise if place.cluster or not submitted else None
-            spark = spark_session(master, f"ddq-{self.run}", self.run_dir / "spark.log", driver_host, place.listen)
+            spark = spark_session(master, f"ddq-{self.run}", self.run_dir / "spark.log", driver_host, place.bind)
             stack.callback(spark.stop)
             if place.ship:  # executors elsewhere import ddq from the job, not from their own environment
                 spark.sparkContext.addPyFile(str(package_zip(self.run_dir / "ship")))

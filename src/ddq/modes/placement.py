@@ -25,8 +25,9 @@ ANY_ADDRESS = ("0.0.0.0", "::")
 @dataclass(frozen=True)
 class Placement:
     cluster: bool  # executors may run on other hosts
-    listen: str | None  # where the private Redis serves other hosts (None: this host only)
+    listen: str | None  # where the private Redis serves other hosts (None: this host only, or no private Redis)
     advertise: str  # the address other hosts reach this one at (Spark's driver, the private Redis)
+    bind: str  # where Spark's driver listens (the advertised address, or --listen's 0.0.0.0)
     ship: bool  # the job carries ddq to its executors
 
 
@@ -49,14 +50,14 @@ def placement(config: TrainConfig, spark_submit: bool) -> Placement:
     """Where this run's parts listen: `--listen` when given; with a cluster master and no `--redis-url`, the
     address toward the master; else this host only."""
     d = config.distributed
-    cluster = is_cluster(d.spark_master) or (spark_submit and d.listen is not None)
-    listen = d.listen
-    if listen is None and is_cluster(d.spark_master) and not d.redis_url:
-        listen = address_toward(str(d.spark_master))
-    advertise = listen if listen and listen not in ANY_ADDRESS else LOOPBACK
-    if listen in ANY_ADDRESS and d.spark_master:
-        advertise = address_toward(d.spark_master)
-    return Placement(cluster, None if d.redis_url else listen, advertise, cluster and not spark_submit)
+    remote_master = is_cluster(d.spark_master)
+    cluster = remote_master or (spark_submit and d.listen is not None)
+    advertise = d.listen if d.listen and d.listen not in ANY_ADDRESS else None
+    if advertise is None:
+        advertise = address_toward(str(d.spark_master)) if remote_master else LOOPBACK
+    listen = d.listen or (advertise if remote_master else None)
+    return Placement(cluster, None if d.redis_url else listen, advertise, d.listen or advertise,
+                     cluster and not spark_submit)
 
 
 def package_zip(folder: Path) -> Path:

@@ -1,0 +1,42 @@
+"""Where a run's parts listen (pure logic; the address toward the master is replaced by a fixed one)."""
+
+import pytest
+
+from ddq.config import build_config
+from ddq.modes import placement as placement_module
+from ddq.modes.placement import LOOPBACK, placement
+
+TOWARD_MASTER = "198.18.74.1"
+
+
+@pytest.fixture(autouse=True)
+def fixed_route(monkeypatch):
+    monkeypatch.setattr(placement_module, "address_toward", lambda master: TOWARD_MASTER)
+
+
+def place(submitted: bool = False, **settings):
+    return placement(build_config({"env": "CartPole-v1", **settings}), submitted)
+
+
+def test_a_local_master_keeps_everything_on_this_host():
+    assert place() == placement_module.Placement(False, None, LOOPBACK, LOOPBACK, False)
+
+
+def test_a_cluster_master_serves_the_private_redis_toward_it_and_ships_ddq():
+    assert place(spark_master="spark://m:7077") == placement_module.Placement(
+        True, TOWARD_MASTER, TOWARD_MASTER, TOWARD_MASTER, True)
+
+
+def test_a_cluster_master_with_its_own_redis_still_advertises_the_driver_toward_the_master():
+    got = place(spark_master="spark://m:7077", redis_url="redis://r:6379/0")
+    assert (got.listen, got.advertise, got.bind, got.ship) == (None, TOWARD_MASTER, TOWARD_MASTER, True)
+
+
+def test_listen_names_the_address_and_all_addresses_only_when_asked():
+    got = place(spark_master="spark://m:7077", listen="0.0.0.0")
+    assert (got.listen, got.advertise, got.bind) == ("0.0.0.0", TOWARD_MASTER, "0.0.0.0")
+    got = place(listen="127.0.0.2")  # a local master, and a Redis for other hosts all the same
+    assert (got.cluster, got.listen, got.advertise, got.bind, got.ship) == (False, "127.0.0.2", "127.0.0.2",
+                                                                             "127.0.0.2", False)
+    got = place(submitted=True, listen="198.18.74.9")  # spark-submit ships ddq itself (--py-files)
+    assert (got.cluster, got.advertise, got.ship) == (True, "198.18.74.9", False)
