@@ -75,7 +75,6 @@ class Driver:
         # the run's clock: from the command's start, less the earlier sessions of a resumed run
         self.record = RunRecord(config, RunLog(self.run_dir), counters, self.started_at - counters.wall_time_s)
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
-        self.workers: list[dict] = []  # the workers' newest statistics, kept here too: Redis may die
         self.supervisor = Supervisor()
         self.services = RunServices(config, self.run, self.run_dir, self.supervisor)
         self.signals = StopSignals()
@@ -169,7 +168,6 @@ class Driver:
                 counters.env_steps = steps
                 counters.wall_time_s = time.time() - self.record.origin
                 self._drain_episodes()
-                self.workers = worker_rows(s.redis, s.keys) or self.workers
                 epsilon = self.wiring.weights.workers_epsilon(steps)
                 s.reporter.record_progress(steps, epsilon)
                 recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
@@ -194,9 +192,9 @@ class Driver:
         """Summary, progress point and checkpoint: from the weights service when it is there, from the
         driver's mirror (as of the last evaluation) when the run failed. The summary's workers are every
         attempt's last report (a killed attempt's steps and pushes count too), or, with Redis gone, the
-        newest the driver read."""
-        workers = self.workers
+        newest the reporter read."""
         counters, s = self.record.counters, self.services
+        workers = s.reporter.workers
         counters.wall_time_s = time.time() - self.record.origin
         with contextlib.suppress(redis.RedisError):
             workers = worker_rows(s.redis, s.keys)

@@ -202,6 +202,7 @@ class RunReporter:
         self.info = {**info, "state": "running", "started": info.get("started", time.time())}
         self.client.set(keys.info, json.dumps(self.info))
         self._next = 0.0
+        self.workers: list[dict] = []  # the newest worker rows read: what a summary keeps if Redis dies
 
     def record_progress(self, env_steps: int, epsilon: float, force: bool = False) -> dict | None:
         """Appends a progress point, at most one per `every_s` unless `force`; returns it."""
@@ -210,8 +211,8 @@ class RunReporter:
             return None
         self._next = now + self.every_s
         server = merge_server(shard_reports(self.client, self.keys, self.shards))
-        point = progress_point(server, worker_rows(self.client, self.keys, now), env_steps,
-                               self.info["started"], epsilon, now)
+        self.workers = worker_rows(self.client, self.keys, now) or self.workers
+        point = progress_point(server, self.workers, env_steps, self.info["started"], epsilon, now)
         self.client.rpush(self.keys.progress, json.dumps(point))
         return point
 
