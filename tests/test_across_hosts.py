@@ -9,6 +9,7 @@ password made for the run. Each host has its own /tmp, so nothing of the run pas
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -56,17 +57,23 @@ class Cluster:
         path = self.hosts.folder / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def train(self, name: str, *flags: str, timeout: float = 500) -> tuple[int, dict, str]:
-        """`ddq train` on h0 against the cluster, into h0's /tmp/<name>; (exit code, summary, log)."""
-        log = self.hosts.folder / f"{name}.log"
-        driver = self.hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--spark-master", self.master,
-                                         "--env", "CartPole-v1", "--workers", "2", "--no-progress", "--no-dashboard",
-                                         "--no-celery", "--run-dir", f"/tmp/{name}", *flags], log,
-                                  {"PYSPARK_PYTHON": str(self.python), "PYTHONUNBUFFERED": "1"})
+    def start_training(self, name: str, *flags: str) -> subprocess.Popen:
+        """`ddq train` (CartPole, 2 workers) on h0 against the cluster, into h0's /tmp/<name>."""
+        return self.hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--spark-master", self.master,
+                                       "--env", "CartPole-v1", "--workers", "2", "--no-progress", "--no-dashboard",
+                                       "--no-celery", "--run-dir", f"/tmp/{name}", *flags],
+                                self.hosts.folder / f"{name}.log",
+                                {"PYSPARK_PYTHON": str(self.python), "PYTHONUNBUFFERED": "1"})
+
+    def finish(self, name: str, driver: subprocess.Popen, timeout: float = 500) -> tuple[int, dict, str]:
+        """(exit code, summary, log) of the run `start_training` started."""
         code = driver.wait(timeout)
         summary_file = self.hosts.tmp("h0") / name / "summary.json"
         summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
-        return code, summary, log.read_text(errors="replace")
+        return code, summary, self.log(name)
+
+    def train(self, name: str, *flags: str) -> tuple[int, dict, str]:
+        return self.finish(name, self.start_training(name, *flags))
 
 
 @pytest.fixture(scope="module")
@@ -112,19 +119,14 @@ def test_a_worker_hosts_link_cut_for_20_s_mid_run_and_the_run_completes_its_budg
     """Connections wait out the cut (their 30 s deadline is longer), Spark keeps the executor, and every
     gradient pushed is applied exactly once: the server's version is the sum of the workers' pushes."""
     name = "cut-20s"
-    driver = cluster.hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--spark-master", cluster.master,
-                                        "--mode", "downpour", "--env", "CartPole-v1", "--workers", "2",
-                                        "--total-steps", "16000", "--eval-every", "8000", "--eval-episodes", "2",
-                                        "--no-progress", "--no-dashboard", "--no-celery", "--run-dir", f"/tmp/{name}"],
-                                 cluster.hosts.folder / f"{name}.log", {"PYSPARK_PYTHON": str(cluster.python)})
+    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "16000", "--eval-every", "8000",
+                                    "--eval-episodes", "2")
     wait_for_worker_steps(cluster, name, 1, 1500)  # worker 1: the task on h1 or h2, whichever Spark chose
     cluster.hosts.link_down("h1")
     time.sleep(20)  # the fault itself: 20 s without a link
     cluster.hosts.link_up("h1")
-    code = driver.wait(400)
-    log = cluster.log(name)
+    code, summary, log = cluster.finish(name, driver)
     assert code == 0, log[-4000:]
-    summary = json.loads((cluster.hosts.tmp("h0") / name / "summary.json").read_text())
     assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 16000
     workers = sorted(summary["workers"], key=lambda w: (w["worker"], w["attempt"]))
     assert [(w["worker"], w["attempt"], w["state"]) for w in workers] == [(0, 0, "finished"), (1, 0, "finished")]
@@ -136,19 +138,14 @@ def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(c
     task on the host left; the summary shows the crashed attempt as replaced, its pushes still counted.
     Runs last: h1 stays down."""
     name = "crash-h1"
-    driver = cluster.hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--spark-master", cluster.master,
-                                        "--mode", "downpour", "--env", "CartPole-v1", "--workers", "2",
-                                        "--total-steps", "12000", "--eval-every", "6000", "--eval-episodes", "2",
-                                        "--no-progress", "--no-dashboard", "--no-celery", "--run-dir", f"/tmp/{name}"],
-                                 cluster.hosts.folder / f"{name}.log", {"PYSPARK_PYTHON": str(cluster.python)})
+    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "12000", "--eval-every", "6000",
+                                    "--eval-episodes", "2")
     wait_for_worker_steps(cluster, name, 0, 1500)
     wait_for_worker_steps(cluster, name, 1, 1500)
     cluster.hosts.crash("h1")
     assert cluster.hosts.pids("h1") == []
-    code = driver.wait(400)
-    log = cluster.log(name)
+    code, summary, log = cluster.finish(name, driver)
     assert code == 0, log[-4000:]
-    summary = json.loads((cluster.hosts.tmp("h0") / name / "summary.json").read_text())
     assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 12000
     attempts = sorted((w["worker"], w["attempt"], w["state"]) for w in summary["workers"])
     lost = [row for row in attempts if row[2] == "replaced"]
