@@ -68,6 +68,16 @@ def test_a_message_that_does_not_follow_its_actors_last_one_starts_its_streams_a
     assert core.ingested == 14 + 16 + 14
 
 
+def test_a_message_taken_before_is_dropped_not_trained_on_twice():
+    core = make(learning_starts=0, replay_ratio=1.0)
+    assert core.ingest(rows(0, 0)) and core.ingest(rows(0, 1))
+    owed = core.owed
+    assert not core.ingest(rows(0, 1)) and not core.ingest(rows(0, 0))  # sent again, or restored from Redis
+    assert (core.ingested, core.owed, core.senders.repeats) == (14 + 16, owed, 2)
+    assert core.ingest(rows(0, 2)) and core.ingested == 14 + 16 + 16  # and the next one still follows
+    assert core.ingest(rows(0, 0, attempt=1))  # a new attempt numbers its messages afresh
+
+
 def test_evaluation_marks_follow_the_trained_steps_once_each():
     core = make(replay_ratio=1.0, learning_starts=0)
     for sequence in range(3):

@@ -37,8 +37,8 @@ def start():
     started: list[subprocess.Popen] = []
 
     def start_training(run_dir: Path, total_steps: int, services: bool = False,
-                       env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
-        process, log = _start(run_dir, total_steps, services, env or {})
+                       env: dict[str, str] | None = None, mode: str = "downpour") -> tuple[subprocess.Popen, Path]:
+        process, log = _start(run_dir, total_steps, services, env or {}, mode)
         started.append(process)
         return process, log
 
@@ -49,10 +49,12 @@ def start():
             process.wait()
 
 
-def _start(run_dir: Path, total_steps: int, services: bool, env: dict[str, str]) -> tuple[subprocess.Popen, Path]:
-    """`ddq train` of RUN, with Celery and the dashboard when `services`."""
+def _start(run_dir: Path, total_steps: int, services: bool, env: dict[str, str],
+           mode: str = "downpour") -> tuple[subprocess.Popen, Path]:
+    """`ddq train` of RUN in `mode`, with Celery and the dashboard when `services`."""
     log = run_dir.parent / "train.log"
     flags = [flag for flag in RUN if services is False or flag not in ("--no-dashboard", "--no-celery")]
+    flags[flags.index("downpour")] = mode
     process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *flags, "--total-steps", str(total_steps),
                                 "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
                                env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
@@ -73,8 +75,8 @@ def wait_for_progress(run_dir: Path, process: subprocess.Popen, log: Path, env_s
         time.sleep(0.2)
 
 
-def child_named(parent: int, name: str) -> int:
-    """The PID of `parent`'s child process whose command line mentions `name`."""
+def child_named(parent: int, name: str, missing_ok: bool = False) -> int | None:
+    """The PID of `parent`'s child process whose command line mentions `name` (None if `missing_ok`)."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as stat:
@@ -84,7 +86,18 @@ def child_named(parent: int, name: str) -> int:
                     return int(pid)
         except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue
+    if missing_ok:
+        return None
     raise AssertionError(f"no child of {parent} runs {name}")
+
+
+def wait_for(found, process: subprocess.Popen, timeout: float = 60):
+    """Until `found()` is truthy (returned), while `process` runs."""
+    deadline = time.monotonic() + timeout
+    while not (value := found()):
+        assert process.poll() is None and time.monotonic() < deadline, "gave up waiting"
+        time.sleep(0.05)
+    return value
 
 
 def finish(process: subprocess.Popen, log: Path, timeout: float = 300) -> tuple[int, str]:
@@ -136,15 +149,42 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_budget(tmp_path, start):
     assert processes_mentioning(str(run_dir)) == []
 
 
-def test_a_killed_redis_ends_the_run_with_a_summary_and_nothing_left(tmp_path, start):
+@pytest.mark.parametrize("mode", ["downpour", "actor-learner"])
+def test_a_killed_redis_is_restarted_from_its_snapshot_and_the_run_completes(tmp_path, start, mode):
+    run_dir = tmp_path / "run"
+    process, log = start(run_dir, 12_000, mode=mode)
+    wait_for_progress(run_dir, process, log, 3_000)
+    os.kill(child_named(process.pid, "redis-server"), signal.SIGKILL)
+    code, _ = finish(process, log)
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert "ddq: redis-server" in text and "restarting it (1 of 3)" in text and "ddq: error" not in text, text[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["env_steps"] >= 12_000 and summary["stop_reason"] == "step budget spent"
+    assert summary["restarts"] == {"redis-server": 1}
+    # the weights' owner rode it out, published again and went on counting
+    owner = "param-server-0.log" if mode == "downpour" else "learner.log"
+    assert summary["updates"] > 0 and "exiting" not in (run_dir / owner).read_text()
+    if mode == "downpour":  # and applied no gradient twice (the learner's rule: tests/test_central_learner.py)
+        assert "published version" in (run_dir / owner).read_text()
+        assert summary["updates"] <= sum(worker["pushes"] for worker in summary["workers"])
+    assert not (run_dir / "redis").exists() and processes_mentioning(str(run_dir)) == []
+
+
+def test_a_redis_that_keeps_dying_ends_the_run_with_a_summary_and_resume_finishes_it(tmp_path, start):
     run_dir = tmp_path / "run"
     process, log = start(run_dir, 200_000)
     wait_for_progress(run_dir, process, log, 3_000)
-    os.kill(child_named(process.pid, "redis-server"), signal.SIGKILL)
+    killed: set[int] = set()
+    for _ in range(4):  # three restarts, then it is gone for good
+        pid = wait_for(lambda: (p := child_named(process.pid, "redis-server", missing_ok=True)) not in killed and p,
+                       process)
+        os.kill(pid, signal.SIGKILL)
+        killed.add(pid)
     code, _ = finish(process, log, timeout=120)
     assert code == 1, log.read_text()[-3000:]
     errors = [line for line in log.read_text().splitlines() if line.startswith("ddq: error:")]
-    assert len(errors) == 1 and "redis-server" in errors[0], log.read_text()[-3000:]
+    assert len(errors) == 1 and "redis-server" in errors[0] and "after 3 restarts" in errors[0], errors
     summary = summary_of(run_dir)
     assert summary["stop_reason"].startswith("a process failed: redis-server")
     assert (run_dir / "checkpoint.pt").exists() and summary["env_steps"] < 200_000

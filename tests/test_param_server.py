@@ -189,7 +189,7 @@ def malformed_messages(layout: bytes, size: int, version: int, rng: np.random.Ge
     dtype[5] = 2
     return [
         ("truncated", good[:int(rng.integers(0, HEADER.size))]),
-        ("bad_header", b"\x80\x04" + rng.bytes(int(rng.integers(60, 400)))),  # a pickle's opening bytes
+        ("bad_header", b"\x80\x04" + rng.bytes(int(rng.integers(HEADER.size, 400)))),  # a pickle's opening bytes
         ("size", good[:-4 * int(rng.integers(1, 100))]),
         ("size", good + rng.bytes(4)),
         ("layout", encode(Header(GRADIENT, b"XXXXXXXX", version, size), np.zeros(size, np.float32))),
@@ -198,6 +198,19 @@ def malformed_messages(layout: bytes, size: int, version: int, rng: np.random.Ge
         ("future_version", encode(Header(GRADIENT, layout, version + 1000, size), np.zeros(size, np.float32))),
         ("kind", encode(Header(2, layout, version, size), np.zeros(size, np.float32))),
     ]
+
+
+def test_a_gradient_sent_twice_is_applied_once(redis_server, tmp_path):
+    """As when a push is sent again after a lost reply, or a queue comes back from Redis' persistence."""
+    with harness(redis_server, tmp_path) as h:
+        key = RunKeys(h.run).shard(0)
+        grad = gradients(h.flat.size, 1)[0]
+        numbered = [encode(Header(GRADIENT, h.client.layout, 0, h.flat.size, sender=5, sequence=n), grad)
+                    for n in (1, 1, 2, 1)]
+        for message in numbered:
+            h.admin.lpush(key.grads, message)
+        wait_for(lambda: h.metrics()["rejected_total"] == 2, 30, "both repeats refused")
+        assert h.metrics()["rejected"] == {"repeat": 2} and h.metrics()["applied"] == 2
 
 
 FUZZ_SECONDS = float(os.environ.get("DDQ_FUZZ_SECONDS", "3"))  # the README's figure: DDQ_FUZZ_SECONDS=60

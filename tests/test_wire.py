@@ -26,10 +26,11 @@ def gradient(values, **fields):
 
 def test_round_trip_keeps_every_field_and_value():
     values = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
-    message = gradient(values, worker=3, samples=32, loss=0.25, offset=10, shard=1, model_id=9)
-    header, decoded = decode(message, Expect(GRADIENT, LAYOUT, offset=10, count=1000, model_id=9))
-    assert (header.version, header.worker, header.samples, header.loss, header.offset, header.shard) == \
-        (7, 3, 32, 0.25, 10, 1)
+    message = gradient(values, worker=3, samples=32, loss=0.25, offset=10, shard=1, sender=9, sequence=7)
+    header, decoded = decode(message, Expect(GRADIENT, LAYOUT, offset=10, count=1000))
+    assert (header.version, header.worker, header.samples, header.loss, header.offset, header.shard, header.sender,
+            header.sequence) == \
+        (7, 3, 32, 0.25, 10, 1, 9, 7)
     assert np.array_equal(decoded, values)
     assert len(message) == HEADER.size + 4000
 

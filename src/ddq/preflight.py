@@ -15,6 +15,7 @@ import re
 import socket
 
 from ddq.config import TrainConfig, masked_url
+from ddq.transport.redis_client import OutageRetry
 from ddq.transport.redis_client import connect as connect_redis
 
 SPARK_MASTER = re.compile(r"^(local(\[(\d+|\*)(,\s*\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
@@ -113,7 +114,8 @@ def check_redis(url: str, setting: str) -> None:
     import redis
 
     try:
-        client = connect_redis(url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
+        client = connect_redis(url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S,
+                              retry=OutageRetry(0))  # an answer now, not after a restart's grace
         try:
             client.ping()
         finally:

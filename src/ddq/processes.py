@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -110,38 +111,72 @@ class Supervisor:
     `check()` (called every few hundred milliseconds) notices a death and says so in
     one line; a process with a `restart` is started again, up to `max_restarts`
     times; an essential one that is gone for good raises ProcessFailed; any other
-    is left gone with a warning. Once the run is stopping, a clean exit is expected."""
+    is left gone with a warning. Once the run is stopping, a clean exit is expected.
+    A process watched `promptly` (the run's Redis, which every other waits on) is
+    restarted by a thread of its own within PROMPT_S, not at the next check."""
+
+    PROMPT_S = 0.05
 
     def __init__(self, max_restarts: int = 3):
         self.max_restarts = max_restarts
         self.watched: list[Watched] = []
+        self.lock = threading.Lock()  # one restart at a time, from a check or a prompt thread
+        self.closing = threading.Event()
 
     def watch(self, name: str, process: subprocess.Popen, log: Path | None = None,
-              restart: Callable[[], subprocess.Popen] | None = None, essential: bool = True) -> Watched:
+              restart: Callable[[], subprocess.Popen] | None = None, essential: bool = True,
+              promptly: bool = False) -> Watched:
         entry = Watched(name, process, log, restart, essential)
         self.watched.append(entry)
+        if promptly and restart is not None:
+            threading.Thread(target=self._keep, args=(entry,), name=f"keep {name}", daemon=True).start()
         return entry
 
+    def close(self) -> None:
+        """Ends the prompt threads: what stops now is being stopped, not dying."""
+        self.closing.set()
+
+    def _keep(self, entry: Watched) -> None:
+        while not self.closing.wait(self.PROMPT_S):
+            with self.lock:
+                if self.closing.is_set() or entry.gone or entry.process.poll() is None:
+                    continue
+                if entry.restarts >= self.max_restarts:
+                    return  # check() ends the run
+                self._restart(entry)
+
+    def _restart(self, entry: Watched) -> None:
+        assert entry.restart is not None
+        entry.restarts += 1
+        see = f"; see {entry.log}" if entry.log else ""
+        _say(f"ddq: {entry.name} (pid {entry.process.pid}) died ({_exit(entry.process.returncode)}); restarting "
+             f"it ({entry.restarts} of {self.max_restarts}){see}")
+        try:
+            entry.process = entry.restart()
+        except Exception as error:  # noqa: BLE001 - it stays dead: the next look tries again, or ends the run
+            _say(f"ddq: {entry.name} could not be restarted: {str(error).splitlines()[0]}")
+
     def check(self, stopping: bool = False) -> None:
-        for entry in self.watched:
-            if entry.gone or entry.process.poll() is None:
-                continue
-            code, pid = entry.process.returncode, entry.process.pid
-            see = f"; see {entry.log}" if entry.log else ""
-            if stopping and code == 0:
-                entry.gone = True
-            elif entry.restart is not None and entry.restarts < self.max_restarts and not stopping:
-                entry.restarts += 1
-                _say(f"ddq: {entry.name} (pid {pid}) died ({_exit(code)}); restarting it "
-                     f"({entry.restarts} of {self.max_restarts}){see}")
-                entry.process = entry.restart()
-            elif entry.essential:
-                entry.gone = True
-                after = f" after {entry.restarts} restarts" if entry.restarts else ""
-                raise ProcessFailed(f"{entry.name} (pid {pid}) died ({_exit(code)}){after}{see}")
-            else:
-                entry.gone = True
-                _say(f"ddq: warning: {entry.name} (pid {pid}) exited ({_exit(code)}); the run goes on without it{see}")
+        with self.lock:
+            for entry in self.watched:
+                self._check(entry, stopping)
+
+    def _check(self, entry: Watched, stopping: bool) -> None:
+        if entry.gone or entry.process.poll() is None:
+            return
+        code, pid = entry.process.returncode, entry.process.pid
+        see = f"; see {entry.log}" if entry.log else ""
+        if stopping and code == 0:
+            entry.gone = True
+        elif entry.restart is not None and entry.restarts < self.max_restarts and not stopping:
+            self._restart(entry)
+        elif entry.essential:
+            entry.gone = True
+            after = f" after {entry.restarts} restarts" if entry.restarts else ""
+            raise ProcessFailed(f"{entry.name} (pid {pid}) died ({_exit(code)}){after}{see}")
+        else:
+            entry.gone = True
+            _say(f"ddq: warning: {entry.name} (pid {pid}) exited ({_exit(code)}); the run goes on without it{see}")
 
     def restarts(self) -> dict[str, int]:
         """Restarts so far, by process name (only those restarted)."""

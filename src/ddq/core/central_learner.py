@@ -27,6 +27,7 @@ from ddq.core.experience import Experience
 from ddq.core.learner import GradientStats, Learner
 from ddq.core.prioritized import annealed_beta
 from ddq.core.replay import ReplayMemory
+from ddq.core.senders import SenderLedger
 from ddq.core.weights import LocalParameters, train_from_replay
 
 
@@ -77,7 +78,7 @@ class CentralLearner:
         self.owed = 0  # updates the experience taken so far has earned and that are not done yet
         self.ingested = 0  # env steps received by this learner
         self.trained_before = trained_before
-        self.sequences: dict[int, tuple[int, int]] = {}  # actor -> (attempt, sequence) of its last message
+        self.senders = SenderLedger()  # what each actor sent: a repeated message is not trained on twice
         self.messages = 0
         self.lags: list[int] = []  # how many updates old the weights were that acted, per message
         self.target_version = 0
@@ -90,14 +91,18 @@ class CentralLearner:
         behind = int(np.ceil(self.owed / self.settings.replay_ratio))
         return self.trained_before + max(self.ingested - behind, 0)
 
-    def ingest(self, experience: Experience) -> None:
-        """Records a message's vector steps in its actor's memory and the updates they earn."""
+    def ingest(self, experience: Experience) -> bool:
+        """Records a message's vector steps in its actor's memory and the updates they earn; False for a
+        message taken before (it is dropped)."""
         memory = self.memories[experience.actor % len(self.memories)]
         continues = experience.continues
-        if self.sequences.get(experience.actor) != (experience.attempt, experience.sequence - 1) and continues[0].any():
+        sender = (experience.actor, experience.attempt, experience.sequence + 1)  # the ledger numbers from 1
+        follows = self.senders.follows(*sender)
+        if not self.senders.take(*sender):
+            return False
+        if not follows and continues[0].any():
             continues = continues.copy()
             continues[0] = False  # the frame before it is not ours: no transition into this one
-        self.sequences[experience.actor] = (experience.attempt, experience.sequence)
         td = experience.td_errors
         for row in range(len(continues)):
             memory.add(experience.frames[row], experience.actions[row], experience.rewards[row],
@@ -107,6 +112,7 @@ class CentralLearner:
         self.owed += self.schedule.due(steps, self.ingested)
         self.messages += 1
         self.lags.append(max(self.learner.updates - experience.weights_version, 0))
+        return True
 
     def train_once(self) -> Trained:
         """One gradient step on replay; the target refreshes every C updates, as the learner's rule says."""

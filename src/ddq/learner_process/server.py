@@ -195,7 +195,8 @@ class LearnerServer:
         report = self.metrics.report(0, core.learner.updates, core.learner.optimizer.learning_rate())
         lags = core.take_lags()
         report.update(role="learner", replay_size=sum(len(m) for m in core.memories), ingested=core.ingested,
-                      messages=core.messages, publications=self.publisher.publications, owed_updates=core.owed,
+                      messages=core.messages, repeats=core.senders.repeats,
+                      publications=self.publisher.publications, owed_updates=core.owed,
                       trained_steps=core.trained_steps, policy_lag=float(np.mean(lags)) if lags else None)
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.shard(0).metrics, json.dumps(report))

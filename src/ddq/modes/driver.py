@@ -164,6 +164,8 @@ class Driver:
                 self.supervisor.check(stopping)
                 s.reporter.record_restarts(self.supervisor.restarts())
                 steps = int(s.redis.get(s.keys.env_steps) or 0)
+                if steps < counters.env_steps:  # Redis came back from a snapshot a second or two old
+                    steps = int(s.redis.incrby(s.keys.env_steps, counters.env_steps - steps))
                 bar.update(min(steps, c.run.total_steps) - bar.n)  # past the total, tqdm would drop the percentage
                 counters.env_steps = steps
                 counters.wall_time_s = time.time() - self.record.origin

@@ -37,8 +37,12 @@ class RunServices:
             self.url = self.remote_url = self.config.distributed.redis_url
         else:
             embedded = stack.enter_context(EmbeddedRedis(log_dir=self.run_dir, listen=listen, advertise=advertise,
-                                                         run=self.run))
-            self.supervisor.watch("redis-server", embedded.process, embedded.log_path)
+                                                         run=self.run, persist=self.run_dir / "redis"))
+            # every process waits on Redis: restarted at once from its snapshot, the run's keys come back, each
+            # process reconnects, and the shards or the learner publish their weights again
+            self.supervisor.watch("redis-server", embedded.process, embedded.log_path, restart=embedded.restart,
+                                  promptly=True)
+            stack.callback(self.supervisor.close)  # before Redis stops: that is no death
             self.url, self.remote_url = embedded.url, embedded.remote_url
             if listen:
                 print(f"ddq: the run's Redis serves other hosts at {advertise} (TLS, a password made for the run)",

@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -17,7 +19,7 @@ from ddq.core.learner import Learner
 from ddq.lifecycle import is_stop
 from ddq.models import FlatParameters
 from ddq.transport.keys import RunKeys, shard_bounds
-from ddq.transport.resp import RespConnection
+from ddq.transport.resp import LOST, RespConnection
 from ddq.transport.wire import (
     GRADIENT,
     HEADER,
@@ -29,6 +31,7 @@ from ddq.transport.wire import (
     read_weights_header,
 )
 
+T = TypeVar("T")
 BACKLOG_DEADLINE_S = 120.0  # a wait for a backlog to drain gives up (a failed task, retried by Spark) after this
 
 
@@ -42,6 +45,8 @@ class ParameterClient:
     def __init__(self, redis_url: str, run: str, flat: FlatParameters, shards: int = 1, worker: int = 0,
                  target: FlatParameters | None = None, max_backlog: int = 8):
         self.flat, self.target, self.worker, self.max_backlog = flat, target, worker, max_backlog
+        # each push is numbered, under a sender number of this client's own: no shard applies one twice
+        self.sender, self.pushed = secrets.randbits(32), 0
         self.bounds = shard_bounds(flat.size, shards)
         self.keys = [RunKeys(run).shard(k) for k in range(shards)]
         self.pushes_key, self.control_key = RunKeys(run).pushes, RunKeys(run).control
@@ -51,6 +56,7 @@ class ParameterClient:
         largest = max(end - start for start, end in self.bounds)
         self.conn = RespConnection(redis_url, buffer_bytes=4 * largest + HEADER.size + 4096)
         self.waits = 0  # times a push waited for a backlog to drain
+        self.lost = 0  # pushes whose connection broke: perhaps applied, never sent again
 
     def close(self) -> None:
         self.conn.close()
@@ -62,7 +68,7 @@ class ParameterClient:
 
     def _refresh(self, groups: list[tuple]) -> bool:
         """For each (key of a shard's keys, versions, flat to fill) group: one round trip reads every
-        shard's 56-byte header, a second fetches the slices whose version moved. True if any did."""
+        shard's 64-byte header, a second fetches the slices whose version moved. True if any did."""
         heads = self.conn.pipeline([("GETRANGE", key_of(keys), "0", str(HEADER.size - 1))
                                     for key_of, _, _ in groups for keys in self.keys])
         moved = []
@@ -108,18 +114,27 @@ class ParameterClient:
             into.assign(self._staging, self.bounds[shard][0])
         return received[0].version
 
+    def _reading(self, read: Callable[[], T]) -> T:
+        """`read()`, and once more after reconnecting if the connection was lost (a read is safe to repeat)."""
+        try:
+            return read()
+        except LOST:
+            self.conn.reconnect()
+            return read()
+
     def pull(self) -> bool:
         """Fetches the weights of every shard whose version moved; True if any did."""
-        return self._refresh([self._weights()])
+        return self._reading(lambda: self._refresh([self._weights()]))
 
     def pull_target(self) -> bool:
         """The same for the target network's weights (they move every C updates)."""
-        return self._refresh([self._target()])
+        return self._reading(lambda: self._refresh([self._target()]))
 
     def sync(self) -> bool:
         """pull() and pull_target() in the same round trips (the weights alone for a client without a target:
         an actor that only acts)."""
-        return self._refresh([self._weights()] + ([self._target()] if self.target is not None else []))
+        groups = [self._weights()] + ([self._target()] if self.target is not None else [])
+        return self._reading(lambda: self._refresh(groups))
 
     def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
         """Sends each shard its slice of `grad`, computed from the weights last pulled.
@@ -135,18 +150,25 @@ class ParameterClient:
         if grad.dtype != np.float32 or grad.shape != (self.flat.size,):
             raise WireError("size", f"a gradient must be {self.flat.size} float32 values")
         commands = []
+        self.pushed += 1
         for shard, ((start, end), keys) in enumerate(zip(self.bounds, self.keys)):
             header = Header(GRADIENT, self.layout, self.versions[shard], end - start, offset=start, shard=shard,
-                            worker=self.worker, samples=samples, loss=loss)
+                            sender=self.sender, worker=self.worker, samples=samples, loss=loss,
+                            sequence=self.pushed)
             commands.append(("LPUSH", keys.grads, (pack_header(header), grad[start:end].data.cast("B"))))
-        lengths = self.conn.pipeline(commands + [("INCR", self.pushes_key)])[:-1]
+        try:
+            lengths = self.conn.pipeline(commands + [("INCR", self.pushes_key)])[:-1]
+        except LOST:  # sent or not, it is not sent again: a lost gradient costs nothing, a doubled one would
+            self.conn.reconnect()
+            self.lost += 1
+            return
         started = time.monotonic()
         while max(lengths) > self.max_backlog:
             self.waits += 1
             waited = time.monotonic() - started
             time.sleep(0.0005 if waited < 1.0 else 0.02)  # a shard that is slow, then one that may be gone
-            *lengths, control = self.conn.pipeline([("LLEN", keys.grads) for keys in self.keys]
-                                                   + [("GET", self.control_key)])
+            *lengths, control = self._reading(lambda: self.conn.pipeline(
+                [("LLEN", keys.grads) for keys in self.keys] + [("GET", self.control_key)]))
             if is_stop(control):
                 break
             if waited > BACKLOG_DEADLINE_S:

@@ -24,6 +24,7 @@ from ddq.config import TrainConfig
 from ddq.core.agent import model_parameters
 from ddq.core.dqn import target_refresh_due
 from ddq.core.optimizers import FlatOptimizer
+from ddq.core.senders import SenderLedger
 from ddq.lifecycle import RunControl
 from ddq.param_server import snapshots
 from ddq.param_server.metrics import ServerMetrics, layer_segments
@@ -31,7 +32,7 @@ from ddq.param_server.staleness import StalenessPolicy
 from ddq.processes import tune_malloc
 from ddq.transport.keys import RunKeys, shard_bounds
 from ddq.transport.redis_client import connect as connect_redis
-from ddq.transport.resp import Oversized, RespConnection
+from ddq.transport.resp import LOST, Oversized, RespConnection
 from ddq.transport.wire import WEIGHTS, Header, WireError, decode, gradient_expectation, layout_bytes, pack_header
 
 log = logging.getLogger("ddq.param_server")
@@ -58,6 +59,7 @@ class ShardServer:
         self.policy = StalenessPolicy(server.max_staleness, server.staleness_scaling)
         self.expect = gradient_expectation(self.layout, self.bounds, max_bytes=64 + 4 * (end - start) * 2)
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))
+        self.senders = SenderLedger()  # no gradient is applied twice, even one sent or restored again
         self.before = torch.empty_like(self.params)  # weights before a sampled update, for the ratios
         self.redis = connect_redis(redis_url)
         self.control = RunControl(self.redis, run)
@@ -107,6 +109,8 @@ class ShardServer:
             if isinstance(message, Oversized):
                 raise WireError("oversized", f"{message.size} bytes is over the {self.expect.max_bytes}-byte limit")
             header, values = decode(message, self.expect)
+            if not self.senders.take(header.worker, header.sender, header.sequence):
+                raise WireError("repeat", f"worker {header.worker}'s push {header.sequence} was applied before")
             staleness, lr_scale = self.policy.judge(self.version, header.version)
         except WireError as error:
             self.metrics.reject(error.reason, str(error), self.shard)
@@ -171,6 +175,15 @@ class ShardServer:
             self.publish(target_too=self.target_version != target_before)
 
     # ---------------------------------------------------------------- loop
+    def _reconnect(self, error: Exception) -> None:
+        """Waits for Redis to come back (restarted from its snapshot, its weights may be older than these),
+        then publishes the weights and target again. Gradients the snapshot brought back and this shard
+        already applied are refused as repeats."""
+        log.warning("shard %d lost its connection to Redis (%s); reconnecting", self.shard, error)
+        self.fast.reconnect()
+        self.publish(target_too=True)
+        log.info("shard %d reconnected and published version %d again", self.shard, self.version)
+
     def housekeeping(self) -> bool:
         """Publishes metrics; False once the run was told to stop."""
         report = self.metrics.report(self.shard, self.version, self.optimizer.learning_rate())
@@ -185,14 +198,17 @@ class ShardServer:
         next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         try:
             while True:
-                self._receive(HOUSEKEEPING_S)
+                try:
+                    self._receive(HOUSEKEEPING_S)
+                except LOST as error:
+                    self._reconnect(error)
                 if time.monotonic() >= next_housekeeping:
                     if not self.housekeeping():
                         break
                     next_housekeeping = time.monotonic() + HOUSEKEEPING_S
             self._drain_queued()
         except (redis.ConnectionError, ConnectionError, OSError) as error:
-            log.error("shard %d lost Redis (%s); exiting", self.shard, error)
+            log.error("shard %d lost Redis for good (%s); exiting", self.shard, error)
             return 3
         self.snapshot()
         self.housekeeping()

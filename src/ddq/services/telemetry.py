@@ -182,6 +182,8 @@ class ListCursor:
                 else:
                     entries.append(item)
             if len(raw) < self.batch:
+                if not raw and self.position > (length := int(self.client.llen(self.key))):
+                    self.position = length  # the list came back shorter, from Redis' snapshot: read on from there
                 return entries
 
 

@@ -1,20 +1,31 @@
-"""Every Redis connection ddq opens: a deadline on each wait, TCP keepalive, and TLS that trusts the CA the
-run's URL names (`ssl_ca_data`), so a connection to a vanished host never hangs a process.
+"""Every Redis connection ddq opens: a deadline on each wait, TCP keepalive, TLS that trusts the CA the
+run's URL names (`ssl_ca_data`), and reconnection while the server restarts, so a connection to a vanished
+host never hangs a process and a restarted Redis does not end one.
 
 The socket timeout is longer than any blocking command ddq sends (BRPOP waits at most a quarter second),
 so it fires only when the server stopped answering. Keepalive probes a silent idle connection after
-`KEEPALIVE_IDLE_S`, which ends one to a host that is gone without a word (a cut link, a crash).
+`KEEPALIVE_IDLE_S`, which ends one to a host that is gone without a word (a cut link, a crash). A refused
+or dropped connection (a server restarting) is tried again for up to OUTAGE_S; a timeout is not, as it
+already waited SOCKET_TIMEOUT_S.
 """
 
 from __future__ import annotations
 
 import socket
-from typing import Any
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 SOCKET_TIMEOUT_S = 30.0  # no reply for this long: the server, or the path to it, is gone
 CONNECT_TIMEOUT_S = 10.0
+OUTAGE_S = 30.0  # a server that refuses connections this long is not restarting: it is gone
+T = TypeVar("T")
+_NESTING = threading.local()  # how deep in nested retries (a reconnection inside a command) this thread is
 KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 10, 5, 3
 
 
@@ -37,10 +48,46 @@ def set_keepalive(sock: socket.socket) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
+class OutageRetry(Retry):
+    """Tries a command again after a refused or dropped connection, backing off from 50 ms to 1 s, until
+    `outage_s` has passed since the first failure of the outage: a deadline, not a count, so the retries
+    redis-py nests (a reconnection inside a command) do not multiply it. A command that may have been applied
+    can be applied again: ddq's receivers number what they take (`ddq.core.senders`)."""
+
+    def __init__(self, outage_s: float = OUTAGE_S):
+        super().__init__(ExponentialBackoff(cap=1.0, base=0.05), -1, supported_errors=(redis.ConnectionError,))
+        self.outage_s = outage_s
+        self.outage_since: float | None = None  # when the command being tried first failed
+
+    def call_with_retry(self, do: Callable[[], T], fail: Callable[..., Any],
+                        is_retryable: Callable[[Exception], bool] | None = None,
+                        with_failure_count: bool = False) -> T:
+        failures, depth = 0, getattr(_NESTING, "depth", 0)
+        _NESTING.depth = depth + 1
+        try:
+            while True:
+                try:
+                    result = do()
+                    if depth == 0:  # only the whole command's success ends the outage, not a reconnection's
+                        self.outage_since = None
+                    return result
+                except self._supported_errors as error:
+                    failures += 1
+                    now = time.monotonic()
+                    self.outage_since = self.outage_since or now
+                    fail(error, failures) if with_failure_count else fail(error)
+                    if isinstance(error, redis.AuthenticationError) or (is_retryable and not is_retryable(error)) \
+                            or now - self.outage_since >= self.outage_s:
+                        raise
+                    time.sleep(self._backoff.compute(failures))
+        finally:
+            _NESTING.depth = depth
+
+
 def connect(url: str, **options: Any) -> redis.Redis:
-    """A redis-py client for `url` with ddq's deadlines and keepalive (`options` override them)."""
+    """A redis-py client for `url` with ddq's deadlines, keepalive and retries (`options` override them)."""
     settings: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": CONNECT_TIMEOUT_S,
-                                "health_check_interval": 15}
+                                "health_check_interval": 15, "retry": OutageRetry()}
     if not url.startswith("unix:"):
         settings.update(socket_keepalive=True, socket_keepalive_options=keepalive_options())
     settings.update(options)

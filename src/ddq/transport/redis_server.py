@@ -1,4 +1,5 @@
-"""A private redis-server that ddq starts, waits for and stops: unix socket by default, never orphaned."""
+"""A private redis-server that ddq starts, waits for, restarts from its own snapshot and stops: unix socket by
+default, never orphaned."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -17,10 +19,13 @@ from urllib.parse import quote
 import redis
 
 from ddq.processes import spawn, stop
+from ddq.transport.redis_client import OutageRetry
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.tls import make_server_certificates
 
 ACL_USER = "ddq"
+SNAPSHOT_EVERY_S = 2  # a persistent server writes its snapshot this often (when anything changed)
+SNAPSHOT_NAME = "redis.rdb"
 
 
 def redis_server_binary() -> str:
@@ -56,34 +61,50 @@ class EmbeddedRedis:
     """Starts redis-server listening on a unix socket in a private folder (or on 127.0.0.1, `tcp=True`), or,
     asked to `listen` on an address for other hosts, with TLS and a password made for the run.
 
-    Persistence is off (ddq writes its own snapshots; SAVE still writes dump.rdb on request), the socket is
-    readable by this user only, and the server receives SIGTERM if this process dies. Its settings reach it
-    on its standard input, so no password is on its command line or in a file.
+    The socket is readable by this user only, and the server receives SIGTERM if this process dies. Its
+    settings reach it on its standard input, so no password is on its command line or in a file. Without
+    `persist` nothing is written to disk (SAVE still writes dump.rdb on request); with it, Redis' own RDB
+    snapshots go there every SNAPSHOT_EVERY_S, and `restart` starts a killed server again from the newest.
     """
 
     def __init__(self, tcp: bool = False, log_dir: str | Path | None = None, timeout: float = 10.0,
                  rdb: Path | None = None, listen: str | None = None, advertise: str | None = None,
-                 run: str = "ddq"):
+                 run: str = "ddq", persist: Path | None = None):
         """`rdb`: a Redis snapshot file to start from (a copy is loaded; the file is not changed).
         `listen`: an address of this host to serve other hosts on, TLS only, as the ACL user `ddq` with a
-        password generated here; `advertise`: the address they reach it at (default `listen`)."""
+        password generated here; `advertise`: the address they reach it at (default `listen`). `persist`:
+        a folder for the server's snapshots (an older one there is removed: this server starts empty)."""
         self.folder = Path(tempfile.mkdtemp(prefix="ddq-redis-"))
         if rdb is not None:
             shutil.copyfile(rdb, self.folder / "dump.rdb")
         self.socket_path = self.folder / "redis.sock"
         self.port = free_port() if tcp else 0
         self.log_path = Path(log_dir or self.folder) / "redis.log"
+        self.timeout, self.persist = timeout, persist
         settings = {"port": str(self.port), "bind": "127.0.0.1", "unixsocket": str(self.socket_path),
                     "unixsocketperm": "700", "save": '""', "appendonly": "no", "dir": str(self.folder),
                     "protected-mode": "yes", "proto-max-bulk-len": str(512 * 2**20)}
+        if persist is not None:
+            persist.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (persist / SNAPSHOT_NAME).unlink(missing_ok=True)
+            settings.update({"dir": str(persist), "dbfilename": SNAPSHOT_NAME, "save": f"{SNAPSHOT_EVERY_S} 1",
+                             "rdbcompression": "no",  # weights do not compress; the CPU is the workers'
+                             "stop-writes-on-bgsave-error": "no"})  # a full disk must not stop training
         self.remote: str | None = None  # the URL other hosts use
         self._password: str | None = None
         if listen:
             settings.update(self._listening(listen, advertise or listen, run))
-        self.process = spawn([redis_server_binary(), "-"], self.log_path,
-                             stdin_text="".join(f"{key} {value}\n" for key, value in settings.items()))
+        self._settings = "".join(f"{key} {value}\n" for key, value in settings.items())
+        self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
         atexit.register(self.stop)
         self._wait_until_ready(timeout)
+
+    def restart(self) -> subprocess.Popen:
+        """Starts the server again, after it died, with the same settings (address, password, certificates),
+        from its newest snapshot when it persists; returns the new process once it answers."""
+        self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
+        self._wait_until_ready(self.timeout)
+        return self.process
 
     def _listening(self, listen: str, advertise: str, run: str) -> dict[str, str]:
         """The settings of a server for other hosts: TLS on `listen` (plain TCP off), the default user off,
@@ -128,9 +149,10 @@ class EmbeddedRedis:
                     raise RuntimeError(f"{redis_server_binary()} has no TLS, which serving other hosts needs: "
                                        "install Debian's redis-server (apt-get install redis-server) or set "
                                        "DDQ_REDIS_SERVER to a redis-server built with TLS")
-                raise RuntimeError(f"redis-server exited with code {self.process.returncode}:\n{log}")
+                raise RuntimeError(f"redis-server exited with code {self.process.returncode} before it answered; its "
+                                   f"log ends:\n{log}")
             try:
-                with self.client(socket_timeout=1) as client:
+                with self.client(socket_timeout=1, retry=OutageRetry(0)) as client:
                     if client.ping():
                         return
             except (redis.ConnectionError, FileNotFoundError):
@@ -139,9 +161,13 @@ class EmbeddedRedis:
         raise RuntimeError(f"redis-server did not answer within {timeout:.0f} s (log: {self.log_path})")
 
     def stop(self) -> None:
+        """Stops the server and removes its folder and snapshots (a finished run keeps its telemetry in its
+        own file, `ddq.services.archive`)."""
         if self.process.poll() is None:
             stop(self.process)
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.persist is not None:
+            shutil.rmtree(self.persist, ignore_errors=True)
         atexit.unregister(self.stop)
 
     def __enter__(self) -> EmbeddedRedis:

@@ -10,20 +10,23 @@ arguments without copying them. Everything else in ddq uses redis-py.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from ddq.transport.redis_client import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S, set_keepalive
+from ddq.transport.redis_client import CONNECT_TIMEOUT_S, OUTAGE_S, SOCKET_TIMEOUT_S, set_keepalive
 
 # A reply: int, str, memoryview (bulk), Oversized, None or a list of replies; the command sent decides
 # which, so callers read it as what they asked for.
 Reply = Any
 Argument = str | bytes | memoryview | tuple
 _CRLF = b"\r\n"
+LOST = (ConnectionError, ssl.SSLError)  # the connection is gone (a timeout is not: it waited its deadline)
 SOCKET_BUFFER = 8 << 20  # a megabyte message in one write, not a dozen wake-ups of the reader
 
 
@@ -65,24 +68,54 @@ def _connect(url: str, timeout: float | None) -> tuple[socket.socket, dict]:
 
 
 class RespConnection:
-    """One Redis connection; `command(...)` returns the reply, bulk strings as views into `self.buffer`."""
+    """One Redis connection; `command(...)` returns the reply, bulk strings as views into `self.buffer`.
+
+    A lost connection raises one of LOST; `reconnect()` then connects again, waiting for a restarting server.
+    Whether to send the interrupted commands again is the caller's choice: it alone knows whether they may
+    have been applied already."""
 
     def __init__(self, url: str, buffer_bytes: int = 1 << 20, timeout: float | None = SOCKET_TIMEOUT_S,
                  max_bulk: int | None = None):
         """`max_bulk`: longer bulk strings are read past and returned as `Oversized`, never buffered."""
-        self.sock, auth = _connect(url, timeout)
-        self.max_bulk = max_bulk
-        self._waitall = not isinstance(self.sock, ssl.SSLSocket)  # TLS sockets take no recv flags
+        self.url, self.timeout, self.max_bulk = url, timeout, max_bulk
         self.buffer = bytearray(buffer_bytes)
         self.view = memoryview(self.buffer)
+        self.reconnects = 0
+        self._open()
+
+    def _open(self) -> None:
+        self.sock, auth = _connect(self.url, self.timeout)
+        self._waitall = not isinstance(self.sock, ssl.SSLSocket)  # TLS sockets take no recv flags
         self.start = self.end = 0  # unread bytes are buffer[start:end]
-        if auth["password"]:
-            self.command(*(["AUTH", auth["username"]] if auth["username"] else ["AUTH"]), auth["password"])
-        if auth["db"]:
-            self.command("SELECT", str(auth["db"]))
+        try:
+            if auth["password"]:
+                self.command(*(["AUTH", auth["username"]] if auth["username"] else ["AUTH"]), auth["password"])
+            if auth["db"]:
+                self.command("SELECT", str(auth["db"]))
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def reconnect(self, outage_s: float = OUTAGE_S) -> None:
+        """Connects again after a lost connection, trying for `outage_s` (a server restarting, or still loading
+        its snapshot); ConnectionError when it stays unreachable. Earlier replies' views become invalid."""
+        self.close()
+        since, failures = time.monotonic(), 0
+        while True:
+            try:
+                self._open()
+                self.command("PING")  # a dying server still completes connections its backlog held
+                self.reconnects += 1
+                return
+            except (OSError, RespError) as error:  # refused, reset, no socket yet, LOADING
+                failures += 1
+                if time.monotonic() - since >= outage_s:
+                    raise ConnectionError(f"Redis stayed unreachable for {outage_s:.0f} s: {error}") from error
+                time.sleep(min(0.05 * 2 ** failures, 1.0))
 
     def close(self) -> None:
-        self.sock.close()
+        with contextlib.suppress(OSError):
+            self.sock.close()
 
     def __enter__(self) -> RespConnection:
         return self

@@ -1,6 +1,6 @@
 """The wire format of weights and gradients: a fixed little-endian header, then raw float32 values.
 
-Nothing here deserializes objects or evaluates anything: a message is 56 bytes of typed
+Nothing here deserializes objects or evaluates anything: a message is 64 bytes of typed
 header fields and a body of `count` little-endian float32s, checked field by
 field. Decoding is zero-copy (a NumPy view of the received bytes); encoding
 writes into a preallocated buffer, so the hot path allocates nothing.
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MAGIC = b"DDQ1"
+MAGIC = b"DDQ2"  # DDQ1 lacked the sender and its sequence
 GRADIENT, WEIGHTS = 1, 2
 FLOAT32 = 1
-# magic, kind, dtype, shard, layout hash, model id, version, worker, samples, loss, offset, count
-HEADER = struct.Struct("<4sBBH8sIQIIfQQ")
+# magic, kind, dtype, shard, layout hash, sender, version, worker, samples, loss, offset, count, sequence
+HEADER = struct.Struct("<4sBBH8sIQIIfQQQ")
 BODY_DTYPE = np.dtype("<f4")
 MAX_MESSAGE_BYTES = 512 * 2**20  # Redis's own bulk-string limit is 512 MB
 
@@ -38,10 +38,11 @@ class Header:
     count: int  # float32 values in the body
     offset: int = 0  # index of the body's first value in the flat vector (shards hold slices)
     shard: int = 0
-    model_id: int = 0
+    sender: int = 0  # gradient: a number its client drew at random, so no two clients share a sequence
     worker: int = 0
     samples: int = 0
     loss: float = 0.0
+    sequence: int = 0  # gradient: the sender's push number, from 1 (0: unnumbered)
 
 
 def layout_bytes(layout_hash: str) -> bytes:
@@ -68,8 +69,8 @@ class MessageBuffer:
 
 def pack_header(header: Header) -> bytes:
     """The header alone: sent before the values themselves, it spares copying them into a message."""
-    return HEADER.pack(MAGIC, header.kind, FLOAT32, header.shard, header.layout, header.model_id, header.version,
-                       header.worker, header.samples, header.loss, header.offset, header.count)
+    return HEADER.pack(MAGIC, header.kind, FLOAT32, header.shard, header.layout, header.sender, header.version,
+                       header.worker, header.samples, header.loss, header.offset, header.count, header.sequence)
 
 
 def encode(header: Header, values: np.ndarray) -> bytes:
@@ -86,7 +87,6 @@ class Expect:
     layout: bytes | None = None
     offset: int | None = None
     count: int | None = None
-    model_id: int | None = None
     max_bytes: int = MAX_MESSAGE_BYTES
     check_finite: bool = True  # gradients: always; weights from ddq's own server: the size checks suffice
 
@@ -96,8 +96,8 @@ def read_header(message: bytes | memoryview, whole: bool = True) -> Header:
     header alone (as GETRANGE reads it) and skips the body-length check."""
     if len(message) < HEADER.size:
         raise WireError("truncated", f"{len(message)} bytes is shorter than the {HEADER.size}-byte header")
-    (magic, kind, dtype, shard, layout, model_id, version, worker, samples, loss,
-     offset, count) = HEADER.unpack_from(message, 0)
+    (magic, kind, dtype, shard, layout, sender, version, worker, samples, loss,
+     offset, count, sequence) = HEADER.unpack_from(message, 0)
     if magic != MAGIC:
         raise WireError("bad_header", f"magic {magic!r} is not {MAGIC!r}")
     if kind not in (GRADIENT, WEIGHTS):
@@ -106,7 +106,7 @@ def read_header(message: bytes | memoryview, whole: bool = True) -> Header:
         raise WireError("dtype", f"dtype code {dtype}; only float32 ({FLOAT32}) is accepted")
     if whole and len(message) != HEADER.size + 4 * count:
         raise WireError("size", f"header announces {count} values but the body has {len(message) - HEADER.size} bytes")
-    return Header(kind, layout, version, count, offset, shard, model_id, worker, samples, loss)
+    return Header(kind, layout, version, count, offset, shard, sender, worker, samples, loss, sequence)
 
 
 def check(header: Header, expect: Expect) -> None:
@@ -115,8 +115,6 @@ def check(header: Header, expect: Expect) -> None:
         raise WireError("kind", f"expected message kind {expect.kind}, got {header.kind}")
     if expect.layout is not None and header.layout != expect.layout:
         raise WireError("layout", f"layout hash {header.layout.hex()} is not this model's {expect.layout.hex()}")
-    if expect.model_id is not None and header.model_id != expect.model_id:
-        raise WireError("model", f"model id {header.model_id} is not {expect.model_id}")
     if (expect.offset is not None and header.offset != expect.offset) or \
             (expect.count is not None and header.count != expect.count):
         raise WireError("size", f"values [{header.offset}, +{header.count}) are not this receiver's "
