@@ -9,15 +9,20 @@ password made for the run. Each host has its own /tmp, so nothing of the run pas
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pyspark
 import pytest
 
+from ddq.modes.driver import JOB_CANCEL_WAIT_S
+from ddq.transport.redis_server import redis_server_binary
+from ddq.transport.tls import make_server_certificates
 from hosts import TestHosts, deps_only_python, skip_unless_root
 
 pytestmark = [skip_unless_root, pytest.mark.slow]
@@ -25,6 +30,7 @@ pytestmark = [skip_unless_root, pytest.mark.slow]
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = str(SPARK_HOME / "bin" / "spark-class")
 MASTER_PORT = 7077
+REDIS_PORT, PROXY_PORT = 6390, 6391  # on h0, a namespace of the test's own
 
 
 class Cluster:
@@ -53,17 +59,27 @@ class Cluster:
             assert all(daemon.poll() is None for daemon in self.daemons), "a Spark daemon exited:\n" + logs
             time.sleep(0.2)
 
+    def wait_for_workers(self, timeout: float = 180) -> None:
+        """Until the master counts both workers alive with every core free (as after a cut link heals)."""
+        url = f"http://{self.hosts.address('h0')}:18080/json/"
+        ask = f"import json, urllib.request; s = json.load(urllib.request.urlopen({url!r})); " \
+              "print(s['aliveworkers'], s['coresused'])"
+        deadline = time.monotonic() + timeout
+        while (answer := self.hosts.run("h0", [sys.executable, "-c", ask]).stdout.split()) != ["2", "0"]:
+            assert time.monotonic() < deadline, f"the master has {answer} (alive workers, cores used)"
+            time.sleep(1)
+
     def log(self, name: str) -> str:
         path = self.hosts.folder / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def start_training(self, name: str, *flags: str) -> subprocess.Popen:
+    def start_training(self, name: str, *flags: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         """`ddq train` (CartPole, 2 workers) on h0 against the cluster, into h0's /tmp/<name>."""
         return self.hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--spark-master", self.master,
                                        "--env", "CartPole-v1", "--workers", "2", "--no-progress", "--no-dashboard",
                                        "--no-celery", "--run-dir", f"/tmp/{name}", *flags],
                                 self.hosts.folder / f"{name}.log",
-                                {"PYSPARK_PYTHON": str(self.python), "PYTHONUNBUFFERED": "1"})
+                                {"PYSPARK_PYTHON": str(self.python), "PYTHONUNBUFFERED": "1", **(env or {})})
 
     def finish(self, name: str, driver: subprocess.Popen, timeout: float = 500) -> tuple[int, dict, str]:
         """(exit code, summary, log) of the run `start_training` started."""
@@ -131,6 +147,73 @@ def test_a_worker_hosts_link_cut_for_20_s_mid_run_and_the_run_completes_its_budg
     workers = sorted(summary["workers"], key=lambda w: (w["worker"], w["attempt"]))
     assert [(w["worker"], w["attempt"], w["state"]) for w in workers] == [(0, 0, "finished"), (1, 0, "finished")]
     assert summary["updates"] == sum(w["pushes"] for w in workers) > 0  # none lost, none applied twice
+
+
+def tls_redis_behind_a_latency_proxy(cluster: Cluster, delay_ms: float, jitter_ms: float) -> str:
+    """A password-protected TLS redis-server on h0 and, in front of it on h0, the latency proxy; the URL
+    that reaches the server through the proxy (its secrets go to ddq in the environment, never on a command
+    line)."""
+    h, h0 = cluster.hosts, cluster.hosts.address("h0")
+    certificates = make_server_certificates(h.tmp("h0") / "proxied-tls", [h0], "latency")
+    inside = lambda path: f"/tmp/{Path(path).relative_to(h.tmp('h0'))}"  # noqa: E731 - the path on h0
+    password = secrets.token_urlsafe(24)
+    settings = {"port": "0", "bind": h0, "tls-port": str(REDIS_PORT), "tls-cert-file": inside(certificates.cert_file),
+                "tls-key-file": inside(certificates.key_file), "tls-ca-cert-file": inside(certificates.ca_file),
+                "tls-auth-clients": "no", "save": '""', "appendonly": "no", "dir": "/tmp",
+                "proto-max-bulk-len": str(512 * 2**20), "user default": "off",
+                "user ddq": f"on >{password} ~* &* +@all"}
+    h.start("h0", [redis_server_binary(), "-"], h.folder / "proxied-redis.log",
+            stdin_text="".join(f"{key} {value}\n" for key, value in settings.items()))
+    h.start("h0", [sys.executable, "-m", "ddq.benchmarks.latency_proxy", "--listen", f"{h0}:{PROXY_PORT}", "--to",
+                   f"{h0}:{REDIS_PORT}", "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms)],
+            h.folder / "proxy.log")
+    deadline = time.monotonic() + 60
+    while "latency proxy on" not in cluster.log("proxy") or "Ready to accept" not in cluster.log("proxied-redis"):
+        assert time.monotonic() < deadline, cluster.log("proxy") + cluster.log("proxied-redis")
+        time.sleep(0.1)
+    return f"rediss://ddq:{password}@{h0}:{PROXY_PORT}/0?ssl_ca_data={quote(certificates.ca_pem)}"
+
+
+def test_latency_and_jitter_on_every_redis_connection_and_the_run_completes_its_budget(cluster):
+    """Every Redis connection of the run (the driver's, the shard's, the executors') goes through a proxy on
+    h0 that delays each direction by 1 ms +- 0.5 ms: every round trip grows by 1-3 ms."""
+    name = "latency"
+    url = tls_redis_behind_a_latency_proxy(cluster, delay_ms=1.0, jitter_ms=0.5)
+    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "6000", "--eval-every", "3000",
+                                    "--eval-episodes", "2", env={"DDQ_REDIS_URL": url})
+    code, summary, log = cluster.finish(name, driver)
+    assert code == 0, log[-4000:]
+    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 6000
+    assert summary["updates"] == sum(w["pushes"] for w in summary["workers"]) > 0  # none lost, none twice
+    assert url.split("@")[0].split(":")[-1] not in log  # the password stayed out of the log
+
+
+def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_resume_continues(cluster):
+    """h0 (the driver, its Redis and the Spark master) loses its link: no worker can add a step. The run
+    ends with a summary and exit 1 within --stall-timeout plus Spark's cancellation wait, and once the link
+    is back `--resume` finishes it."""
+    name = "driver-cut-off"
+    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "200000", "--eval-every", "3000",
+                                    "--eval-episodes", "2", "--stall-timeout", "15")
+    wait_for_worker_steps(cluster, name, 0, 3500)  # past the first evaluation: a checkpoint to resume from
+    cluster.hosts.link_down("h0")
+    cut = time.monotonic()
+    try:
+        code, summary, log = cluster.finish(name, driver, timeout=15 + JOB_CANCEL_WAIT_S + 60)
+        ended_after = time.monotonic() - cut
+        print(f"the run ended {ended_after:.1f} s after the cut")
+    finally:
+        cluster.hosts.link_up("h0")
+    assert code == 1, log[-4000:]
+    assert "no worker added an env step for 15 s" in summary["stop_reason"], summary["stop_reason"]
+    assert ended_after < 15 + JOB_CANCEL_WAIT_S + 30, ended_after
+    assert (cluster.hosts.tmp("h0") / name / "checkpoint.pt").exists() and summary["env_steps"] < 200000
+    cluster.wait_for_workers()  # the worker daemons register with the master again
+    resumed = cluster.start_training(name, "--resume", f"/tmp/{name}", "--total-steps",
+                                     str(summary["env_steps"] + 2000))
+    code, after, log = cluster.finish(name, resumed)
+    assert code == 0, log[-4000:]
+    assert after["stop_reason"] == "step budget spent" and after["env_steps"] >= summary["env_steps"] + 2000
 
 
 def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(cluster):

@@ -186,7 +186,7 @@ def test_a_redis_that_keeps_dying_ends_the_run_with_a_summary_and_resume_finishe
     errors = [line for line in log.read_text().splitlines() if line.startswith("ddq: error:")]
     assert len(errors) == 1 and "redis-server" in errors[0] and "after 3 restarts" in errors[0], errors
     summary = summary_of(run_dir)
-    assert summary["stop_reason"].startswith("a process failed: redis-server")
+    assert summary["stop_reason"].startswith("the run could not go on: redis-server")
     assert (run_dir / "checkpoint.pt").exists() and summary["env_steps"] < 200_000
     assert sorted(row["worker"] for row in summary["workers"]) == [0, 1]  # kept by the driver, not only in Redis
     assert processes_mentioning(str(run_dir)) == []

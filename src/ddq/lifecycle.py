@@ -33,7 +33,7 @@ class StopReason(str, enum.Enum):
     TARGET = "target return reached"
     TIME = "time budget spent"
     USER = "stopped by the user"
-    FAILURE = "a process failed"
+    FAILURE = "the run could not go on"
 
 
 def is_stop(value: bytes | str | None) -> bool:

@@ -147,6 +147,7 @@ class DistributedConfig:
     spark_master: str | None = setting(None, "cluster", "Spark master URL (default local[WORKERS])")
     redis_url: str | None = setting(None, "cluster", "Redis to use: redis://, rediss://, unix:// (default: a private redis-server ddq starts)")
     listen: str | None = setting(None, "cluster", "an address of this host where Spark's driver and the run's private Redis serve executors on other hosts; the Redis then speaks only TLS, with a certificate authority and a password made for the run (default: this host only; with a cluster master and no redis_url, the address that reaches the master)")
+    stall_timeout: float = setting(300.0, "cluster", "seconds without a new env step from any worker after which the run ends, resumable: the driver lost its workers (a cut network), or the cluster has no executor free")
     server: ServerConfig = section(ServerConfig, "parameter server")
     publish_every: int = setting(10, "actor-learner", "learner updates between weight publications (--sync: once a round)")
     send_every: int = setting(16, "actor-learner", "vector steps an actor sends per message")
@@ -156,7 +157,7 @@ class DistributedConfig:
     sync_every: int = setting(2, "actor-learner", "--sync: episodes each actor plays per round")
 
     def __post_init__(self) -> None:
-        _positive(self, "workers", "publish_every", "send_every", "sync_every", "actor_backlog")
+        _positive(self, "workers", "publish_every", "send_every", "sync_every", "actor_backlog", "stall_timeout")
 
 
 @dataclass

@@ -45,6 +45,10 @@ from ddq.services.telemetry import lost_and_redone, network_info, worker_rows
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
 
 
+class RunStalled(RuntimeError):
+    """No worker added an env step for the run's stall timeout."""
+
+
 @dataclass
 class Wiring:
     """What makes a distributed mode."""
@@ -99,7 +103,7 @@ class Driver:
                 self.wiring.weights.drained()
                 self.mirror.evaluate(self.record, self.services)
                 self.services.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
-            except (ProcessFailed, SparkJobFailed, redis.RedisError) as error:
+            except (ProcessFailed, SparkJobFailed, RunStalled, redis.RedisError) as error:
                 self.failure = f"{type(error).__name__}: {error}" if isinstance(error, redis.RedisError) else str(error)
                 print(f"ddq: error: the run cannot go on: {self.failure}", file=sys.stderr, flush=True)
             summary = self._finish()
@@ -153,6 +157,7 @@ class Driver:
         time budget or a signal (the workers stop at the step budget themselves)."""
         c, counters, s = self.config, self.record.counters, self.services
         reached = False
+        moved_at, moved_steps = time.monotonic(), counters.env_steps  # the workers' last progress
         with tqdm(total=c.run.total_steps, initial=counters.env_steps, unit="step", disable=not c.run.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
             while job.is_alive():
@@ -168,6 +173,12 @@ class Driver:
                     steps = int(s.redis.incrby(s.keys.env_steps, counters.env_steps - steps))
                 bar.update(min(steps, c.run.total_steps) - bar.n)  # past the total, tqdm would drop the percentage
                 counters.env_steps = steps
+                if steps > moved_steps:
+                    moved_at, moved_steps = time.monotonic(), steps
+                elif time.monotonic() - moved_at > c.distributed.stall_timeout and not stopping:
+                    raise RunStalled(f"no worker added an env step for {c.distributed.stall_timeout:g} s (are the "
+                                     "workers' hosts reachable? is an executor free?); "
+                                     f"ddq train --resume {self.run_dir} continues the run")
                 counters.wall_time_s = time.time() - self.record.origin
                 self._drain_episodes()
                 epsilon = self.wiring.weights.workers_epsilon(steps)
