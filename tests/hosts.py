@@ -233,3 +233,34 @@ def deps_only_python(folder: Path) -> Path:
         target = next((venv / "lib").glob("python*/site-packages"))
         (target / "ddq-dependencies.pth").write_text(purelib + "\n")
     return venv / "bin" / "python"
+
+
+def executor_environment(folder: Path) -> Path:
+    """A virtual environment that holds copies of ddq's dependencies, as installed here, and neither ddq nor
+    pyspark (Spark hands executors its own): what a user makes for executors with `pip install`, made from
+    the files already here instead of a download. venv-pack can pack it (`ddq package --env`)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    venv = folder / "executor-env"
+    if (venv / "bin" / "python").exists():
+        return venv
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    wanted, seen = [Requirement(text) for text in metadata.requires("ddq") or []], set()
+    while wanted:
+        requirement = wanted.pop()
+        name = requirement.name.lower().replace("_", "-")
+        if name in seen or name in ("pyspark", "py4j", "ddq") or \
+                (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        dist = metadata.distribution(requirement.name)
+        for file in dist.files or []:
+            source = Path(str(file.locate()))
+            if ".." not in file.parts and source.is_file():  # scripts in bin/ are not needed
+                (site / file).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, site / file)
+        wanted += [Requirement(text) for text in dist.requires or []]
+    return venv

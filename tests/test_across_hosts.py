@@ -1,4 +1,4 @@
-"""Runs across hosts: a driver host (h0: the Spark master, `ddq train` and its private Redis) and two
+"""Runs across hosts (the suite's proof that both distributed modes learn): a driver host (h0: the Spark master, `ddq train` and its private Redis) and two
 worker hosts (h1, h2: a Spark worker daemon each), made by the test-hosts harness on this machine.
 
 Executors run only on the worker hosts, with a Python environment that has ddq's dependencies and not
@@ -23,7 +23,7 @@ import pytest
 from ddq.modes.driver import JOB_CANCEL_WAIT_S
 from ddq.transport.redis_server import redis_server_binary
 from ddq.transport.tls import make_server_certificates
-from hosts import TestHosts, deps_only_python, skip_unless_root
+from hosts import TestHosts, deps_only_python, executor_environment, skip_unless_root
 
 pytestmark = [skip_unless_root, pytest.mark.slow]
 
@@ -92,6 +92,17 @@ class Cluster:
         return self.finish(name, self.start_training(name, *flags))
 
 
+@pytest.fixture
+def run_ddq_package():
+    """`ddq package FOLDER --env ENV` (gzip level 1: the suite's time); the spark-submit command it prints."""
+    def package(folder: Path, environment: Path) -> list[str]:
+        done = subprocess.run([sys.executable, "-m", "ddq", "package", str(folder), "--env", str(environment),
+                               "--compress-level", "1"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+    return package
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     with TestHosts(["h0", "h1", "h2"]) as hosts:
@@ -117,6 +128,39 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
         assert list((cluster.hosts.tmp(host) / "spark-work").rglob("ddq.zip")), f"ddq was not shipped to {host}"
     assert not (cluster.hosts.tmp("h1") / name).exists() and not (cluster.hosts.tmp("h2") / name).exists()
     assert len(summary["workers"]) == 2
+    if mode == "actor-learner":  # every eval_every mark (1000) of the env steps trained on was evaluated, in order
+        points = [point for point in map(json.loads, metrics) if point["kind"] == "eval" and "trained_steps" in point]
+        marks = [point["trained_steps"] for point in points]
+        assert [mark // 1000 for mark in marks] == list(range(1, len(marks) + 1))
+        assert all(mark % 1000 < 200 for mark in marks)  # taken within a message's worth of steps of the mark
+        first = next(point for point in points if point["mean_return"] >= 475)  # reported at its acted steps
+        assert summary["steps_to_target"] == first["env_steps"] >= first["trained_steps"]
+
+
+def test_spark_submit_with_what_ddq_package_writes_under_latency_on_every_redis_connection(cluster,
+                                                                                         run_ddq_package):
+    """`ddq package --env` writes ddq.zip (--py-files), the script, and a venv-pack archive of an environment
+    with ddq's dependencies (--archives); spark-submit on h0, as `ddq package` prints it, runs downpour with
+    executors on h1 and h2 whose Python is the archive's own, unpacked by Spark beside each executor. Every
+    Redis connection of the run (the driver's, the shard's, the executors') goes to a TLS Redis on h0 through
+    a proxy that delays each direction by 1 ms +- 0.5 ms: every round trip grows by 1-3 ms."""
+    h = cluster.hosts
+    command = run_ddq_package(h.tmp("h0") / "package", executor_environment(h.folder))
+    inside = [part.replace(str(h.tmp("h0")), "/tmp") for part in command]  # the same files, as h0 sees them
+    inside[0], inside[inside.index("URL")] = str(SPARK_HOME / "bin" / "spark-submit"), cluster.master
+    url, _ = latency_proxy_on_h0(cluster, tls_redis_on_h0(cluster), delay_ms=1.0, jitter_ms=0.5)
+    name = "submitted"
+    flags = ["--workers", "2", "--env", "CartPole-v1", "--total-steps", "4000", "--eval-every", "4000",
+             "--eval-episodes", "2", "--no-progress", "--no-dashboard", "--no-celery", "--run-dir", f"/tmp/{name}"]
+    submit = h.start("h0", inside[:inside.index("[ddq")] + flags, h.folder / f"{name}.log",
+                     {**cluster.spark_env("h0"), "DDQ_REDIS_URL": url})
+    code, summary, log = cluster.finish(name, submit)
+    assert code == 0, log[-4000:]
+    assert summary["mode"] == "downpour" and summary["env_steps"] >= 4000 and summary["stop_reason"] == "step budget spent"
+    assert summary["updates"] == sum(w["pushes"] for w in summary["workers"]) > 0  # none lost, none twice
+    assert url.split("@")[0].split(":")[-1] not in log  # the password stayed out of the log
+    for host in ("h1", "h2"):  # the executors' Python came in the archive
+        assert list((h.tmp(host) / "spark-work").rglob("environment/bin/python")), f"no archive unpacked on {host}"
 
 
 def wait_for_worker_steps(cluster: Cluster, name: str, worker: int, env_steps: int, timeout: float = 180) -> None:
@@ -124,35 +168,17 @@ def wait_for_worker_steps(cluster: Cluster, name: str, worker: int, env_steps: i
     metrics = cluster.hosts.tmp("h0") / name / "metrics.jsonl"
     deadline = time.monotonic() + timeout
     while True:
-        assert time.monotonic() < deadline, f"worker {worker} never passed {env_steps} env steps"
+        assert time.monotonic() < deadline, f"worker {worker} never passed {env_steps} env steps:\n" + \
+            cluster.log(name)[-3000:]
         if metrics.exists() and any(point.get("worker") == worker and point.get("env_steps", 0) > env_steps
                                     for point in map(json.loads, metrics.read_text().splitlines()[-200:])):
             return
         time.sleep(0.2)
 
 
-def test_a_worker_hosts_link_cut_for_20_s_mid_run_and_the_run_completes_its_budget(cluster):
-    """Connections wait out the cut (their 30 s deadline is longer), Spark keeps the executor, and every
-    gradient pushed is applied exactly once: the server's version is the sum of the workers' pushes."""
-    name = "cut-20s"
-    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "16000", "--eval-every", "8000",
-                                    "--eval-episodes", "2")
-    wait_for_worker_steps(cluster, name, 1, 1500)  # worker 1: the task on h1 or h2, whichever Spark chose
-    cluster.hosts.link_down("h1")
-    time.sleep(20)  # the fault itself: 20 s without a link
-    cluster.hosts.link_up("h1")
-    code, summary, log = cluster.finish(name, driver)
-    assert code == 0, log[-4000:]
-    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 16000
-    workers = sorted(summary["workers"], key=lambda w: (w["worker"], w["attempt"]))
-    assert [(w["worker"], w["attempt"], w["state"]) for w in workers] == [(0, 0, "finished"), (1, 0, "finished")]
-    assert summary["updates"] == sum(w["pushes"] for w in workers) > 0  # none lost, none applied twice
-
-
-def tls_redis_behind_a_latency_proxy(cluster: Cluster, delay_ms: float, jitter_ms: float) -> str:
-    """A password-protected TLS redis-server on h0 and, in front of it on h0, the latency proxy; the URL
-    that reaches the server through the proxy (its secrets go to ddq in the environment, never on a command
-    line)."""
+def tls_redis_on_h0(cluster: Cluster) -> str:
+    """A password-protected TLS redis-server on h0 (its settings on its stdin); the URL that reaches it,
+    whose secrets go to ddq in the environment, never on a command line."""
     h, h0 = cluster.hosts, cluster.hosts.address("h0")
     certificates = make_server_certificates(h.tmp("h0") / "proxied-tls", [h0], "latency")
     inside = lambda path: f"/tmp/{Path(path).relative_to(h.tmp('h0'))}"  # noqa: E731 - the path on h0
@@ -164,28 +190,48 @@ def tls_redis_behind_a_latency_proxy(cluster: Cluster, delay_ms: float, jitter_m
                 "user ddq": f"on >{password} ~* &* +@all"}
     h.start("h0", [redis_server_binary(), "-"], h.folder / "proxied-redis.log",
             stdin_text="".join(f"{key} {value}\n" for key, value in settings.items()))
-    h.start("h0", [sys.executable, "-m", "ddq.benchmarks.latency_proxy", "--listen", f"{h0}:{PROXY_PORT}", "--to",
-                   f"{h0}:{REDIS_PORT}", "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms)],
-            h.folder / "proxy.log")
     deadline = time.monotonic() + 60
-    while "latency proxy on" not in cluster.log("proxy") or "Ready to accept" not in cluster.log("proxied-redis"):
-        assert time.monotonic() < deadline, cluster.log("proxy") + cluster.log("proxied-redis")
+    while "Ready to accept" not in cluster.log("proxied-redis"):
+        assert time.monotonic() < deadline, cluster.log("proxied-redis")
         time.sleep(0.1)
-    return f"rediss://ddq:{password}@{h0}:{PROXY_PORT}/0?ssl_ca_data={quote(certificates.ca_pem)}"
+    return f"rediss://ddq:{password}@{h0}:{REDIS_PORT}/0?ssl_ca_data={quote(certificates.ca_pem)}"
 
 
-def test_latency_and_jitter_on_every_redis_connection_and_the_run_completes_its_budget(cluster):
-    """Every Redis connection of the run (the driver's, the shard's, the executors') goes through a proxy on
-    h0 that delays each direction by 1 ms +- 0.5 ms: every round trip grows by 1-3 ms."""
-    name = "latency"
-    url = tls_redis_behind_a_latency_proxy(cluster, delay_ms=1.0, jitter_ms=0.5)
-    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "6000", "--eval-every", "3000",
-                                    "--eval-episodes", "2", env={"DDQ_REDIS_URL": url})
+def latency_proxy_on_h0(cluster: Cluster, url: str, delay_ms: float, jitter_ms: float,
+                        traffic: str | None = None) -> tuple[str, subprocess.Popen]:
+    """The latency proxy on h0 in front of the Redis at `url` (writing its byte counts to `traffic`, a path
+    on h0, when stopped); the URL through it, and the proxy process."""
+    h0 = cluster.hosts.address("h0")
+    log = cluster.hosts.folder / "proxy.log"
+    log.unlink(missing_ok=True)
+    proxy = cluster.hosts.start("h0", [sys.executable, "-m", "ddq.benchmarks.latency_proxy", "--listen",
+                                       f"{h0}:{PROXY_PORT}", "--to", f"{h0}:{REDIS_PORT}", "--delay-ms", str(delay_ms),
+                                       "--jitter-ms", str(jitter_ms), *(["--traffic", traffic] if traffic else [])],
+                                log)
+    deadline = time.monotonic() + 60
+    while "latency proxy on" not in cluster.log("proxy"):
+        assert time.monotonic() < deadline and proxy.poll() is None, cluster.log("proxy")
+        time.sleep(0.1)
+    return url.replace(f":{REDIS_PORT}/", f":{PROXY_PORT}/"), proxy
+
+
+def test_a_worker_hosts_link_cut_for_20_s_mid_run_and_the_run_completes_its_budget(cluster):
+    """Connections wait out the cut (their 30 s deadline is longer), Spark keeps the executor, and every
+    gradient pushed is applied exactly once: the server's version is the sum of the workers' pushes."""
+    name = "cut-20s"
+    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "12000", "--eval-every", "6000",
+                                    "--eval-episodes", "2")
+    wait_for_worker_steps(cluster, name, 1, 1500)  # worker 1: the task on h1 or h2, whichever Spark chose
+    cluster.hosts.link_down("h1")
+    time.sleep(20)  # the fault itself: 20 s without a link
+    cluster.hosts.link_up("h1")
     code, summary, log = cluster.finish(name, driver)
     assert code == 0, log[-4000:]
-    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 6000
-    assert summary["updates"] == sum(w["pushes"] for w in summary["workers"]) > 0  # none lost, none twice
-    assert url.split("@")[0].split(":")[-1] not in log  # the password stayed out of the log
+    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 12000
+    workers = sorted(summary["workers"], key=lambda w: (w["worker"], w["attempt"]))
+    assert [(w["worker"], w["attempt"], w["state"]) for w in workers] == [(0, 0, "finished"), (1, 0, "finished")], \
+        (workers, log[-3000:])
+    assert summary["updates"] == sum(w["pushes"] for w in workers) > 0, workers  # none lost, none applied twice
 
 
 def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_resume_continues(cluster):
@@ -214,6 +260,32 @@ def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_re
     code, after, log = cluster.finish(name, resumed)
     assert code == 0, log[-4000:]
     assert after["stop_reason"] == "step budget spent" and after["env_steps"] >= summary["env_steps"] + 2000
+
+
+def test_a_worker_hosts_link_cut_for_good_mid_run_is_redone_elsewhere_and_the_run_completes(cluster):
+    """h1 loses its link and never gets it back while the run lasts. Spark declares its executor lost once
+    `spark.network.timeout` passes (20 s here, set the way any Spark setting is, in PYSPARK_SUBMIT_ARGS;
+    Spark's default is 120 s) and retries its task on h2; the cut-off attempt is named as lost."""
+    name = "cut-for-good"
+    spark_settings = ("--conf spark.network.timeout=20s --conf spark.network.timeoutInterval=5s "
+                      "--conf spark.executor.heartbeatInterval=2s pyspark-shell")
+    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "8000", "--eval-every", "4000",
+                                    "--eval-episodes", "2", env={"PYSPARK_SUBMIT_ARGS": spark_settings})
+    wait_for_worker_steps(cluster, name, 0, 1500)
+    wait_for_worker_steps(cluster, name, 1, 1500)
+    cluster.hosts.link_down("h1")
+    try:
+        code, summary, log = cluster.finish(name, driver)
+    finally:
+        cluster.hosts.link_up("h1")
+    assert code == 0, log[-4000:]
+    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 8000
+    lost = [(row["worker"], row["attempt"]) for row in summary["lost"]]
+    assert len(lost) == 1 and [(row["worker"], row["attempt"]) for row in summary["redone"]] == [
+        (lost[0][0], lost[0][1] + 1)], summary["workers"]
+    # the cut-off attempt's last heartbeat misses at most its last second of pushes before the cut
+    assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"]
+    cluster.wait_for_workers()  # h1's worker daemon is back for the next test
 
 
 def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(cluster):

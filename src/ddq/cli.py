@@ -91,15 +91,17 @@ def cmd_learner(args: argparse.Namespace) -> int:
 
 
 def cmd_package(args: argparse.Namespace) -> int:
-    """Writes ddq.zip (for spark-submit --py-files) and ddq_submit.py (the script spark-submit runs)."""
-    import shutil
+    """Writes what spark-submit needs: ddq.zip (--py-files), ddq_submit.py (the script it runs) and the
+    environment archive (--archives), then prints the command."""
+    from ddq.modes.shipping import PackagingError, write_package
 
-    from ddq.modes.placement import package_zip
-
-    out = Path(args.folder)
-    package_zip(out)
-    shutil.copy(Path(__file__).parent / "spark_submit.py", out / "ddq_submit.py")
-    print(f"spark-submit --master URL --py-files {out / 'ddq.zip'} {out / 'ddq_submit.py'} [ddq train flags]")
+    environment = None if args.no_env else Path(args.env or sys.prefix)
+    try:
+        command = write_package(Path(args.folder), environment, args.compress_level)
+    except PackagingError as error:
+        print(f"ddq package: {error}", file=sys.stderr)
+        return 2
+    print(" ".join(command))
     return 0
 
 
@@ -289,8 +291,15 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     models.add_argument("model", nargs="?", help="shipped name (deepq16, ...) or .prototxt file")
     models.set_defaults(func=cmd_models)
 
-    package = commands.add_parser("package", help="write ddq.zip and ddq_submit.py for spark-submit")
+    package = commands.add_parser("package", help="write what spark-submit needs: ddq.zip (--py-files), "
+                                                    "ddq_submit.py and a Python environment archive (--archives)")
     package.add_argument("folder", help="where to write them")
+    package.add_argument("--env", metavar="PREFIX", help="the virtual environment, with ddq's dependencies, "
+                                                         "that executors run (default: this one)")
+    package.add_argument("--no-env", action="store_true", help="no environment archive: the executors' hosts "
+                                                               "have a Python with ddq's dependencies")
+    package.add_argument("--compress-level", type=int, default=4, choices=range(10), metavar="0-9",
+                         help="gzip level of the archive (default 4; 1 writes faster, larger)")
     package.set_defaults(func=cmd_package)
 
     plot = commands.add_parser("plot", help="write a run's learning curve as a PNG")

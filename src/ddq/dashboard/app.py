@@ -20,9 +20,12 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
 from ddq.dashboard.reader import RunNotFound, RunReader, runs_in
+from ddq.transport.redis_client import OutageRetry
 from ddq.transport.redis_client import connect as connect_redis
 
 DEFAULT_POINTS, MAX_POINTS = 500, 5000
+
+DASHBOARD_OUTAGE_S = 2.0  # a page waits this long for a restarting Redis, then says it is unreachable (503)
 
 API = {
     "/api/run": "the run: env, mode, workers, shards, state, counters (env steps, updates, pushes, episodes)",
@@ -121,7 +124,7 @@ def pick_run(client: redis.Redis, run: str | None) -> str:
 def serve(redis_url: str, run: str | None, host: str = "127.0.0.1", port: int = 0,
           url_file: str | None = None) -> None:
     """Serves the dashboard of `run` until the process is stopped; prints (and writes) its URL."""
-    client = connect_redis(redis_url)
+    client = connect_redis(redis_url, retry=OutageRetry(DASHBOARD_OUTAGE_S))
     run = pick_run(client, run)
     RunReader(client, run).info()  # a wrong run id fails at start, not as a blank page
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request

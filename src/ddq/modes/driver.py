@@ -34,8 +34,9 @@ from ddq.gamesim import eats_apples
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.bookkeeping import RunCounters, RunLog, RunRecord, progress_values, run_summary
 from ddq.modes.evaluators import Evaluator, WeightsMirror
-from ddq.modes.placement import package_zip, placement
+from ddq.modes.placement import placement
 from ddq.modes.run_services import RunServices
+from ddq.modes.shipping import package_zip
 from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask, launched_by_spark_submit, local_master, spark_session
 from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor

@@ -5,15 +5,13 @@ On a laptop (`local[N]`) everything stays on this host: Spark's driver binds 127
 Redis a unix socket. With a cluster master (spark://, yarn, k8s://), executors run elsewhere: the driver
 advertises the address of this host that reaches the master, the private Redis listens there (TLS, a
 password made for the run; unless the run names its own Redis), and the job carries ddq itself as a zip
-(`SparkContext.addPyFile`), so executors need only ddq's dependencies.
+(`SparkContext.addPyFile`, `ddq.modes.shipping`), so executors need only ddq's dependencies.
 """
 
 from __future__ import annotations
 
 import socket
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from ddq.config import TrainConfig
@@ -58,16 +56,3 @@ def placement(config: TrainConfig, spark_submit: bool) -> Placement:
     listen = d.listen or (advertise if remote_master else None)
     return Placement(cluster, None if d.redis_url else listen, advertise, d.listen or advertise,
                      cluster and not spark_submit)
-
-
-def package_zip(folder: Path) -> Path:
-    """folder/ddq.zip: the ddq package as Spark's --py-files (and `addPyFile`) take it."""
-    import ddq
-
-    package = Path(ddq.__file__).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(folder / "ddq.zip", "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(package.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                archive.write(path, Path("ddq") / path.relative_to(package))
-    return folder / "ddq.zip"
