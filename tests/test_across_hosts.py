@@ -9,7 +9,9 @@ password made for the run. Each host has its own /tmp, so nothing of the run pas
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +26,7 @@ from ddq.modes.driver import JOB_CANCEL_WAIT_S
 from ddq.transport.redis_server import redis_server_binary
 from ddq.transport.tls import make_server_certificates
 from hosts import TestHosts, deps_only_python, executor_environment, skip_unless_root
+from test_failures import child_named
 
 pytestmark = [skip_unless_root, pytest.mark.slow]
 
@@ -237,7 +240,7 @@ def test_a_worker_hosts_link_cut_for_20_s_mid_run_and_the_run_completes_its_budg
 def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_resume_continues(cluster):
     """h0 (the driver, its Redis and the Spark master) loses its link: no worker can add a step. The run
     ends with a summary and exit 1 within --stall-timeout plus Spark's cancellation wait, and once the link
-    is back `--resume` finishes it."""
+    is back `--resume` finishes it, riding out its private Redis killed once on the way."""
     name = "driver-cut-off"
     driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "200000", "--eval-every", "3000",
                                     "--eval-episodes", "2", "--stall-timeout", "15")
@@ -255,11 +258,19 @@ def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_re
     assert ended_after < 15 + JOB_CANCEL_WAIT_S + 30, ended_after
     assert (cluster.hosts.tmp("h0") / name / "checkpoint.pt").exists() and summary["env_steps"] < 200000
     cluster.wait_for_workers()  # the worker daemons register with the master again
-    resumed = cluster.start_training(name, "--resume", f"/tmp/{name}", "--total-steps",
-                                     str(summary["env_steps"] + 2000))
+    budget = summary["env_steps"] + 4000
+    resumed = cluster.start_training(name, "--resume", f"/tmp/{name}", "--total-steps", str(budget))
+    # and its private Redis, serving the executors over TLS, is killed once mid-run: restarted from its
+    # snapshot, it is reached again at the same address, password and certificate
+    wait_for_worker_steps(cluster, name, 0, summary["env_steps"] + 1000)
+    os.kill(child_named(resumed.pid, "redis-server"), signal.SIGKILL)
+    first_session = len(log)
     code, after, log = cluster.finish(name, resumed)
+    log = log[first_session:]  # the same log file: the resumed session's part
     assert code == 0, log[-4000:]
-    assert after["stop_reason"] == "step budget spent" and after["env_steps"] >= summary["env_steps"] + 2000
+    assert after["stop_reason"] == "step budget spent" and after["env_steps"] >= budget
+    assert after["restarts"] == {"redis-server": 1} and "ddq: error" not in log, log[-3000:]
+    assert [(w["worker"], w["attempt"]) for w in after["workers"]] == [(0, 0), (1, 0)]  # no task failed
 
 
 def test_a_worker_hosts_link_cut_for_good_mid_run_is_redone_elsewhere_and_the_run_completes(cluster):
