@@ -97,10 +97,10 @@ class Cluster:
 
 @pytest.fixture
 def run_ddq_package():
-    """`ddq package FOLDER --env ENV` (gzip level 1: the suite's time); the spark-submit command it prints."""
+    """`ddq package FOLDER --env ENV` (gzip level 0: the suite's time); the spark-submit command it prints."""
     def package(folder: Path, environment: Path) -> list[str]:
         done = subprocess.run([sys.executable, "-m", "ddq", "package", str(folder), "--env", str(environment),
-                               "--compress-level", "1"], capture_output=True, text=True, timeout=300)
+                               "--compress-level", "0"], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         return done.stdout.split()
     return package
@@ -116,9 +116,18 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.mark.parametrize("mode, seed", [("downpour", 21), ("actor-learner", 21)])
 def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
+    """Downpour's run also meets fault a: a worker host's link cut for 20 s mid-run, then restored.
+    Connections wait out the cut (their 30 s deadline is longer), Spark keeps the executor, and every
+    gradient pushed is applied exactly once: the server's version is the sum of the workers' pushes."""
     name = f"cartpole-{mode}"
-    code, summary, log = cluster.train(name, "--mode", mode, "--seed", str(seed), "--target-return", "475",
-                                       "--total-steps", "60000")
+    driver = cluster.start_training(name, "--mode", mode, "--seed", str(seed), "--target-return", "475",
+                                    "--total-steps", "60000")
+    if mode == "downpour":
+        wait_for_worker_steps(cluster, name, 1, 1500)  # worker 1: the task on h1 or h2, whichever Spark chose
+        cluster.hosts.link_down("h1")
+        time.sleep(20)  # the fault itself: 20 s without a link
+        cluster.hosts.link_up("h1")
+    code, summary, log = cluster.finish(name, driver)
     assert code == 0, log[-4000:]
     assert summary["reached_target"] and summary["steps_to_target"] <= 60000, summary
     metrics = (cluster.hosts.tmp("h0") / name / "metrics.jsonl").read_text().splitlines()
@@ -138,6 +147,11 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
         assert all(mark % 1000 < 200 for mark in marks)  # taken within a message's worth of steps of the mark
         first = next(point for point in points if point["mean_return"] >= 475)  # reported at its acted steps
         assert summary["steps_to_target"] == first["env_steps"] >= first["trained_steps"]
+    else:  # the cut: both first attempts finished, none lost, none applied twice
+        workers = sorted(summary["workers"], key=lambda w: (w["worker"], w["attempt"]))
+        assert [(w["worker"], w["attempt"], w["state"]) for w in workers] == [(0, 0, "finished"), (1, 0, "finished")], \
+            (workers, log[-3000:])
+        assert summary["updates"] == sum(w["pushes"] for w in workers) > 0, workers
 
 
 def test_spark_submit_with_what_ddq_package_writes_under_latency_on_every_redis_connection(cluster,
@@ -218,25 +232,6 @@ def latency_proxy_on_h0(cluster: Cluster, url: str, delay_ms: float, jitter_ms: 
     return url.replace(f":{REDIS_PORT}/", f":{PROXY_PORT}/"), proxy
 
 
-def test_a_worker_hosts_link_cut_for_20_s_mid_run_and_the_run_completes_its_budget(cluster):
-    """Connections wait out the cut (their 30 s deadline is longer), Spark keeps the executor, and every
-    gradient pushed is applied exactly once: the server's version is the sum of the workers' pushes."""
-    name = "cut-20s"
-    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "12000", "--eval-every", "6000",
-                                    "--eval-episodes", "2")
-    wait_for_worker_steps(cluster, name, 1, 1500)  # worker 1: the task on h1 or h2, whichever Spark chose
-    cluster.hosts.link_down("h1")
-    time.sleep(20)  # the fault itself: 20 s without a link
-    cluster.hosts.link_up("h1")
-    code, summary, log = cluster.finish(name, driver)
-    assert code == 0, log[-4000:]
-    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 12000
-    workers = sorted(summary["workers"], key=lambda w: (w["worker"], w["attempt"]))
-    assert [(w["worker"], w["attempt"], w["state"]) for w in workers] == [(0, 0, "finished"), (1, 0, "finished")], \
-        (workers, log[-3000:])
-    assert summary["updates"] == sum(w["pushes"] for w in workers) > 0, workers  # none lost, none applied twice
-
-
 def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_resume_continues(cluster):
     """h0 (the driver, its Redis and the Spark master) loses its link: no worker can add a step. The run
     ends with a summary and exit 1 within --stall-timeout plus Spark's cancellation wait, and once the link
@@ -258,7 +253,7 @@ def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_re
     assert ended_after < 15 + JOB_CANCEL_WAIT_S + 30, ended_after
     assert (cluster.hosts.tmp("h0") / name / "checkpoint.pt").exists() and summary["env_steps"] < 200000
     cluster.wait_for_workers()  # the worker daemons register with the master again
-    budget = summary["env_steps"] + 4000
+    budget = summary["env_steps"] + 3000
     resumed = cluster.start_training(name, "--resume", f"/tmp/{name}", "--total-steps", str(budget))
     # and its private Redis, serving the executors over TLS, is killed once mid-run: restarted from its
     # snapshot, it is reached again at the same address, password and certificate
@@ -280,7 +275,7 @@ def test_a_worker_hosts_link_cut_for_good_mid_run_is_redone_elsewhere_and_the_ru
     name = "cut-for-good"
     spark_settings = ("--conf spark.network.timeout=20s --conf spark.network.timeoutInterval=5s "
                       "--conf spark.executor.heartbeatInterval=2s pyspark-shell")
-    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "8000", "--eval-every", "4000",
+    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "6000", "--eval-every", "3000",
                                     "--eval-episodes", "2", env={"PYSPARK_SUBMIT_ARGS": spark_settings})
     wait_for_worker_steps(cluster, name, 0, 1500)
     wait_for_worker_steps(cluster, name, 1, 1500)
@@ -290,12 +285,13 @@ def test_a_worker_hosts_link_cut_for_good_mid_run_is_redone_elsewhere_and_the_ru
     finally:
         cluster.hosts.link_up("h1")
     assert code == 0, log[-4000:]
-    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 8000
+    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 6000
     lost = [(row["worker"], row["attempt"]) for row in summary["lost"]]
     assert len(lost) == 1 and [(row["worker"], row["attempt"]) for row in summary["redone"]] == [
         (lost[0][0], lost[0][1] + 1)], summary["workers"]
-    # the cut-off attempt's last heartbeat misses at most its last second of pushes before the cut
-    assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"]
+    # none applied twice: no more updates than gradients reached Redis (the cut-off attempt's own count
+    # misses its pushes after its last heartbeat, which Redis counted as they arrived)
+    assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"] <= summary["gradients_received"]
     cluster.wait_for_workers()  # h1's worker daemon is back for the next test
 
 
@@ -320,5 +316,6 @@ def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(c
     assert [(row["worker"], row["attempt"]) for row in summary["lost"]] == [lost[0][:2]]
     assert [(row["worker"], row["attempt"], row["state"]) for row in summary["redone"]] == [
         (lost[0][0], lost[0][1] + 1, "finished")]
-    # a crashed attempt's last heartbeat misses at most its last second of pushes: none is applied twice
-    assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"]
+    # none applied twice: no more updates than gradients reached Redis (a crashed attempt's last heartbeat
+    # misses at most its last second of pushes, which Redis counted as they arrived)
+    assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"] <= summary["gradients_received"]

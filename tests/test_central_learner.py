@@ -15,11 +15,11 @@ from ddq.models import build_q_network
 STREAMS, ROWS = 2, 8
 
 
-def rows(actor: int, sequence: int, attempt: int = 0, version: int = 0) -> Experience:
+def rows(actor: int, sequence: int, sender: int = 0, version: int = 0) -> Experience:
     rng = np.random.default_rng([actor, sequence])
     continues = np.ones((ROWS, STREAMS), bool)
     continues[0] = sequence > 0
-    return Experience(actor, attempt, sequence, rng.standard_normal((ROWS, STREAMS, 4)).astype(np.float32),
+    return Experience(actor, sender, sequence, rng.standard_normal((ROWS, STREAMS, 4)).astype(np.float32),
                 rng.integers(0, 2, (ROWS, STREAMS)), np.ones((ROWS, STREAMS), np.float32),
                 np.zeros((ROWS, STREAMS), bool), continues, weights_version=version)
 
@@ -64,7 +64,7 @@ def test_a_message_that_does_not_follow_its_actors_last_one_starts_its_streams_a
     assert core.ingested == 14
     core.ingest(rows(0, 2))  # follows sequence 1: every row continues
     assert core.ingested == 14 + 16
-    core.ingest(rows(0, 3, attempt=1))  # a restarted actor (a new attempt): cut again
+    core.ingest(rows(0, 3, sender=1))  # a restarted actor (a new sender): cut again
     assert core.ingested == 14 + 16 + 14
 
 
@@ -75,7 +75,7 @@ def test_a_message_taken_before_is_dropped_not_trained_on_twice():
     assert not core.ingest(rows(0, 1)) and not core.ingest(rows(0, 0))  # sent again, or restored from Redis
     assert (core.ingested, core.owed, core.senders.repeats) == (14 + 16, owed, 2)
     assert core.ingest(rows(0, 2)) and core.ingested == 14 + 16 + 16  # and the next one still follows
-    assert core.ingest(rows(0, 0, attempt=1))  # a new attempt numbers its messages afresh
+    assert core.ingest(rows(0, 0, sender=1))  # a new sender numbers its messages afresh
 
 
 def test_evaluation_marks_follow_the_trained_steps_once_each():

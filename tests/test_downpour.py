@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
-import redis
 
 from conftest import run_ddq, summary_of
-from ddq.transport.keys import RunKeys
-from ddq.transport.redis_server import EmbeddedRedis
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
 
@@ -60,41 +53,6 @@ def test_two_workers_train_through_the_parameter_server(tmp_path):
     assert "Traceback" not in (run_dir / "celery.log").read_text()  # the background-evaluation worker ran
     assert list(run_dir.glob("celerybeat-schedule*")) and "Celery worker exited early" not in result.stderr
     assert processes_mentioning(str(run_dir)) == []  # shards, Celery and Redis are gone
-
-
-def test_a_killed_worker_is_retried_and_the_run_completes(tmp_path):
-    run_dir = tmp_path / "run"
-    with EmbeddedRedis() as server:
-        client = redis.Redis.from_url(server.url)
-        driver = subprocess.Popen([sys.executable, "-m", "ddq", "train", *SHORT, "--total-steps", "12000",
-                                   "--redis-url", server.url, "--run-dir", str(run_dir)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 120
-            victim = None
-            while victim is None and time.monotonic() < deadline:
-                for key in client.scan_iter("ddq:*:workers"):
-                    beats = {int(k.split(b":")[0]): json.loads(v) for k, v in client.hgetall(key).items()}
-                    if len(beats) == 2 and all(b["env_steps"] > 2000 for b in beats.values()):
-                        victim, run_keys = beats[0]["pid"], RunKeys(key.decode().split(":")[1])
-                time.sleep(0.2)
-            assert victim is not None, "the workers never got going"
-            os.kill(victim, signal.SIGKILL)
-            out, err = driver.communicate(timeout=300)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-        assert driver.returncode == 0, err
-        summary = summary_of(run_dir)
-        workers = {w["worker"]: w for w in summary["workers"]}  # each worker's last attempt
-        assert workers[0]["attempt"] >= 1 and workers[1]["attempt"] == 0  # Spark retried the killed task
-        killed = [w for w in summary["workers"] if w["worker"] == 0 and w["attempt"] == 0]
-        assert killed and killed[0]["state"] == "replaced" and killed[0]["pushes"] > 0  # its work still counts
-        # attempts are rows; a killed attempt's last heartbeat misses at most its last second of pushes
-        assert summary["workers"][0]["pushes"] > 0 and sum(w["pushes"] for w in summary["workers"]) <= summary["updates"]
-        assert summary["env_steps"] >= 12000
-        metrics = json.loads(client.get(run_keys.shard(0).metrics))
-        assert metrics["rejected_total"] == 0 and metrics["applied"] == summary["updates"]
 
 
 def test_bench_scaling_measures_each_worker_count():

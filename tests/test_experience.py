@@ -19,7 +19,7 @@ EXPECT = ExpectExperience("run-a", SHAPE, np.dtype(np.uint8), num_actions=3)
 
 def _experience(rows=3, streams=2, td=True) -> Experience:
     rng = np.random.default_rng(0)
-    return Experience(actor=1, attempt=2, sequence=7,
+    return Experience(actor=1, sender=2, sequence=7,
                       frames=rng.integers(0, 255, (rows, streams, *SHAPE), dtype=np.uint8),
                       actions=rng.integers(0, 3, (rows, streams)), rewards=rng.random((rows, streams)),
                       terminated=rng.random((rows, streams)) < 0.3, continues=rng.random((rows, streams)) < 0.8,
@@ -36,7 +36,7 @@ def test_a_message_round_trips_with_each_frame_once_in_its_own_dtype():
     assert got.frames.dtype == np.uint8
     for name in ("frames", "actions", "rewards", "terminated", "continues", "td_errors"):
         np.testing.assert_array_equal(getattr(got, name), getattr(sent, name).astype(getattr(got, name).dtype))
-    assert (got.actor, got.attempt, got.sequence, got.weights_version) == (1, 2, 7, 42)
+    assert (got.actor, got.sender, got.sequence, got.weights_version) == (1, 2, 7, 42)
     assert got.epsilon == pytest.approx(0.25) and got.env_steps == int(sent.continues.sum())
     assert decode(encode("run-a", _experience(td=False)), EXPECT).td_errors is None
 

@@ -95,6 +95,9 @@ def cmd_package(args: argparse.Namespace) -> int:
     environment archive (--archives), then prints the command."""
     from ddq.modes.shipping import PackagingError, write_package
 
+    if args.no_env and args.env:
+        print("ddq package: --env and --no-env contradict each other: give one", file=sys.stderr)
+        return 2
     environment = None if args.no_env else Path(args.env or sys.prefix)
     try:
         command = write_package(Path(args.folder), environment, args.compress_level)

@@ -133,8 +133,10 @@ class Supervisor:
         return entry
 
     def close(self) -> None:
-        """Ends the prompt threads: what stops now is being stopped, not dying."""
+        """Ends the prompt threads (after a restart under way): what stops now is being stopped, not dying."""
         self.closing.set()
+        with self.lock:
+            pass
 
     def _keep(self, entry: Watched) -> None:
         while not self.closing.wait(self.PROMPT_S):
@@ -154,7 +156,7 @@ class Supervisor:
         try:
             entry.process = entry.restart()
         except Exception as error:  # noqa: BLE001 - it stays dead: the next look tries again, or ends the run
-            _say(f"ddq: {entry.name} could not be restarted: {str(error).splitlines()[0]}")
+            _say(f"ddq: {entry.name} could not be restarted: {(str(error).splitlines() or [repr(error)])[0]}")
 
     def check(self, stopping: bool = False) -> None:
         with self.lock:

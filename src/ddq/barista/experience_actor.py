@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 import typing
 from collections.abc import Callable
@@ -143,6 +144,8 @@ class ExperienceActor:
         self.keys = RunKeys(run)
         self.stats = WorkerStats(actor, attempt, pid=os.getpid())
         self.window = StatsWindow()
+        # drawn, not Spark's attempt number: a barrier stage Spark runs again numbers its tasks' attempts from 0
+        self.sender = secrets.randbits(32)
         self.sequence = 0  # of the next message: the learner spots a lost one by the gap
         self.episodes: list[Episode] = []  # finished since the last send
         self.global_steps, self.trained_steps, self.sent_steps = 0, 0, 0
@@ -166,7 +169,7 @@ class ExperienceActor:
         if taken is None:
             return
         (frames, actions, rewards, terminated, continues), td = taken
-        experience = Experience(self.index, self.stats.attempt, self.sequence, frames, actions, rewards,
+        experience = Experience(self.index, self.sender, self.sequence, frames, actions, rewards,
                                 terminated, continues, td, self.source.version, self.stats.epsilon)
         self.sequence += 1
         new_steps = experience.env_steps

@@ -96,7 +96,7 @@ class CentralLearner:
         message taken before (it is dropped)."""
         memory = self.memories[experience.actor % len(self.memories)]
         continues = experience.continues
-        sender = (experience.actor, experience.attempt, experience.sequence + 1)  # the ledger numbers from 1
+        sender = (experience.actor, experience.sender, experience.sequence + 1)  # the ledger numbers from 1
         follows = self.senders.follows(*sender)
         if not self.senders.take(*sender):
             return False

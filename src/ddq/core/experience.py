@@ -15,7 +15,7 @@ class Experience:
     actor computed them. `ddq.transport.experience` carries it between processes."""
 
     actor: int
-    attempt: int
+    sender: int  # a number the actor drew when it started: a retried task is a new sender
     sequence: int
     frames: np.ndarray
     actions: np.ndarray

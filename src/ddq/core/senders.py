@@ -1,8 +1,9 @@
 """Which numbered messages a receiver has taken from each sender: a repeat is never taken twice.
 
-Every sender (a worker's client, or an actor's Spark task attempt) numbers its messages 1, 2, 3, ...
-and sends them in order over one connection, so a receiver that saw message n
-from it has seen every earlier one that arrived at all. A message numbered at
+Every sender (a worker's client, an actor) draws a number when it starts,
+numbers its messages in order and sends them in order over one connection,
+so a receiver that saw message n from it has seen every earlier one that
+arrived at all. A message numbered at
 or below the last one taken is a repeat: a push sent again after a lost
 reply, or a queue restored from Redis' persistence after the receiver had
 already emptied it. Taking it again would apply one update twice. Number 0
@@ -13,8 +14,8 @@ from __future__ import annotations
 
 
 class SenderLedger:
-    """The newest message number taken from each (sender, attempt): the attempt, or any number that tells
-    one sender's incarnations apart."""
+    """The newest message number taken from each (sender, incarnation): the incarnation is the number a
+    sender drew when it started, so a restarted one counts afresh."""
 
     def __init__(self) -> None:
         self.newest: dict[tuple[int, int], int] = {}

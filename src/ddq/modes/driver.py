@@ -104,8 +104,9 @@ class Driver:
                 self.wiring.weights.drained()
                 self.mirror.evaluate(self.record, self.services)
                 self.services.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
-            except (ProcessFailed, SparkJobFailed, RunStalled, redis.RedisError) as error:
-                self.failure = f"{type(error).__name__}: {error}" if isinstance(error, redis.RedisError) else str(error)
+            except (ProcessFailed, SparkJobFailed, RunStalled, redis.RedisError, ConnectionError) as error:
+                named = isinstance(error, (redis.RedisError, ConnectionError))  # Redis gone: say which error
+                self.failure = f"{type(error).__name__}: {error}" if named else str(error)
                 print(f"ddq: error: the run cannot go on: {self.failure}", file=sys.stderr, flush=True)
             summary = self._finish()
             with contextlib.suppress(redis.RedisError):
@@ -206,12 +207,15 @@ class Driver:
         """Summary, progress point and checkpoint: from the weights service when it is there, from the
         driver's mirror (as of the last evaluation) when the run failed. The summary's workers are every
         attempt's last report (a killed attempt's steps and pushes count too), or, with Redis gone, the
-        newest the reporter read."""
+        newest the reporter read. `gradients_received`: the downpour pushes that reached Redis, which
+        bound the updates applied when no gradient is applied twice (a worker's own count can lag by its
+        last heartbeat; a Redis restored from its snapshot counts from the snapshot's value)."""
         counters, s = self.record.counters, self.services
-        workers = s.reporter.workers
+        workers, received = s.reporter.workers, None
         counters.wall_time_s = time.time() - self.record.origin
         with contextlib.suppress(redis.RedisError):
             workers = worker_rows(s.redis, s.keys)
+            received = int(s.redis.get(s.keys.pushes) or 0)  # counted by Redis as each push arrived
             self._drain_episodes()
             epsilon = self.wiring.weights.workers_epsilon(counters.env_steps)
             s.reporter.record_progress(counters.env_steps, epsilon, force=True)
@@ -219,7 +223,7 @@ class Driver:
         reason = f"{StopReason.FAILURE.value}: {self.failure}" if self.failure else s.control.reason()
         summary = run_summary(self.config, counters, self.record.last_eval, self.mirror.version, path, reason)
         summary.update(stopped_by=self.signals.received, restarts=self.supervisor.restarts(), workers=workers,
-                       **lost_and_redone(workers))
+                       gradients_received=received, **lost_and_redone(workers))
         self.record.log.write_summary(summary)
         self.record.log.close()
         return summary

@@ -45,8 +45,8 @@ def check_environment(prefix: Path) -> None:
         raise PackagingError("writing the environment archive needs venv-pack: pip install 'ddq[cluster]' "
                              "(or pass --no-env and give the executors a Python of their own)") from error
     if not (prefix / "pyvenv.cfg").is_file():
-        raise PackagingError(f"--env {prefix} is not a virtual environment (no pyvenv.cfg); make one with "
-                             "ddq's dependencies: python -m venv ENV && ENV/bin/pip install ddq")
+        raise PackagingError(f"{prefix} is not a virtual environment (no pyvenv.cfg); make one with ddq's "
+                             "dependencies (python -m venv ENV && ENV/bin/pip install ddq) and pass --env ENV")
     try:
         venv_pack.core.load_environment(str(prefix))
     except venv_pack.VenvPackException as error:
@@ -63,8 +63,11 @@ def environment_archive(prefix: Path, folder: Path, compress_level: int = 4) -> 
     check_environment(prefix)
     folder.mkdir(parents=True, exist_ok=True)
     output = folder / ENV_ARCHIVE
-    venv_pack.pack(prefix=str(prefix), output=str(output), compress_level=compress_level, force=True,
-                   verbose=False)
+    try:
+        venv_pack.pack(prefix=str(prefix), output=str(output), compress_level=compress_level, force=True,
+                       verbose=False)
+    except (venv_pack.VenvPackException, OSError) as error:
+        raise PackagingError(f"venv-pack could not write {output}: {str(error).splitlines()[0]}") from error
     return output
 
 

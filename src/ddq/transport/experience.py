@@ -7,7 +7,7 @@ and termination that led to them where the stream continued (elsewhere the
 frame starts an episode). So a state and its successor share their frames,
 stacking happens at sampling time on the learner, and frames keep their own
 dtype (uint8 images stay uint8). A 64-byte typed header names the run, the
-actor, its attempt and the message's sequence number (a gap tells the
+actor, a number it drew when it started and the message's sequence number (a gap tells the
 learner that messages were lost); the body is raw little-endian arrays.
 No object is deserialized and nothing is evaluated; every size is checked before it is read.
 """
@@ -24,7 +24,7 @@ from ddq.core.experience import Experience
 
 MAGIC = b"DDQE"
 FORMAT = 1
-# magic, format, dtype code, frame ndim, has td errors, run hash, actor, attempt, sequence, rows, streams,
+# magic, format, dtype code, frame ndim, has td errors, run hash, actor, sender, sequence, rows, streams,
 # frame shape (4 dims, unused ones 0), weights version, epsilon
 HEADER = struct.Struct("<4sBBBB8sIIQII4IQf")
 DTYPES: dict[int, np.dtype] = {1: np.dtype("|u1"), 2: np.dtype("<f4"), 3: np.dtype("<f8"), 4: np.dtype("<i8")}
@@ -56,7 +56,7 @@ def encode(run: str, experience: Experience) -> bytes:
     if code is None:
         raise ExperienceError("dtype", f"frames of dtype {frames.dtype}; sent are {', '.join(map(str, CODES))}")
     header = HEADER.pack(MAGIC, FORMAT, code, len(shape), experience.td_errors is not None, run_hash(run),
-                         experience.actor, experience.attempt, experience.sequence, rows, streams,
+                         experience.actor, experience.sender, experience.sequence, rows, streams,
                          *shape, *[0] * (4 - len(shape)), experience.weights_version, experience.epsilon)
     parts = [header, np.ascontiguousarray(frames, DTYPES[code]).tobytes(),
              np.ascontiguousarray(experience.actions, "<i4").tobytes(),
@@ -87,7 +87,7 @@ def decode(message: bytes | memoryview, expect: ExpectExperience) -> Experience:
         raise ExperienceError("oversized", f"{len(message)} bytes is over the {expect.max_bytes}-byte limit")
     if len(message) < HEADER.size:
         raise ExperienceError("truncated", f"{len(message)} bytes is shorter than the {HEADER.size}-byte header")
-    (magic, version, code, ndim, has_td, run, actor, attempt, sequence, rows, streams, *rest) = \
+    (magic, version, code, ndim, has_td, run, actor, sender, sequence, rows, streams, *rest) = \
         HEADER.unpack_from(message, 0)
     shape, weights_version, epsilon = tuple(rest[:ndim]), rest[4], rest[5]
     if magic != MAGIC or version != FORMAT:
@@ -114,5 +114,5 @@ def decode(message: bytes | memoryview, expect: ExpectExperience) -> Experience:
         raise ExperienceError("action", f"actions outside [0, {expect.num_actions})")
     if not np.isfinite(rewards).all() or (td and not np.isfinite(td[0]).all()):
         raise ExperienceError("non_finite", "rewards or TD errors contain NaN or Inf")
-    return Experience(actor, attempt, sequence, frames, actions, rewards, terminated.view(bool),
+    return Experience(actor, sender, sequence, frames, actions, rewards, terminated.view(bool),
                       continues.view(bool), td[0] if td else None, weights_version, epsilon)

@@ -52,7 +52,8 @@ class OutageRetry(Retry):
     """Tries a command again after a refused or dropped connection, backing off from 50 ms to 1 s, until
     `outage_s` has passed since the first failure of the outage: a deadline, not a count, so the retries
     redis-py nests (a reconnection inside a command) do not multiply it. A command that may have been applied
-    can be applied again: ddq's receivers number what they take (`ddq.core.senders`)."""
+    can be applied again: the receivers of gradients and experience number what they take
+    (`ddq.core.senders`); a counter (env steps, episodes) may count a retried increment twice."""
 
     def __init__(self, outage_s: float = OUTAGE_S):
         super().__init__(ExponentialBackoff(cap=1.0, base=0.05), -1, supported_errors=(redis.ConnectionError,))
@@ -82,6 +83,8 @@ class OutageRetry(Retry):
                     time.sleep(self._backoff.compute(failures))
         finally:
             _NESTING.depth = depth
+            if depth == 0:  # the command is done, one way or the other: the next failure starts a new outage
+                self.outage_since = None
 
 
 def connect(url: str, **options: Any) -> redis.Redis:

@@ -26,6 +26,7 @@ from ddq.transport.tls import make_server_certificates
 ACL_USER = "ddq"
 SNAPSHOT_EVERY_S = 2  # a persistent server writes its snapshot this often (when anything changed)
 SNAPSHOT_NAME = "redis.rdb"
+RESTART_TIMEOUT_S = 60.0
 
 
 def redis_server_binary() -> str:
@@ -97,13 +98,21 @@ class EmbeddedRedis:
         self._settings = "".join(f"{key} {value}\n" for key, value in settings.items())
         self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
         atexit.register(self.stop)
-        self._wait_until_ready(timeout)
+        try:
+            self._wait_until_ready(timeout)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def restart(self) -> subprocess.Popen:
         """Starts the server again, after it died, with the same settings (address, password, certificates),
         from its newest snapshot when it persists; returns the new process once it answers."""
         self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
-        self._wait_until_ready(self.timeout)
+        try:
+            self._wait_until_ready(max(self.timeout, RESTART_TIMEOUT_S))  # a large snapshot takes its time to load
+        except RuntimeError:
+            stop(self.process)  # only this attempt: the snapshot and the certificates stay for the next one
+            raise
         return self.process
 
     def _listening(self, listen: str, advertise: str, run: str) -> dict[str, str]:
@@ -149,15 +158,14 @@ class EmbeddedRedis:
                     raise RuntimeError(f"{redis_server_binary()} has no TLS, which serving other hosts needs: "
                                        "install Debian's redis-server (apt-get install redis-server) or set "
                                        "DDQ_REDIS_SERVER to a redis-server built with TLS")
-                raise RuntimeError(f"redis-server exited with code {self.process.returncode} before it answered; its "
-                                   f"log ends:\n{log}")
+                raise RuntimeError(f"redis-server exited with code {self.process.returncode} before it answered "
+                                   f"(log: {self.log_path}); its log ends:\n{log}")
             try:
                 with self.client(socket_timeout=1, retry=OutageRetry(0)) as client:
                     if client.ping():
                         return
             except (redis.ConnectionError, FileNotFoundError):
                 time.sleep(0.02)
-        self.stop()
         raise RuntimeError(f"redis-server did not answer within {timeout:.0f} s (log: {self.log_path})")
 
     def stop(self) -> None:
