@@ -82,9 +82,9 @@ class OutageRetry(Retry):
                         raise
                     time.sleep(self._backoff.compute(failures))
         finally:
+            # only a success ends an outage: once one outlasted its deadline, every command fails at once
+            # until the server answers again (a driver ending a run with Redis gone makes many calls)
             _NESTING.depth = depth
-            if depth == 0:  # the command is done, one way or the other: the next failure starts a new outage
-                self.outage_since = None
 
 
 def connect(url: str, **options: Any) -> redis.Redis:
