@@ -161,9 +161,9 @@ def test_a_killed_redis_is_restarted_from_its_snapshot_and_the_run_completes(tmp
     assert "ddq: redis-server" in text and "restarting it (1 of 3)" in text and "ddq: error" not in text, text[-3000:]
     summary = summary_of(run_dir)
     assert summary["env_steps"] >= 8_000 and summary["stop_reason"] == "step budget spent"
-    assert summary["restarts"] == {"redis-server": 1}
-    # the weights' owner rode it out, published again and went on counting
     owner = "param-server-0.log" if mode == "downpour" else "learner.log"
+    assert summary["restarts"] == {"redis-server": 1}, text[-2000:] + (run_dir / owner).read_text()[-3000:]
+    # the weights' owner rode it out, published again and went on counting
     assert summary["updates"] > 0 and "exiting" not in (run_dir / owner).read_text()
     if mode == "downpour":  # and applied no gradient twice (the learner's rule: tests/test_central_learner.py)
         assert "published version" in (run_dir / owner).read_text()

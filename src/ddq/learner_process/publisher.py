@@ -23,6 +23,13 @@ RAISE_TO = ("local old = tonumber(redis.call('GET', KEYS[1]) or '-1') "
             "if tonumber(ARGV[1]) > old then redis.call('SET', KEYS[1], ARGV[1]) end")
 
 
+def raise_to(pipe: redis.client.Pipeline, key: str, value: int) -> None:
+    """Queues RAISE_TO on `pipe`. EVAL carries the script itself: a Redis restarted from its snapshot knows no
+    scripts, and redis-py's EVALSHA pipeline loads them only before its first try, so its retry after the
+    reconnection would fail with NOSCRIPT."""
+    pipe.eval(RAISE_TO, 1, key, value)
+
+
 def weights_messages(learner: Learner, layout: bytes, target_version: int, target_too: bool) -> list[bytes]:
     """The learner's weights (and its target's) as parameter-server weights messages."""
     size = learner.flat.size
@@ -40,7 +47,6 @@ class WeightsPublisher:
 
     def __init__(self, client: redis.Redis, keys: RunKeys):
         self.client, self.keys, self.shard_keys = client, keys, keys.shard(0)
-        self.raise_to = client.register_script(RAISE_TO)
         self.outbox: tuple[int, list[bytes], int] | None = None  # version, messages, trained steps
         self.eval_outbox: list[tuple[bytes, int]] = []  # weights of eval_every marks, with their trained steps
         self.ready = threading.Condition()
@@ -74,7 +80,7 @@ class WeightsPublisher:
                 pipe.set(self.shard_keys.weights, messages[0])
                 if len(messages) > 1:
                     pipe.set(self.shard_keys.target, messages[1])
-                self.raise_to(keys=[self.keys.trained_steps], args=[trained], client=pipe)
+                raise_to(pipe, self.keys.trained_steps, trained)
                 pipe.execute()
                 self.sent_version = version
                 self.publications += 1

@@ -27,7 +27,7 @@ import redis
 from ddq.config import TrainConfig
 from ddq.core.agent import env_shapes, make_learner, make_replay, resolve_device, seed_everything, update_schedule
 from ddq.core.central_learner import CentralLearner, CentralSettings, LearnerState
-from ddq.learner_process.publisher import RAISE_TO, WeightsPublisher, weights_messages
+from ddq.learner_process.publisher import WeightsPublisher, raise_to, weights_messages
 from ddq.lifecycle import RunControl
 from ddq.param_server import snapshots
 from ddq.param_server.metrics import ServerMetrics, layer_segments
@@ -75,7 +75,6 @@ class LearnerServer:
         flat = self.core.learner.flat
         self.expect = ExpectExperience(run, frame_shape, np.dtype(dtype), num_actions)
         self.layout, self.bounds = layout_bytes(flat.layout_hash()), (0, flat.size)
-        self.raise_to = self.redis.register_script(RAISE_TO)
         self.control = RunControl(self.redis, run)
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))
         self.snapshot_path = Path(config.run.run_dir) / "learner.pt" if config.run.run_dir else None
@@ -200,7 +199,7 @@ class LearnerServer:
                       trained_steps=core.trained_steps, policy_lag=float(np.mean(lags)) if lags else None)
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.shard(0).metrics, json.dumps(report))
-        self.raise_to(keys=[self.keys.trained_steps], args=[core.trained_steps], client=pipe)
+        raise_to(pipe, self.keys.trained_steps, core.trained_steps)
         pipe.execute()
         return not self.control.stopping() and not self.stopping.is_set() and not self.publisher.failed.is_set()
 
