@@ -110,3 +110,18 @@ def test_lost_and_redone_name_dead_attempts_and_their_retries():
     assert [(r["worker"], r["attempt"], r["env_steps"]) for r in named["lost"]] == [(0, 0, 900)]
     assert [(r["worker"], r["attempt"], r["state"]) for r in named["redone"]] == [(0, 1, "finished")]
     assert lost_and_redone(rows[2:]) == {"lost": [], "redone": []}
+
+
+def test_worker_rows_redis_forgot_or_holds_older_stay_as_last_read():
+    from ddq.services.telemetry import newest_rows
+
+    known = [{"worker": 0, "restarts": 0, "heartbeat": 50.0, "env_steps": 900},
+             {"worker": 1, "restarts": 0, "heartbeat": 50.0, "env_steps": 800}]
+    # a Redis restored from an older snapshot: worker 0's row is gone, worker 1's is older than the one read;
+    # then worker 1 beats again, and its retried attempt appears
+    read = [{"worker": 1, "restarts": 0, "heartbeat": 40.0, "env_steps": 100}]
+    assert newest_rows(known, read) == known and newest_rows(known, []) == known
+    read = [{"worker": 1, "restarts": 0, "heartbeat": 51.0, "env_steps": 850},
+            {"worker": 1, "restarts": 1, "heartbeat": 51.0, "env_steps": 5}]
+    assert [(r["worker"], r["restarts"], r["env_steps"]) for r in newest_rows(known, read)] == [
+        (0, 0, 900), (1, 0, 850), (1, 1, 5)]

@@ -100,6 +100,20 @@ def wait_for(found, process: subprocess.Popen, timeout: float = 60):
     return value
 
 
+def wait_until_the_driver_read_both_workers(run_dir: Path, process: subprocess.Popen) -> None:
+    """Until both workers' rows are in the run's private Redis and the driver made two progress points
+    since (it reads the rows for each): rows it read are what its summary keeps once Redis is gone."""
+    folders = wait_for(lambda: re.findall(r"(\S*ddq-redis-\w+)/redis\.sock", (run_dir / "redis.log").read_text()),
+                       process)
+    client = redis.Redis(unix_socket_path=f"{folders[-1]}/redis.sock")
+    workers = wait_for(lambda: next((key for key in client.scan_iter("ddq:*:workers") if client.hlen(key) == 2),
+                                    None), process)
+    progress = workers.replace(b":workers", b":progress")
+    seen = client.llen(progress)
+    wait_for(lambda: client.llen(progress) >= seen + 2, process)
+    client.close()
+
+
 def finish(process: subprocess.Popen, log: Path, timeout: float = 300) -> tuple[int, str]:
     try:
         out, _ = process.communicate(timeout=timeout)
@@ -175,6 +189,7 @@ def test_a_redis_that_keeps_dying_ends_the_run_with_a_summary_and_nothing_left(t
     run_dir = tmp_path / "run"
     process, log = start(run_dir, 200_000)
     wait_for_progress(run_dir, process, log, 1_000)
+    wait_until_the_driver_read_both_workers(run_dir, process)
     killed: set[int] = set()
     for _ in range(4):  # three restarts, then it is gone for good
         pid = wait_for(lambda: (p := child_named(process.pid, "redis-server", missing_ok=True)) not in killed and p,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import numpy as np
 import torch
@@ -156,8 +156,9 @@ class ParameterClient:
                             sender=self.sender, worker=self.worker, samples=samples, loss=loss,
                             sequence=self.pushed)
             commands.append(("LPUSH", keys.grads, (pack_header(header), grad[start:end].data.cast("B"))))
-        try:
-            lengths = self.conn.pipeline(commands + [("INCR", self.pushes_key)])[:-1]
+        try:  # one transaction: a link cut mid-write applies all of it or none, so the count bounds what arrived
+            done = self.conn.pipeline([("MULTI",), *commands, ("INCR", self.pushes_key), ("EXEC",)])[-1]
+            lengths = cast(list, done)[:-1]  # EXEC's replies: each list's length, then the count
         except LOST:  # sent or not, it is not sent again: a lost gradient costs nothing, a doubled one would
             self.conn.reconnect()
             self.lost += 1

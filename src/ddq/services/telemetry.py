@@ -196,6 +196,18 @@ def record_evaluation(client: redis.Redis, keys: RunKeys, source: str, version: 
     return record
 
 
+def newest_rows(known: list[dict], read: list[dict]) -> list[dict]:
+    """`known` worker rows updated by those just `read`, by worker and attempt, each the one with the newer
+    heartbeat: a Redis restored from an older snapshot forgot rows or holds older ones, which do not
+    replace what was read before."""
+    rows = {(row["worker"], row["restarts"]): row for row in known}
+    for row in read:
+        key = (row["worker"], row["restarts"])
+        if key not in rows or (_number(row.get("heartbeat")) or 0.0) >= (_number(rows[key].get("heartbeat")) or 0.0):
+            rows[key] = row
+    return [rows[key] for key in sorted(rows)]
+
+
 class RunReporter:
     """The driver's side of the telemetry: the run's info, and a progress point every `every_s`."""
 
@@ -213,7 +225,7 @@ class RunReporter:
             return None
         self._next = now + self.every_s
         server = merge_server(shard_reports(self.client, self.keys, self.shards))
-        self.workers = worker_rows(self.client, self.keys, now) or self.workers
+        self.workers = newest_rows(self.workers, worker_rows(self.client, self.keys, now))
         point = progress_point(server, self.workers, env_steps, self.info["started"], epsilon, now)
         self.client.rpush(self.keys.progress, json.dumps(point))
         return point
