@@ -37,7 +37,7 @@ from ddq.modes.evaluators import Evaluator, WeightsMirror
 from ddq.modes.placement import placement
 from ddq.modes.run_services import RunServices
 from ddq.modes.shipping import package_zip
-from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask, launched_by_spark_submit, local_master, spark_session
+from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask, launched_by_spark_submit, local_master, spark_context
 from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor
 from ddq.services.archive import save_telemetry
@@ -93,11 +93,11 @@ class Driver:
             place = self.placement = placement(c, submitted)
             master = c.distributed.spark_master or (None if submitted else local_master(c.distributed.workers))
             driver_host = place.advertise if place.cluster or not submitted else None
-            spark = spark_session(master, f"ddq-{self.run}", self.run_dir / "spark.log", driver_host, place.bind)
+            spark = spark_context(master, f"ddq-{self.run}", self.run_dir / "spark.log", driver_host, place.bind)
             stack.callback(spark.stop)
             if place.ship:  # executors elsewhere import ddq from the job, not from their own environment
-                spark.sparkContext.addPyFile(str(package_zip(self.run_dir / "ship")))
-            stack.enter_context(self.signals)  # after Spark's session: pyspark installs a SIGINT handler of its own
+                spark.addPyFile(str(package_zip(self.run_dir / "ship")))
+            stack.enter_context(self.signals)  # after Spark's context: pyspark installs a SIGINT handler of its own
             self._start_services(stack)
             try:
                 self._run_job(spark)

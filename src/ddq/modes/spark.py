@@ -1,4 +1,4 @@
-"""Spark for the distributed modes: the driver's session, and what each Spark task runs."""
+"""Spark for the distributed modes: the driver's SparkContext, and what each Spark task runs."""
 
 from __future__ import annotations
 
@@ -69,15 +69,16 @@ class SparkJob:
     function: Spark ships it to the executors, not the driver), as a barrier stage when asked (Spark's
     barrier execution: its tasks start together, and a failed one restarts them all)."""
 
-    def __init__(self, spark: Any, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str):
-        self.spark = spark
+    def __init__(self, context: Any, task: SparkTask, workers: int, barrier: bool, settings: str, url: str,
+                 run: str):
+        self.context = context
         self.error: SparkJobFailed | None = None
         self.thread = threading.Thread(target=self._run, args=(task, workers, barrier, settings, url, run),
                                        name="spark-job", daemon=True)
 
     def _run(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
         try:
-            rdd = self.spark.sparkContext.parallelize(range(workers), workers)
+            rdd = self.context.parallelize(range(workers), workers)
             rdd = rdd.barrier() if barrier else rdd
             rdd.mapPartitionsWithIndex(lambda index, rows: task(index, rows, settings, url, run)).collect()
         except Exception as error:  # the driver reports it
@@ -93,38 +94,36 @@ class SparkJob:
         self.thread.join(timeout)
 
     def cancel(self) -> None:
-        self.spark.sparkContext.cancelAllJobs()
+        self.context.cancelAllJobs()
 
 
 def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit's PythonRunner hands its JVM over this way
 
 
-def spark_session(master: str | None, app: str, log_path: Path | None = None, driver_host: str | None = "127.0.0.1",
+def spark_context(master: str | None, app: str, log_path: Path | None = None, driver_host: str | None = "127.0.0.1",
                   bind: str | None = None) -> Any:
-    """A SparkSession whose driver executors reach at `driver_host` (None: as spark-submit was told), bound
+    """A SparkContext whose driver executors reach at `driver_host` (None: as spark-submit was told), bound
     to `bind` (default `driver_host`). A local master's Python workers run this interpreter; a cluster's
     run the Python its configuration names (`spark.pyspark.python`, `PYSPARK_PYTHON`). `master` None keeps
     the one spark-submit was given. `log_path`: where the JVM's own output goes (its start-up warnings,
-    Spark's log, the Python workers' stderr) instead of the terminal."""
+    Spark's log, the Python workers' stderr) instead of the terminal. A context, not a SparkSession: ddq
+    runs RDD stages only, and a session's SQL side costs a couple of seconds to start."""
     if master is not None and master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if driver_host is not None:
         os.environ.setdefault("SPARK_LOCAL_IP", bind or driver_host)
-    from pyspark.sql import SparkSession
+    from pyspark import SparkConf, SparkContext
 
-    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
+    conf = SparkConf() if master is None else SparkConf().setMaster(master)
     if driver_host is not None:
-        builder = builder.config("spark.driver.host", driver_host).config("spark.driver.bindAddress",
-                                                                           bind or driver_host)
-    configured = (builder.appName(app)
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.task.maxFailures", str(TASK_RETRIES))
-               .config("spark.python.worker.reuse", "true"))
+        conf = conf.set("spark.driver.host", driver_host).set("spark.driver.bindAddress", bind or driver_host)
+    conf = (conf.setAppName(app).set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
+            .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true"))
     with _stderr_into(log_path):  # the JVM inherits this process's stderr when it starts, and keeps it
-        session = configured.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+        context = SparkContext.getOrCreate(conf)
+    context.setLogLevel("ERROR")
+    return context
 
 
 def local_master(workers: int) -> str:
