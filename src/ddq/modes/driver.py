@@ -41,7 +41,7 @@ from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask, launched_by_spa
 from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor
 from ddq.services.archive import save_telemetry
-from ddq.services.telemetry import lost_and_redone, network_info, worker_rows
+from ddq.services.telemetry import lost_and_redone, network_info, newest_rows, worker_rows
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
 
@@ -206,15 +206,15 @@ class Driver:
     def _finish(self) -> dict[str, Any]:
         """Summary, progress point and checkpoint: from the weights service when it is there, from the
         driver's mirror (as of the last evaluation) when the run failed. The summary's workers are every
-        attempt's last report (a killed attempt's steps and pushes count too), or, with Redis gone, the
-        newest the reporter read. `gradients_received`: the downpour pushes that reached Redis, which
+        attempt's last report (a killed attempt's steps and pushes count too): the newest of what Redis
+        holds and what the reporter read, which is all there is with Redis gone. `gradients_received`: the downpour pushes that reached Redis, which
         bound the updates applied when no gradient is applied twice (a worker's own count can lag by its
         last heartbeat; a Redis restored from its snapshot counts from the snapshot's value)."""
         counters, s = self.record.counters, self.services
         workers, received = s.reporter.workers, None
         counters.wall_time_s = time.time() - self.record.origin
         with contextlib.suppress(redis.RedisError):
-            workers = worker_rows(s.redis, s.keys)
+            workers = newest_rows(workers, worker_rows(s.redis, s.keys))
             received = int(s.redis.get(s.keys.pushes) or 0)  # counted by Redis as each push arrived
             self._drain_episodes()
             epsilon = self.wiring.weights.workers_epsilon(counters.env_steps)
