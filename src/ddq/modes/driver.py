@@ -207,9 +207,10 @@ class Driver:
         """Summary, progress point and checkpoint: from the weights service when it is there, from the
         driver's mirror (as of the last evaluation) when the run failed. The summary's workers are every
         attempt's last report (a killed attempt's steps and pushes count too): the newest of what Redis
-        holds and what the reporter read, which is all there is with Redis gone. `gradients_received`: the downpour pushes that reached Redis, which
-        bound the updates applied when no gradient is applied twice (a worker's own count can lag by its
-        last heartbeat; a Redis restored from its snapshot counts from the snapshot's value)."""
+        holds and what the reporter read, which is all there is with Redis gone. `gradients_received`:
+        the downpour pushes that reached Redis, which bound the updates applied when no gradient is
+        applied twice (a worker's own count can lag by its last heartbeat; a Redis restored from its
+        snapshot counts from the snapshot's value)."""
         counters, s = self.record.counters, self.services
         workers, received = s.reporter.workers, None
         counters.wall_time_s = time.time() - self.record.origin
