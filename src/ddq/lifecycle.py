@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -23,6 +24,9 @@ import redis
 from ddq.transport.keys import RunKeys
 
 STOP = b"stop"  # the control key's value that ends a run
+# How long the owner of the weights keeps taking what workers send after a stop, waiting for the driver to say
+# they finished: longer than Spark takes to end a job whose tasks all saw the stop.
+WORKERS_FINISH_WAIT_S = 60.0
 
 
 class StopReason(str, enum.Enum):
@@ -84,6 +88,18 @@ class RunControl:
 
     def stopping(self) -> bool:
         return is_stop(self.client.get(self.keys.control))
+
+    def mark_workers_finished(self) -> None:
+        """The driver's word, once its Spark job ended: no worker sends anything any more."""
+        self.client.set(self.keys.workers_finished, "1")
+
+    def serve_until_workers_finished(self, serve: Callable[[], Any], timeout: float = WORKERS_FINISH_WAIT_S) -> None:
+        """Calls `serve` (a short round of taking what workers send) until the driver said the workers
+        finished, or for `timeout` seconds: a stopped run's workers may still send what they had under way,
+        and the owner of the weights applies it before its final snapshot."""
+        deadline = time.monotonic() + timeout
+        while not self.client.exists(self.keys.workers_finished) and time.monotonic() < deadline:
+            serve()
 
     def reason(self) -> str | None:
         """Why the run was stopped: a StopReason's value, or "stopped by the user" when a person set the

@@ -64,10 +64,10 @@ def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
 
 
 def check_model(config: TrainConfig, state: tuple[int, ...], actions: int) -> None:
-    from ddq.models import build_q_network
+    from ddq.core.agent import network_for_states
 
     try:
-        build_q_network(config.agent.model, state, actions, config.agent.hidden, config.agent.dueling)
+        network_for_states(config.agent, state, actions)
     except (ValueError, FileNotFoundError) as error:
         raise SettingError(f"--model {config.agent.model!r}: {error}") from error
 

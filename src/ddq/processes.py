@@ -103,6 +103,7 @@ class Watched:
     essential: bool = True  # False: the run goes on without it (Celery, the dashboard)
     restarts: int = 0
     gone: bool = False
+    on_gone: Callable[[], None] | None = None  # a promptly watched process's: called once it stays dead
 
 
 class Supervisor:
@@ -125,8 +126,8 @@ class Supervisor:
 
     def watch(self, name: str, process: subprocess.Popen, log: Path | None = None,
               restart: Callable[[], subprocess.Popen] | None = None, essential: bool = True,
-              promptly: bool = False) -> Watched:
-        entry = Watched(name, process, log, restart, essential)
+              promptly: bool = False, on_gone: Callable[[], None] | None = None) -> Watched:
+        entry = Watched(name, process, log, restart, essential, on_gone=on_gone)
         self.watched.append(entry)
         if promptly and restart is not None:
             threading.Thread(target=self._keep, args=(entry,), name=f"keep {name}", daemon=True).start()
@@ -144,7 +145,9 @@ class Supervisor:
                 if self.closing.is_set() or entry.gone or entry.process.poll() is None:
                     continue
                 if entry.restarts >= self.max_restarts:
-                    return  # check() ends the run
+                    if entry.on_gone is not None:
+                        entry.on_gone()  # before check() ends the run: nothing need wait for it any more
+                    return
                 self._restart(entry)
 
     def _restart(self, entry: Watched) -> None:

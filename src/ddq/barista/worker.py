@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from ddq.config import TrainConfig
 from ddq.core.agent import build_agent, importance_beta
 from ddq.core.learner import Learner
-from ddq.core.weights import ParameterSource, train_from_replay
+from ddq.core.weights import ParameterSource
 from ddq.lifecycle import is_stop
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect as connect_redis
@@ -96,7 +96,7 @@ class Barista:
         seed = config.agent.seed + WORKER_SEED_STRIDE * (worker + 1) + 101 * attempt
         agent = build_agent(config.agent, seed, config.run.total_steps)
         self.device, self.learner, self.replay, self.actor = agent.device, agent.learner, agent.replay, agent.actor
-        self.rng, self.epsilon, self.schedule = agent.rng, agent.epsilon, agent.schedule  # epsilon: by global steps
+        self.rng, self.epsilon, self.agent = agent.rng, agent.epsilon, agent  # epsilon: by global steps
         self.source = connect(self.learner)
         self.actor.reset(seed=seed)
         self.redis = connect_redis(redis_url)
@@ -125,10 +125,8 @@ class Barista:
         return new_steps
 
     def learn(self, new_steps: int) -> None:
-        due = self.schedule.due(new_steps, self.actor.env_steps)
-        for stats in train_from_replay(self.learner, self.replay, self.source, due, self.config.agent.batch_size,
-                                       importance_beta(self.config.agent, self.global_steps,
-                                                       self.config.run.total_steps)):
+        beta = importance_beta(self.config.agent, self.global_steps, self.config.run.total_steps)
+        for stats in self.agent.train(self.source, new_steps, beta):
             self.stats.pushes += 1
             self.window.add_gradient(stats.loss, stats.mean_max_q)
 

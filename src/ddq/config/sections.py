@@ -11,6 +11,7 @@ from ddq.gamesim import SNAKE_ID
 from ddq.gamesim.envs import EnvOptions
 
 MODES = ("serial", "downpour", "actor-learner")
+ALGORITHMS = ("dqn", "pqn")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -57,6 +58,11 @@ class AgentConfig:
     model: str = setting("auto", "network", "Q-network: auto, mlp, deepq, nature, a shipped definition (ddq models) or a Caffe .prototxt file")
     hidden: list[int] = setting([256, 256], "network", "MLP hidden layer widths")
     dueling: bool = setting(False, "network", "dueling heads: Q = V(s) + A(s, a) - mean A (Wang et al. 2016)")
+    algo: str = setting("dqn", "algorithm", "dqn (a replay memory and a target network) or pqn (Q(lambda) on fresh rollouts with LayerNorm, no replay, no target: Gallici et al. 2024)", True)
+    q_lambda: float = setting(0.65, "algorithm", "pqn: lambda of its Q(lambda) returns (0: one-step targets; 1: returns to the rollout's end)")
+    rollout_steps: int = setting(32, "algorithm", "pqn: vector steps of every env per rollout, then it trains on them")
+    epochs: int = setting(2, "algorithm", "pqn: passes over each rollout")
+    minibatches: int = setting(4, "algorithm", "pqn: minibatches per pass (each one gradient)")
     buffer_size: int = setting(100_000, "algorithm", "replay memory capacity in transitions")
     batch_size: int = setting(64, "algorithm", "minibatch size")
     gamma: float = setting(0.99, "algorithm", "discount factor")
@@ -83,6 +89,12 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if self.algo not in ALGORITHMS:
+            raise ValueError(f"unknown algo {self.algo!r}; choose one of {', '.join(ALGORITHMS)}")
+        if self.algo == "pqn" and self.frame_stack != 1:
+            raise ValueError(f"algo pqn plays single frames: frame_stack must be 1, got {self.frame_stack}")
+        _positive(self, "rollout_steps", "epochs", "minibatches")
+        _fraction(self, "q_lambda")
         _positive(self, "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update", "buffer_size",
                   "threads", "replay_ratio", "n_step")
         for name in ("learning_starts", "epsilon_steps"):
@@ -187,6 +199,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.distributed.sync and self.run.mode != "actor-learner":
             raise ValueError(f"sync rounds are a way of actor-learner training, not of {self.run.mode} mode")
+        if self.run.mode == "actor-learner" and self.agent.algo == "pqn":
+            raise ValueError("algo pqn trains in serial and downpour mode: actor-learner's learner draws from a "
+                             "replay memory of the actors' transitions, and PQN keeps none")
         if self.run.mode == "actor-learner" and self.distributed.server.shards != 1:
             raise ValueError(f"shards must be 1 in actor-learner mode (its one learner owns the weights), "
                              f"got {self.distributed.server.shards}")

@@ -11,10 +11,12 @@ import torch
 from ddq.config import AgentConfig
 from ddq.core.actor import Actor
 from ddq.core.dqn import LinearSchedule, UpdateSchedule
-from ddq.core.learner import Learner
+from ddq.core.learner import GradientStats, Learner
+from ddq.core.pqn import Rollout, train_on_rollout
 from ddq.core.prioritized import PrioritySettings, annealed_beta
 from ddq.core.replay import ReplayMemory, frame_layout, state_shape
 from ddq.core.symmetry import SymmetryAugmentation, board_symmetries
+from ddq.core.weights import ParameterSource, train_from_replay
 from ddq.gamesim.envs import board_action_moves, make_vector_env
 from ddq.models import FlatParameters, build_q_network
 
@@ -49,9 +51,15 @@ def env_shapes(agent: AgentConfig) -> tuple[tuple[int, ...], np.dtype, int]:
 
 
 def q_network(agent: AgentConfig, frame_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
-    """The run's Q-network (model, hidden widths, dueling heads) for frames of `frame_shape`."""
-    return build_q_network(agent.model, state_shape(frame_shape, agent.frame_stack), num_actions,
-                           agent.hidden, agent.dueling)
+    """The run's Q-network for frames of `frame_shape`."""
+    return network_for_states(agent, state_shape(frame_shape, agent.frame_stack), num_actions)
+
+
+def network_for_states(agent: AgentConfig, states: tuple[int, ...], num_actions: int) -> torch.nn.Module:
+    """The agent's Q-network (model, hidden widths, dueling heads; LayerNorm for PQN) for states of shape
+    `states` (frames stacked first)."""
+    return build_q_network(agent.model, states, num_actions, agent.hidden, agent.dueling,
+                           layer_norm=agent.algo == "pqn")
 
 
 def make_learner(agent: AgentConfig, frame_shape: tuple[int, ...], num_actions: int,
@@ -118,6 +126,23 @@ class DQNAgent:
     rng: np.random.Generator  # the actor's: exploration; checkpoints save its state
     epsilon: LinearSchedule
     schedule: UpdateSchedule
+    settings: AgentConfig
+    rollout: Rollout | None = None  # PQN's: the actor's transitions go here, not to the replay memory
+
+    def train(self, source: ParameterSource, new_steps: int, beta: float = 1.0) -> list[GradientStats]:
+        """The training due after the actor's `new_steps`, each gradient pushed to `source`: DQN's updates
+        at the replay ratio (prioritized replay's importance exponent now `beta`), or, for PQN, its epochs
+        on the rollout once the rollout is full. Every mode trains through this."""
+        a, rollout = self.settings, self.rollout
+        if rollout is None:
+            return train_from_replay(self.learner, self.replay, source, self.schedule.due(new_steps,
+                                     self.actor.env_steps), a.batch_size, beta)
+        if not rollout.full:
+            return []
+        stats = train_on_rollout(self.learner, rollout, source, a.gamma, a.q_lambda, a.epochs, a.minibatches,
+                                 self.rng)
+        rollout.clear()
+        return stats
 
 
 def build_agent(agent: AgentConfig, seed: int, total_steps: int) -> DQNAgent:
@@ -129,5 +154,9 @@ def build_agent(agent: AgentConfig, seed: int, total_steps: int) -> DQNAgent:
     learner = make_learner(agent, frame_shape, num_actions, device, seed)
     replay = make_replay(agent, frame_shape, dtype, seed, total_steps)
     rng = np.random.default_rng(seed)
-    actor = Actor(make_vector_env(agent.env, agent.num_envs, agent.env_options), replay, agent.frame_stack, rng, device)
-    return DQNAgent(device, learner, replay, actor, rng, epsilon_schedule(agent), update_schedule(agent))
+    envs = make_vector_env(agent.env, agent.num_envs, agent.env_options)
+    rollout = Rollout(agent.rollout_steps, agent.num_envs, envs.single_observation_space) if agent.algo == "pqn" \
+        else None
+    actor = Actor(envs, rollout or replay, agent.frame_stack, rng, device)
+    return DQNAgent(device, learner, replay, actor, rng, epsilon_schedule(agent), update_schedule(agent), agent,
+                    rollout)

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 
 from ddq.config import TrainConfig, config_from_document, merge, settings_document
+from ddq.core.agent import network_for_states
 from ddq.core.learner import Learner
-from ddq.models import build_q_network, model_definition
+from ddq.models import model_definition
 from ddq.models.networks import network_from_definition, with_dueling_head
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -74,6 +75,6 @@ def q_network_from_checkpoint(saved: dict[str, Any], state_shape: tuple[int, ...
         net = network_from_definition(saved["model_definition"], config.agent.model, state_shape, num_actions)
         net = with_dueling_head(net, config.agent.model) if config.agent.dueling else net
     else:
-        net = build_q_network(config.agent.model, state_shape, num_actions, config.agent.hidden, config.agent.dueling)
+        net = network_for_states(config.agent, state_shape, num_actions)
     net.load_state_dict(saved["q_network"])
     return net.to(device)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ddq.config import PRECISIONS
 from ddq.core.dqn import double_dqn_targets, dqn_targets, target_refresh_due, td_errors, td_loss
@@ -87,7 +88,22 @@ class Learner:
         with self._autocast():
             q_values = self.online(states).float()
         weights = None if batch.weights is None else self.to_tensor(batch.weights)
-        loss = td_loss(q_values, actions, targets, weights)
+        stats = self._gradient_of(td_loss(q_values, actions, targets, weights), q_values)
+        if weights is not None:
+            stats.td_errors = td_errors(q_values.detach(), actions, targets).cpu().numpy()
+        return stats
+
+    def compute_regression_gradient(self, states: torch.Tensor, actions: torch.Tensor,
+                                    returns: torch.Tensor) -> GradientStats:
+        """PQN's loss: the squared error between Q(s, a) and fixed returns (`ddq.core.pqn`); its (clipped)
+        gradient lands in `self.flat.grad`. The target network plays no part."""
+        with self._autocast():
+            q_values = self.online(states).float()
+        chosen = q_values.gather(1, actions.unsqueeze(1)).squeeze(1)
+        return self._gradient_of(F.mse_loss(chosen, returns.detach()), q_values)
+
+    def _gradient_of(self, loss: torch.Tensor, q_values: torch.Tensor) -> GradientStats:
+        """Backpropagates `loss` into `self.flat.grad`, clips its norm, and measures what is due."""
         self.flat.zero_grad()
         loss.backward()
         measured = self.gradients % self.statistics_every == 0
@@ -95,9 +111,8 @@ class Learner:
         grad_norm = float(self.flat.grad.norm()) if measured or self.max_grad_norm is not None else None
         if self.max_grad_norm is not None and grad_norm is not None and grad_norm > self.max_grad_norm:
             self.flat.grad.mul_(self.max_grad_norm / grad_norm)
-        errors = None if weights is None else td_errors(q_values.detach(), actions, targets).cpu().numpy()
         mean_max_q = float(q_values.detach().max(dim=1).values.mean()) if measured else None
-        return GradientStats(float(loss.detach()), mean_max_q, grad_norm if measured else None, errors)
+        return GradientStats(float(loss.detach()), mean_max_q, grad_norm if measured else None)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         # A disabled torch.autocast still costs about 10 us to enter and leave: a tenth of a small MLP's update.

@@ -220,6 +220,8 @@ class LearnerServer:
                         break
                     next_housekeeping = time.monotonic() + HOUSEKEEPING_S
             lost = self.stopping.is_set() or self.publisher.failed.is_set()
+            if not lost:
+                self.control.serve_until_workers_finished(self.step)
             self._finish_queued()
         except (redis.ConnectionError, ConnectionError, OSError) as error:
             log.error("learner lost Redis (%s); exiting", error)

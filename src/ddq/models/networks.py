@@ -12,12 +12,15 @@ from torch import nn
 from ddq.models.layers import DuelingHead, ScaleBytes
 
 
-def mlp(input_dim: int, num_actions: int, hidden: Sequence[int] = (256, 256)) -> nn.Sequential:
-    """Fully connected Q-network for vector observations (CartPole) or small flattened images."""
+def mlp(input_dim: int, num_actions: int, hidden: Sequence[int] = (256, 256),
+        layer_norm: bool = False) -> nn.Sequential:
+    """Fully connected Q-network for vector observations (CartPole) or small flattened images; with
+    `layer_norm`, each hidden layer is normalised before its ReLU (PQN's stabiliser, in place of a target
+    network)."""
     layers: list[nn.Module] = [ScaleBytes(), nn.Flatten()]
     width = input_dim
     for h in hidden:
-        layers += [nn.Linear(width, h), nn.ReLU()]
+        layers += [nn.Linear(width, h), *([nn.LayerNorm(h)] if layer_norm else []), nn.ReLU()]
         width = h
     layers.append(nn.Linear(width, num_actions))
     return nn.Sequential(*layers)
@@ -128,19 +131,21 @@ def network_from_definition(text: str, source: str, state_shape: tuple[int, ...]
 
 
 def build_q_network(name: str, state_shape: tuple[int, ...], num_actions: int,
-                    hidden: Sequence[int] = (256, 256), dueling: bool = False) -> nn.Module:
+                    hidden: Sequence[int] = (256, 256), dueling: bool = False, layer_norm: bool = False) -> nn.Module:
     """A Q-network by name for states of `state_shape` (frames stacked first).
 
     `name` is a builder ("auto" picks the MLP for vector states, Nature-DQN
     for 84x84 frames and the original DeepQ net for other images), a shipped
     definition such as "deepq16", or a path to a Caffe .prototxt file.
-    `dueling` gives it dueling heads (`DuelingHead`) in place of its last layer.
+    `dueling` gives it dueling heads (`DuelingHead`) in place of its last layer; `layer_norm` normalises
+    the MLP's hidden layers (other models are built as they are defined).
     """
-    network = _q_network(name, state_shape, num_actions, hidden)
+    network = _q_network(name, state_shape, num_actions, hidden, layer_norm)
     return with_dueling_head(network, f"model {name!r}") if dueling else network
 
 
-def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden: Sequence[int]) -> nn.Module:
+def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden: Sequence[int],
+               layer_norm: bool) -> nn.Module:
     definition = model_definition(name)
     if definition is not None:
         return network_from_definition(definition.read_text(), str(definition), state_shape, num_actions)
@@ -148,7 +153,7 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
     if name == "auto":
         name = ("nature" if state_shape[1:] == (84, 84) else "deepq") if image else "mlp"
     if name == "mlp":
-        return mlp(math.prod(state_shape), num_actions, hidden)
+        return mlp(math.prod(state_shape), num_actions, hidden, layer_norm)
     if not image:
         raise ValueError(f"model {name!r} needs image states (frames, height, width), got {state_shape}")
     channels, height, width = state_shape

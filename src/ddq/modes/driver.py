@@ -146,11 +146,15 @@ class Driver:
             self._watch(job)
             clean = job.error is None
         finally:  # a job that ended cleanly spent the budget (unless something stopped it before)
+            gone = self.services.redis_gone()  # if so, what follows fails at once instead of waiting for it
             with contextlib.suppress(redis.RedisError):
                 self.services.control.stop(StopReason.BUDGET if clean else StopReason.FAILURE)
             if not clean:
                 job.cancel()
-            job.join(None if clean else JOB_CANCEL_WAIT_S)
+            # tasks cut off from a Redis that is gone for good only wait for it: stopping Spark ends them
+            job.join(None if clean else 0.0 if gone else JOB_CANCEL_WAIT_S)
+        with contextlib.suppress(redis.RedisError):
+            self.services.control.mark_workers_finished()  # the weights' owner applies what they sent, then ends
         if job.error is not None:
             raise job.error
 

@@ -11,11 +11,12 @@ from typing import Any
 from ddq.config import TrainConfig, settings_document, write_settings
 from ddq.dashboard.launch import serve_dashboard
 from ddq.lifecycle import RunControl
-from ddq.processes import Supervisor, stop
+from ddq.processes import Supervisor, Watched, stop
 from ddq.services.celery_launch import start_celery_worker
 from ddq.services.telemetry import ListCursor, RunReporter
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.redis_client import give_up_waiting
 from ddq.transport.redis_server import EmbeddedRedis
 
 
@@ -26,6 +27,7 @@ class RunServices:
     def __init__(self, config: TrainConfig, run: str, run_dir: Path, supervisor: Supervisor):
         self.config, self.run, self.run_dir, self.supervisor = config, run, run_dir, supervisor
         self.keys = RunKeys(run)
+        self.redis_watch: Watched | None = None  # the private Redis's, when the run has one
 
     def open(self, stack: contextlib.ExitStack, info: dict[str, Any], slices: int, env_steps: int,
              listen: str | None = None, advertise: str | None = None) -> None:
@@ -40,8 +42,9 @@ class RunServices:
                                                          run=self.run, persist=self.run_dir / "redis"))
             # every process waits on Redis: restarted at once from its snapshot, the run's keys come back, each
             # process reconnects, and the shards or the learner publish their weights again
-            self.supervisor.watch("redis-server", embedded.process, embedded.log_path, restart=embedded.restart,
-                                  promptly=True)
+            self.redis_watch = self.supervisor.watch("redis-server", embedded.process, embedded.log_path,
+                                                     restart=embedded.restart, promptly=True,
+                                                     on_gone=self._stop_waiting_for_redis)
             stack.callback(self.supervisor.close)  # before Redis stops: that is no death
             self.url, self.remote_url = embedded.url, embedded.remote_url
             if listen:
@@ -55,6 +58,16 @@ class RunServices:
         print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
         self.redis.set(self.keys.env_steps, env_steps)
         self.settings = write_settings(self.config, self.run_dir / "config.json")
+
+    def redis_gone(self) -> bool:
+        """Whether the run's private Redis died for good (and was not restarted)."""
+        return self.redis_watch is not None and self.redis_watch.gone
+
+    def _stop_waiting_for_redis(self) -> None:
+        """The private Redis stays dead: the driver's commands fail at once from now on, and the supervisor's
+        next look ends the run, instead of a command waiting out an outage that will not end."""
+        if hasattr(self, "redis"):
+            give_up_waiting(self.redis)
 
     def start_helpers(self, stack: contextlib.ExitStack) -> None:
         """Celery (background evaluation of snapshots) and the dashboard, when the run wants them; the run

@@ -20,7 +20,7 @@ from ddq.core import checkpoint as ckpt
 from ddq.core.agent import build_agent, importance_beta
 from ddq.core.dqn import next_mark
 from ddq.core.symmetry import SymmetryAugmentation
-from ddq.core.weights import LocalParameters, train_from_replay
+from ddq.core.weights import LocalParameters
 from ddq.gamesim import eats_apples
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.bookkeeping import RunCounters, RunLog, note_evaluation, play_evaluation, progress_values, run_summary
@@ -36,7 +36,7 @@ class SerialTrainer:
         self.started_at = started_at if started_at is not None else time.time()
         agent = build_agent(config.agent, config.agent.seed, config.run.total_steps)
         self.device, self.learner, self.replay, self.actor = agent.device, agent.learner, agent.replay, agent.actor
-        self.rng, self.schedule = agent.rng, agent.schedule
+        self.rng, self.agent = agent.rng, agent
         self.weights = LocalParameters(self.learner)  # the learner's own optimizer applies each gradient
         self.epsilon = agent.epsilon  # driven by this process's env steps
         self.log = RunLog(self.run_dir)
@@ -100,11 +100,10 @@ class SerialTrainer:
         self.counters.env_steps = self.actor.env_steps
 
     def _train(self, new_steps: int) -> None:
-        """Gradient updates at the configured replay ratio, in rounds every `train_frequency` steps."""
-        due = self.schedule.due(new_steps, self.actor.env_steps)
-        for stats in train_from_replay(self.learner, self.replay, self.weights, due, self.config.agent.batch_size,
-                                       importance_beta(self.config.agent, self.counters.env_steps,
-                                                       self.config.run.total_steps)):
+        """What the agent's rule says is due (`DQNAgent.train`), applied by the learner's own optimizer."""
+        done = self.agent.train(self.weights, new_steps, importance_beta(self.config.agent, self.counters.env_steps,
+                                                                         self.config.run.total_steps))
+        for stats in done:
             for key in self._window:
                 if (value := getattr(stats, key)) is not None:  # mean max-Q, gradient norm: measured 1 in 8
                     self._window[key].append(value)

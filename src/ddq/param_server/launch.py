@@ -56,11 +56,14 @@ def wait_until_serving(client: redis.Redis, run: str, shards: int, processes: li
 def stop_servers(client: redis.Redis, run: str, processes: list[subprocess.Popen], timeout: float = 30.0,
                 reason: StopReason | None = None) -> list[int | None]:
     """Asks the run's serving processes (shards, or the learner) to finish (they snapshot and exit by
-    themselves), then makes sure. The run
-    keeps the stop reason it already has; `reason` (default: the budget) only when it has none."""
-    with contextlib.suppress(redis.RedisError):  # Redis gone: the shards are ended below all the same
-        RunControl(client, run).stop(StopReason.BUDGET if reason is None else reason)
-    deadline = time.monotonic() + timeout
+    themselves), then makes sure. The run keeps the stop reason it already has; `reason` (default: the
+    budget) only when it has none. With Redis gone they cannot be asked: they are ended at once."""
+    told, control = False, RunControl(client, run)
+    with contextlib.suppress(redis.RedisError):
+        control.stop(StopReason.BUDGET if reason is None else reason)
+        control.mark_workers_finished()  # nothing is left to wait for: the run's workers are done
+        told = True
+    deadline = time.monotonic() + (timeout if told else 0.0)
     for process in processes:
         try:
             process.wait(max(0.0, deadline - time.monotonic()))

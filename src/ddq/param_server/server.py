@@ -206,6 +206,7 @@ class ShardServer:
                     if not self.housekeeping():
                         break
                     next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+            self.control.serve_until_workers_finished(lambda: self._receive(0.05))
             self._drain_queued()
         except (redis.ConnectionError, ConnectionError, OSError) as error:
             log.error("shard %d lost Redis for good (%s); exiting", self.shard, error)

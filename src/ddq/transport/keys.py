@@ -67,6 +67,11 @@ class RunKeys:
         return f"{self.prefix}:stop_reason"
 
     @property
+    def workers_finished(self) -> str:
+        """String: set by the driver once its Spark job ended, so no worker pushes again (ddq.lifecycle)."""
+        return f"{self.prefix}:workers_finished"
+
+    @property
     def env_steps(self) -> str:
         """Integer: env steps played by all workers together (INCRBY)."""
         return f"{self.prefix}:env_steps"

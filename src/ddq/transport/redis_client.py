@@ -59,6 +59,14 @@ class OutageRetry(Retry):
         super().__init__(ExponentialBackoff(cap=1.0, base=0.05), -1, supported_errors=(redis.ConnectionError,))
         self.outage_s = outage_s
         self.outage_since: float | None = None  # when the command being tried first failed
+        self.gone = threading.Event()  # the server is gone for good: no outage to wait out (`give_up_waiting`)
+
+    def __deepcopy__(self, memo: dict) -> OutageRetry:
+        """redis-py gives each connection its own copy: the outage clock is the connection's, and `gone` is
+        shared by every connection of the client."""
+        copy = OutageRetry(self.outage_s)
+        copy.gone = self.gone
+        return copy
 
     def call_with_retry(self, do: Callable[[], T], fail: Callable[..., Any],
                         is_retryable: Callable[[Exception], bool] | None = None,
@@ -78,13 +86,21 @@ class OutageRetry(Retry):
                     self.outage_since = self.outage_since or now
                     fail(error, failures) if with_failure_count else fail(error)
                     if isinstance(error, redis.AuthenticationError) or (is_retryable and not is_retryable(error)) \
-                            or now - self.outage_since >= self.outage_s:
+                            or now - self.outage_since >= self.outage_s or self.gone.is_set():
                         raise
                     time.sleep(self._backoff.compute(failures))
         finally:
             # only a success ends an outage: once one outlasted its deadline, every command fails at once
             # until the server answers again (a driver ending a run with Redis gone makes many calls)
             _NESTING.depth = depth
+
+
+def give_up_waiting(client: redis.Redis) -> None:
+    """From now on, `client`'s commands fail at once while the server is away: it is gone for good (the
+    process that ran it died and was not restarted), so there is no outage to wait out."""
+    retry = client.get_retry()
+    if isinstance(retry, OutageRetry):
+        retry.gone.set()
 
 
 def connect(url: str, **options: Any) -> redis.Redis:
