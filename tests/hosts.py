@@ -229,32 +229,46 @@ def deps_only_python(folder: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def link_or_copy(source: Path, destination: Path) -> None:
+    """A hard link (instant, and no space: torch alone is 750 MB), or a copy across file systems."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+
+
 def executor_environment(folder: Path) -> Path:
-    """A virtual environment that holds copies of ddq's dependencies, as installed here, and neither ddq nor
-    pyspark (Spark hands executors its own): what a user makes for executors with `pip install`, made from
-    the files already here instead of a download. venv-pack can pack it (`ddq package --env`)."""
-    from importlib import metadata
-
-    from packaging.requirements import Requirement
-
+    """A virtual environment that holds ddq's dependencies as installed here (hard links to their files),
+    and neither ddq nor pyspark (Spark hands executors its own): what a user makes for executors with `pip
+    install`, made from the files already here instead of a download. venv-pack can pack it (`ddq package
+    --env`)."""
     venv = folder / "executor-env"
     if (venv / "bin" / "python").exists():
         return venv
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = next((venv / "lib").glob("python*/site-packages"))
-    wanted, seen = [Requirement(text) for text in metadata.requires("ddq") or []], set()
+    link_distributions(next((venv / "lib").glob("python*/site-packages")), ["ddq"], {"pyspark", "py4j", "ddq"})
+    return venv
+
+
+def link_distributions(site: Path, roots: list[str], leave_out: set[str]) -> None:
+    """Puts the distributions `roots` need, as installed here, into the site-packages folder `site`: the
+    files of each (hard links), and of what each requires without extras, but nothing of `leave_out`."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    wanted, seen = [Requirement(root) for root in roots], set()
     while wanted:
         requirement = wanted.pop()
         name = requirement.name.lower().replace("_", "-")
-        if name in seen or name in ("pyspark", "py4j", "ddq") or \
-                (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+        if name in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
             continue
         seen.add(name)
         dist = metadata.distribution(requirement.name)
-        for file in dist.files or []:
-            source = Path(str(file.locate()))
-            if ".." not in file.parts and source.is_file():  # scripts in bin/ are not needed
-                (site / file).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, site / file)
+        if name not in leave_out:
+            for file in dist.files or []:
+                source = Path(str(file.locate()))
+                if ".." not in file.parts and source.is_file():  # scripts in bin/ are not needed
+                    (site / file).parent.mkdir(parents=True, exist_ok=True)
+                    link_or_copy(source, site / file)
         wanted += [Requirement(text) for text in dist.requires or []]
-    return venv
