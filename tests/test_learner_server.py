@@ -6,7 +6,6 @@ import pytest
 import redis
 
 from ddq.config import config_of
-from ddq.learner_process.publisher import raise_to
 from ddq.learner_process.server import INBOX_MESSAGES, LearnerServer
 from ddq.transport.experience import Experience, encode
 from ddq.transport.keys import RunKeys
@@ -66,14 +65,3 @@ def test_the_learner_takes_one_message_ahead_and_publishes_trained_steps_with_it
     publisher.send(client, 64, server.weights(target_too=False), 100)
     assert int(client.get(keys.trained_steps)) == published[-1][1] == 120  # the last publication's, not 100
 
-
-def test_raising_the_trained_steps_needs_no_script_the_server_kept(server_url):
-    """A Redis restarted from its snapshot knows no scripts. Here the server forgets them inside the very
-    pipeline that raises the count, where a script sent by its hash would fail with NOSCRIPT."""
-    client, key = redis.Redis.from_url(server_url), RunKeys(RUN).trained_steps
-    for value, expected in ((500, 500), (300, 500), (700, 700)):
-        pipe = client.pipeline(transaction=False)
-        pipe.script_flush()
-        raise_to(pipe, key, value)
-        pipe.execute()
-        assert int(client.get(key)) == expected

@@ -16,6 +16,7 @@ import torch
 
 from ddq.core.learner import GradientStats, Learner
 from ddq.core.replay import FrameStacker
+from ddq.core.weights import ParameterSource
 
 
 def q_lambda_returns(rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, valid: torch.Tensor,
@@ -91,11 +92,11 @@ class Rollout:
         return ended & ~self.terminated
 
 
-def train_on_rollout(learner: Learner, rollout: Rollout, source: Any, gamma: float, lam: float, epochs: int,
-                     minibatches: int, rng: np.random.Generator) -> list[GradientStats]:
+def train_on_rollout(learner: Learner, rollout: Rollout, source: ParameterSource, gamma: float, lam: float,
+                     epochs: int, minibatches: int, rng: np.random.Generator) -> list[GradientStats]:
     """PQN's training step on a full rollout: the Q(lambda) returns under the current weights, then `epochs`
     passes over its transitions in `minibatches` shuffled minibatches, each gradient of the squared error
-    pushed to `source` (a `ddq.core.weights.ParameterSource`) and the weights synced. Returns each
+    pushed to `source` and the weights synced. Returns each
     gradient's statistics."""
     to, shape = learner.to_tensor, rollout.states.shape
     states = rollout.states.reshape(-1, *shape[2:])  # every state of the rollout, one per row

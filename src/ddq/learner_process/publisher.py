@@ -16,18 +16,6 @@ from ddq.transport.wire import WEIGHTS, Header, pack_header
 
 log = logging.getLogger("ddq.learner")
 WAIT_S = 0.25
-# The env steps trained on only ever rise: the publishing thread and housekeeping both write them, and the one
-# that counted first may write last (a server-side max, so the two never wait on each other). Our own script:
-# nothing received is evaluated.
-RAISE_TO = ("local old = tonumber(redis.call('GET', KEYS[1]) or '-1') "
-            "if tonumber(ARGV[1]) > old then redis.call('SET', KEYS[1], ARGV[1]) end")
-
-
-def raise_to(pipe: redis.client.Pipeline, key: str, value: int) -> None:
-    """Queues RAISE_TO on `pipe`. EVAL carries the script itself: a Redis restarted from its snapshot knows no
-    scripts, and redis-py's EVALSHA pipeline loads them only before its first try, so its retry after the
-    reconnection would fail with NOSCRIPT."""
-    pipe.eval(RAISE_TO, 1, key, value)
 
 
 def weights_messages(learner: Learner, layout: bytes, target_version: int, target_too: bool) -> list[bytes]:
@@ -50,7 +38,8 @@ class WeightsPublisher:
         self.outbox: tuple[int, list[bytes], int] | None = None  # version, messages, trained steps
         self.eval_outbox: list[tuple[bytes, int]] = []  # weights of eval_every marks, with their trained steps
         self.ready = threading.Condition()
-        self.sending = threading.Lock()  # the training loop and this thread both send weights
+        self.sending = threading.RLock()  # the training loop and this thread both send weights
+        self.trained_written = -1  # the largest count of env steps trained on that was written
         self.sent_version = -1  # of the newest weights sent: an older hand-over never overwrites them
         self.publications = 0
         self.stopping = threading.Event()
@@ -80,13 +69,24 @@ class WeightsPublisher:
                 pipe.set(self.shard_keys.weights, messages[0])
                 if len(messages) > 1:
                     pipe.set(self.shard_keys.target, messages[1])
-                raise_to(pipe, self.keys.trained_steps, trained)
-                pipe.execute()
+                self.execute(pipe, trained)
                 self.sent_version = version
                 self.publications += 1
         except redis.RedisError as error:
             log.error("learner could not publish its weights (%s)", error)
             self.failed.set()
+
+    def execute(self, pipe: redis.client.Pipeline, trained: int) -> None:
+        """Runs `pipe`, writing the env steps trained on as `trained` unless a larger count was written: the
+        count only ever rises, and the publishing thread and housekeeping both write it (the one that counted
+        first may write last). Under `sending`, so two writes never cross on their way to Redis."""
+        with self.sending:
+            rises = trained > self.trained_written
+            if rises:
+                pipe.set(self.keys.trained_steps, trained)
+            pipe.execute()
+            if rises:
+                self.trained_written = trained
 
     def start(self) -> None:
         self.thread.start()

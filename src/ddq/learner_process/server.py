@@ -27,7 +27,7 @@ import redis
 from ddq.config import TrainConfig
 from ddq.core.agent import env_shapes, make_learner, make_replay, resolve_device, seed_everything, update_schedule
 from ddq.core.central_learner import CentralLearner, CentralSettings, LearnerState
-from ddq.learner_process.publisher import WeightsPublisher, raise_to, weights_messages
+from ddq.learner_process.publisher import WeightsPublisher, weights_messages
 from ddq.lifecycle import RunControl
 from ddq.param_server import snapshots
 from ddq.param_server.metrics import ServerMetrics, layer_segments
@@ -199,8 +199,7 @@ class LearnerServer:
                       trained_steps=core.trained_steps, policy_lag=float(np.mean(lags)) if lags else None)
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.shard(0).metrics, json.dumps(report))
-        raise_to(pipe, self.keys.trained_steps, core.trained_steps)
-        pipe.execute()
+        self.publisher.execute(pipe, core.trained_steps)
         return not self.control.stopping() and not self.stopping.is_set() and not self.publisher.failed.is_set()
 
     # ---------------------------------------------------------------- the process
