@@ -34,6 +34,8 @@ SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = str(SPARK_HOME / "bin" / "spark-class")
 MASTER_PORT = 7077
 REDIS_PORT, PROXY_PORT = 6390, 6391  # on h0, a namespace of the test's own
+# The fault tests train DQN, not CartPole's default PQN: a fault lands mid-run, and PQN's run can end first.
+DQN_PACE = ("--algo", "dqn")
 
 
 class Cluster:
@@ -237,7 +239,7 @@ def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_re
     ends with a summary and exit 1 within --stall-timeout plus Spark's cancellation wait, and once the link
     is back `--resume` finishes it, riding out its private Redis killed once on the way."""
     name = "driver-cut-off"
-    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "200000", "--eval-every", "3000",
+    driver = cluster.start_training(name, "--mode", "downpour", *DQN_PACE, "--total-steps", "200000", "--eval-every", "3000",
                                     "--eval-episodes", "2", "--stall-timeout", "15")
     wait_for_worker_steps(cluster, name, 0, 3500)  # past the first evaluation: a checkpoint to resume from
     cluster.hosts.link_down("h0")
@@ -275,7 +277,7 @@ def test_a_worker_hosts_link_cut_for_good_mid_run_is_redone_elsewhere_and_the_ru
     name = "cut-for-good"
     spark_settings = ("--conf spark.network.timeout=20s --conf spark.network.timeoutInterval=5s "
                       "--conf spark.executor.heartbeatInterval=2s pyspark-shell")
-    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "6000", "--eval-every", "3000",
+    driver = cluster.start_training(name, "--mode", "downpour", *DQN_PACE, "--total-steps", "6000", "--eval-every", "3000",
                                     "--eval-episodes", "2", env={"PYSPARK_SUBMIT_ARGS": spark_settings})
     wait_for_worker_steps(cluster, name, 0, 1500)
     wait_for_worker_steps(cluster, name, 1, 1500)
@@ -300,7 +302,7 @@ def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(c
     task on the host left; the summary shows the crashed attempt as replaced, its pushes still counted.
     Runs last: h1 stays down."""
     name = "crash-h1"
-    driver = cluster.start_training(name, "--mode", "downpour", "--total-steps", "6000", "--eval-every", "3000",
+    driver = cluster.start_training(name, "--mode", "downpour", *DQN_PACE, "--total-steps", "6000", "--eval-every", "3000",
                                     "--eval-episodes", "2")
     wait_for_worker_steps(cluster, name, 0, 1500)
     wait_for_worker_steps(cluster, name, 1, 1500)

@@ -1,26 +1,32 @@
-"""`ddq bench peers` (its table and ratio from known results, its one line without Stable-Baselines3) and `ddq bench train --set`."""
+"""`ddq bench peers` (its table, medians and ratios from known results, its one line for a missing peer, CleanRL's infos) and `ddq bench train --set`."""
 
 import os
 import subprocess
 import sys
 
+import pytest
+
 from ddq.benchmarks.peers import table
 
 
-def test_table_shows_each_seed_and_the_ratio_of_median_times():
-    pairs = [({"seed": 0, "steps_to_target": 9002, "time_to_target_s": 12.0},
-              {"seed": 0, "steps_to_target": 5000, "time_to_target_s": 15.0}),
-             ({"seed": 1, "steps_to_target": 13001, "time_to_target_s": 20.0},
-              {"seed": 1, "steps_to_target": 36000, "time_to_target_s": 80.0}),
-             ({"seed": 2, "steps_to_target": 15000, "time_to_target_s": 16.0},
-              {"seed": 2, "steps_to_target": None, "time_to_target_s": None})]
-    text = table(pairs)
-    assert "| 0 | 9,002 | 12.0 | 5,000 | 15.0 |" in text
-    assert "| 2 | 15,000 | 16.0 | not reached | not reached |" in text
-    # A seed that never reached the target has no time: Stable-Baselines3's median is then unknown.
-    assert "| **median** | 13,001 | 16.0 | not reached | not reached |" in text and text.endswith(": —")
-    pairs[2][1].update(steps_to_target=28000, time_to_target_s=64.0)
-    assert table(pairs).endswith("ddq's median time / Stable-Baselines3's: 0.25")  # 16 / 64
+def _result(seed, steps, seconds):
+    return {"seed": seed, "steps_to_target": steps, "time_to_target_s": seconds}
+
+
+def test_table_shows_each_seed_the_medians_their_quartiles_and_the_ratios():
+    results = {"ddq": [_result(0, 9002, 2.0), _result(1, 13001, 4.0), _result(2, 15000, 3.0)],
+               "sb3": [_result(0, 5000, 15.0), _result(1, 36000, 80.0), _result(2, None, None)],
+               "cleanrl": [_result(0, 90000, 60.0), _result(1, 120000, 70.0), _result(2, 100000, 65.0)]}
+    text = table("CartPole-v1", results)
+    assert "| 0 | 9,002 | 2.0 | 5,000 | 15.0 | 90,000 | 60.0 |" in text
+    assert "| 2 | 15,000 | 3.0 | not reached | not reached | 100,000 | 65.0 |" in text
+    # A seed that never reached the target counts as the slowest: SB3's median is its middle seed.
+    assert "| **median** | 13,001 | 3.0 | 36,000 | 80.0 | 100,000 | 65.0 |" in text
+    assert ("| quartiles | 11,002-14,000 | 2.5-3.5 | 20,500-not reached | 47.5-not reached | 95,000-110,000 | 62.5-67.5 |"
+            in text)
+    assert text.endswith("ddq's median time / Stable-Baselines3's: 0.04\nddq's median time / CleanRL's: 0.05")
+    results["sb3"][1].update(steps_to_target=None, time_to_target_s=None)
+    assert "ddq's median time / Stable-Baselines3's: —" in table("CartPole-v1", results)
 
 
 def test_without_stable_baselines3_the_bench_says_how_to_get_it(tmp_path):
@@ -33,10 +39,32 @@ def test_without_stable_baselines3_the_bench_says_how_to_get_it(tmp_path):
         "ddq: error: ddq bench peers needs Stable-Baselines3: pip install 'ddq[peers]' (or stable-baselines3)"]
 
 
+def test_without_a_cleanrl_checkout_the_bench_says_where_to_get_one(tmp_path):
+    pytest.importorskip("stable_baselines3")
+    result = subprocess.run([sys.executable, "-m", "ddq", "bench", "peers", "--seeds", "0", "--cleanrl", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"ddq: error: --cleanrl {tmp_path}: no cleanrl/dqn.py there;") and "--peers ddq sb3" in line
+
+
+def test_cleanrl_reads_a_vector_info_as_gymnasium_029_gave_it():
+    import numpy as np
+
+    from ddq.benchmarks.peer_runs import _as_gymnasium_029_infos
+
+    final = np.array([None, np.array([0.1, 0.2])], dtype=object)
+    infos = {"final_obs": final, "_final_obs": np.array([False, True]),
+             "final_info": {"episode": {"r": np.array([0.0, 31.0]), "l": np.array([0, 31])},
+                            "_episode": np.array([False, True])},
+             "_final_info": np.array([False, True])}
+    old = _as_gymnasium_029_infos(infos, 2)
+    assert old["final_observation"] is final
+    assert old["final_info"][0] is None and old["final_info"][1] == {"episode": {"r": 31.0, "l": 31}}
+
+
 def test_bench_train_set_reads_values_as_a_config_file_would():
     import argparse
-
-    import pytest
 
     from ddq.benchmarks.commands import parse_setting
 

@@ -35,6 +35,29 @@ def test_precedence(tmp_path):
     assert TrainConfig().agent.num_envs == 8
 
 
+def test_an_env_trains_with_its_measured_algorithm_unless_told_or_unable(tmp_path):
+    def agent(values, file_text=None):
+        path = None
+        if file_text is not None:
+            path = tmp_path / "run.toml"
+            path.write_text(file_text)
+        a = build_config(values, str(path) if path else None).agent
+        return a.algo, a.hidden, a.optim.lr, a.num_envs
+
+    # CartPole: PQN on a 64x64 MLP at 3e-3, over the preset's other settings (4 envs)
+    assert agent({"env": "CartPole-v1"}) == ("pqn", [64, 64], 3e-3, 4)
+    assert agent({"env": "CartPole-v1", "mode": "serial"}) == ("pqn", [64, 64], 3e-3, 4)
+    # DQN when named, on the flag line or in a file, and in actor-learner mode, which runs only DQN
+    assert agent({"env": "CartPole-v1", "algo": "dqn"}) == ("dqn", [256, 256], 1.5e-3, 4)
+    assert agent({"env": "CartPole-v1"}, "[agent]\nalgo = \"dqn\"\n") == ("dqn", [256, 256], 1.5e-3, 4)
+    assert agent({"env": "CartPole-v1"}, "[run]\nmode = \"actor-learner\"\n")[0] == "dqn"
+    # a setting named beats the algorithm's preset as it beats the env's
+    assert agent({"env": "CartPole-v1", "hidden": [32]})[:2] == ("pqn", [32])
+    # envs with no measured choice train with DQN
+    assert agent({"env": "LunarLander-v3"})[0] == "dqn"
+    assert agent({"env": "CartPole-v1", "algo": "pqn", "mode": "downpour"})[0] == "pqn"
+
+
 def test_unknown_settings_are_named(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("batchsize = 3\n")

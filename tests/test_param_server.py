@@ -53,7 +53,7 @@ class Harness:
     def __init__(self, redis_server: EmbeddedRedis, folder: Path, **settings):
         self.run = uuid.uuid4().hex[:8]
         self.url = redis_server.url
-        self.config = build_config({"env": "CartPole-v1", "hidden": [32, 32], "run_dir": str(folder / "run"),
+        self.config = build_config({"env": "CartPole-v1", "algo": "dqn", "hidden": [32, 32], "run_dir": str(folder / "run"),
                                     **settings})
         self.admin = redis.Redis.from_url(self.url)
         self.folder = folder

@@ -8,7 +8,7 @@ import torch
 from conftest import run_ddq, summary_of
 from ddq.modes.bookkeeping import read_metrics
 
-SHORT = ["--mode", "serial", "--env", "CartPole-v1", "--no-progress", "--learning-starts", "500", "--eval-every", "1000",
+SHORT = ["--mode", "serial", "--env", "CartPole-v1", "--algo", "dqn", "--no-progress", "--learning-starts", "500", "--eval-every", "1000",
          "--eval-episodes", "2", "--checkpoint-every", "1500", "--log-every", "500"]
 
 

@@ -13,10 +13,11 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from ddq.config import PRESETS, TrainConfig, field_type
+from ddq.config import PQN_PRESETS, PRESETS, TrainConfig, field_type
 
-_PRESET_KEYS = {key for preset in PRESETS.values() for key in preset} | {
-    key for preset in PRESETS.values() for section in preset.values() if isinstance(section, dict) for key in section}
+_PRESETS = [*PRESETS.values(), *PQN_PRESETS.values()]
+_PRESET_KEYS = {"algo"} | {key for preset in _PRESETS for key in preset} | {
+    key for preset in _PRESETS for section in preset.values() if isinstance(section, dict) for key in section}
 
 
 @dataclasses.dataclass

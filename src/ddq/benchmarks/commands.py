@@ -91,7 +91,8 @@ def cmd_bench_learner(args: argparse.Namespace) -> int:
 def cmd_bench_peers(args: argparse.Namespace) -> int:
     from ddq.benchmarks.peers import run_bench, table
 
-    print(table(run_bench(args.seeds, args.ddq_flags.split() if args.ddq_flags else [])))
+    for env_id in args.envs:
+        print(table(env_id, run_bench(env_id, args.seeds, args.peers, args.cleanrl)) + "\n", flush=True)
     return 0
 
 
@@ -180,10 +181,17 @@ def add_bench_commands(commands: Any) -> None:
                          help="leave out the collective rounds (--sync rows, Grandio's MP(N))")
     grandio.set_defaults(func=cmd_bench_grandio)
 
-    peers = kinds.add_parser("peers", help="CartPole-v1 time to 475: ddq serial beside Stable-Baselines3's tuned "
-                                           "DQN, run together, seed by seed (needs pip install 'ddq[peers]')")
-    peers.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (each runs both)")
-    peers.add_argument("--ddq-flags", default="", help="extra `ddq train` flags for ddq's runs, in quotes")
+    peers = kinds.add_parser("peers", help="time to CartPole-v1 475 and LunarLander-v3 200: ddq's defaults beside "
+                                           "Stable-Baselines3 (rl-baselines3-zoo settings) and CleanRL's dqn.py, "
+                                           "seed by seed (needs pip install 'ddq[peers]' and a CleanRL checkout)")
+    peers.add_argument("--envs", nargs="+", default=["CartPole-v1", "LunarLander-v3"],
+                       choices=["CartPole-v1", "LunarLander-v3"], help="envs, one table each")
+    peers.add_argument("--seeds", type=int, nargs="+", default=list(range(10)), help="seeds (each runs every learner)")
+    peers.add_argument("--peers", nargs="+", default=["ddq", "sb3", "cleanrl"], choices=["ddq", "sb3", "cleanrl"],
+                       help="learners to run (sb3: Stable-Baselines3; cleanrl: CleanRL's dqn.py)")
+    peers.add_argument("--cleanrl", metavar="CHECKOUT", default=None,
+                       help="a checkout of CleanRL's repository (git clone https://github.com/vwxyzjn/cleanrl): "
+                            "its cleanrl/dqn.py runs as it is there")
     peers.set_defaults(func=cmd_bench_peers)
 
     learner = kinds.add_parser("learner", help="the actor-learner learner's updates/s by device and batch size, "

@@ -104,16 +104,30 @@ class Driver:
                 self.wiring.weights.drained()
                 self.mirror.evaluate(self.record, self.services)
                 self.services.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
-            except (ProcessFailed, SparkJobFailed, RunStalled, redis.RedisError, ConnectionError) as error:
-                named = isinstance(error, (redis.RedisError, ConnectionError))  # Redis gone: say which error
-                self.failure = f"{type(error).__name__}: {error}" if named else str(error)
-                print(f"ddq: error: the run cannot go on: {self.failure}", file=sys.stderr, flush=True)
+            except (ProcessFailed, SparkJobFailed, RunStalled) as error:
+                self._cannot_go_on(str(error))
+            except (redis.RedisError, ConnectionError) as error:  # Redis gone: what died, else which error
+                self._cannot_go_on(self._what_died() or f"{type(error).__name__}: {error}")
             summary = self._finish()
             with contextlib.suppress(redis.RedisError):
                 self.services.reporter.finish(summary)
                 save_telemetry(self.services.redis, self.services.keys, self.run_dir)  # for `ddq dashboard RUN_DIR`
         self.exit_code = 1 if self.failure else self.signals.exit_code()
         return summary
+
+    def _cannot_go_on(self, failure: str) -> None:
+        self.failure = failure
+        print(f"ddq: error: the run cannot go on: {failure}", file=sys.stderr, flush=True)
+
+    def _what_died(self) -> str | None:
+        """The supervisor's line for a process of the run that died for good, if one did: a Redis error
+        is often the first sign of the run's Redis dying (its keeper stops the driver's waiting for it
+        before the supervisor's next look), and the line names more than the error."""
+        try:
+            self.supervisor.check(stopping=True)  # names the dead; restarts nothing
+        except ProcessFailed as died:
+            return str(died)
+        return None
 
     def _start_services(self, stack: contextlib.ExitStack) -> None:
         """Redis (unless given), the weights service, Celery and the dashboard, each supervised, then the
