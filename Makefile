@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test,atari,box2d,cluster]'
+	$(BIN)/python -m pip install --quiet -e '.[test,atari,box2d,minatar,cluster]'
 	touch $(STAMP)
 	@echo "ddq: installed; in a new shell, run ddq as $(BIN)/ddq (or: source $(BIN)/activate)"
 

@@ -53,6 +53,9 @@ def test_an_env_trains_with_its_measured_algorithm_unless_told_or_unable(tmp_pat
     assert agent({"env": "CartPole-v1"}, "[run]\nmode = \"actor-learner\"\n")[0] == "dqn"
     # a setting named beats the algorithm's preset as it beats the env's
     assert agent({"env": "CartPole-v1", "hidden": [32]})[:2] == ("pqn", [32])
+    # a setting only DQN reads asks for DQN, and so does a run's settings document from before PQN
+    assert agent({"env": "CartPole-v1", "prioritized": True})[:2] == ("dqn", [256, 256])
+    assert agent({"env": "CartPole-v1"}, "[agent]\nframe_stack = 4\n")[0] == "dqn"
     # envs with no measured choice train with DQN
     assert agent({"env": "LunarLander-v3"})[0] == "dqn"
     assert agent({"env": "CartPole-v1", "algo": "pqn", "mode": "downpour"})[0] == "pqn"

@@ -39,7 +39,7 @@ def a_batch(seed: int):
 
 def test_the_example_computes_serial_modes_targets_loss_and_gradient():
     example = load_example()
-    config = build_config({"env": "CartPole-v1", "mode": "serial", "max_grad_norm": None})
+    config = build_config({"env": "CartPole-v1", "mode": "serial", "algo": "dqn", "max_grad_norm": None})
     frame_shape, _, num_actions = env_shapes(config.agent)
     torch.manual_seed(0)
     learner = make_learner(config.agent, frame_shape, num_actions, torch.device("cpu"))

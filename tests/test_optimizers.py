@@ -12,6 +12,8 @@ CASES = [
     ("rmsprop", dict(lr=0.01), torch.optim.RMSprop, dict(lr=0.01)),
     ("rmsprop", dict(lr=0.01, rms_decay=0.95, momentum=0.5, weight_decay=1e-3), torch.optim.RMSprop,
      dict(lr=0.01, alpha=0.95, momentum=0.5, weight_decay=1e-3)),
+    ("rmsprop", dict(lr=2.5e-4, rms_decay=0.95, eps=0.01, centered=True), torch.optim.RMSprop,  # MinAtar's DQN
+     dict(lr=2.5e-4, alpha=0.95, eps=0.01, centered=True)),
     ("adagrad", dict(lr=0.1), torch.optim.Adagrad, dict(lr=0.1)),
     ("adagrad", dict(lr=0.1, weight_decay=1e-2), torch.optim.Adagrad, dict(lr=0.1, weight_decay=1e-2)),
     ("adam", dict(lr=1e-3), torch.optim.Adam, dict(lr=1e-3)),
@@ -75,3 +77,11 @@ def test_state_round_trips():
 def test_unknown_optimizer_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown optimizer 'lbfgs'"):
         OptimizerConfig(optimizer="lbfgs")
+
+
+def test_centered_is_rmsprops_and_a_changed_state_is_named():
+    with pytest.raises(ValueError, match="centered is a setting of rmsprop, not of adam"):
+        OptimizerConfig(optimizer="adam", centered=True)
+    saved = FlatOptimizer(OptimizerConfig(optimizer="rmsprop", centered=True), 10).state_dict()
+    with pytest.raises(ValueError, match="holds grad_avg, square_avg, but these settings keep square_avg"):
+        FlatOptimizer(OptimizerConfig(optimizer="rmsprop"), 10).load_state_dict(saved)

@@ -96,6 +96,15 @@ def cmd_bench_peers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_minatar(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.minatar import parse_configuration, run_bench, table
+
+    configurations = [parse_configuration(text) for text in args.configs]
+    checkpoints = sorted(f for f in args.at if f <= args.frames)
+    print(table(run_bench(args.games, configurations, args.seeds, args.frames), checkpoints))
+    return 0
+
+
 def cmd_bench_dashboard(args: argparse.Namespace) -> int:
     from ddq.benchmarks.dashboard import run_bench, table
 
@@ -109,7 +118,7 @@ def add_bench_commands(commands: Any) -> None:
     bench = commands.add_parser("bench", help="benchmarks: train (training to a target return), snake (the Snake "
                                               "ablation), grad (gradient cost by model size), ps (parameter "
                                               "server), scaling (distributed workers), learner, grandio, peers, "
-                                              "dashboard (what babysitting costs)")
+                                              "minatar, dashboard (what babysitting costs)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("train", aliases=["serial"],
                               help="steps and wall time to a target return over several seeds (`serial` runs "
@@ -193,6 +202,19 @@ def add_bench_commands(commands: Any) -> None:
                        help="a checkout of CleanRL's repository (git clone https://github.com/vwxyzjn/cleanrl): "
                             "its cleanrl/dqn.py runs as it is there")
     peers.set_defaults(func=cmd_bench_peers)
+
+    minatar = kinds.add_parser("minatar", help="the MinAtar paper's protocol: training returns against frames, "
+                                               "averaged over runs, with wall time (needs pip install 'ddq[minatar]')")
+    minatar.add_argument("--games", nargs="+", default=["Breakout", "SpaceInvaders", "Asterix"],
+                         choices=["Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest"], help="games")
+    minatar.add_argument("--configs", nargs="+", default=["preset"], metavar="'NAME: KEY=VALUE ...'",
+                         help="configurations, each its settings over the MinAtar preset (the paper's DQN), e.g. "
+                              "preset 'pqn: algo=pqn num_envs=32'")
+    minatar.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (runs per configuration)")
+    minatar.add_argument("--frames", type=int, default=5_000_000, help="env steps per run (the paper's: 5M)")
+    minatar.add_argument("--at", type=int, nargs="+", default=[500_000, 1_000_000, 2_500_000, 5_000_000],
+                         help="frames at which the table reads the returns and the time")
+    minatar.set_defaults(func=cmd_bench_minatar)
 
     learner = kinds.add_parser("learner", help="the actor-learner learner's updates/s by device and batch size, "
                                                "uniform and prioritized replay")

@@ -1,7 +1,7 @@
 """`ddq bench grad`: the original's cost-versus-image-size table, re-measured with ddq's gradient path.
 
 For the DeepQ network at each input size, and for ddq's default MLP on CartPole's shapes (4 inputs,
-256x256, 2 actions, as CartPole's preset): parameters, message size, time to
+256x256, 2 actions, as CartPole's DQN preset): parameters, message size, time to
 serialize a gradient message and to load a weights message into the network, and time per
 minibatch gradient (batch 32: Q(s) forward and backward plus the target network's forward on s',
 the original's plain DQN target). ddq's gradient (Learner over flat parameters, then the message as
@@ -40,7 +40,7 @@ ORIGINAL = {
 }
 
 
-MLP_INPUTS, MLP_ACTIONS = 4, 2  # CartPole's, with the preset's 256x256 hidden layers
+MLP_INPUTS, MLP_ACTIONS = 4, 2  # CartPole's, with its DQN preset's 256x256 hidden layers
 CPU = torch.device("cpu")
 BLOCK_S = 0.02  # seconds of steps per timed sample in the bare-against-ddq comparison
 

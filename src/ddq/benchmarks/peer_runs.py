@@ -132,6 +132,16 @@ def _as_gymnasium_029_infos(infos: dict[str, Any], num_envs: int) -> dict[str, A
     return infos
 
 
+def _scripts_q_network() -> Any:
+    """CleanRL's `q_network`: a global of the script's module, whose loop is a caller of the env's step."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if "q_network" in frame.f_globals and "args" in frame.f_globals:
+            return frame.f_globals["q_network"]
+        frame = frame.f_back  # type: ignore[assignment]
+    raise RuntimeError(f"no q_network in the code stepping the env: is this CleanRL's {CLEANRL_SCRIPT}?")
+
+
 def run_cleanrl(criterion: Criterion, checkout: str) -> None:
     """CleanRL's dqn.py with its defaults (CPU, one torch thread). It was written for Gymnasium 0.29,
     whose vector envs reset an ended episode in the same step and hand its last observation over as
@@ -149,7 +159,7 @@ def run_cleanrl(criterion: Criterion, checkout: str) -> None:
         def step(self, actions: Any) -> Any:
             obs, rewards, terminations, truncations, infos = super().step(actions)
             infos = _as_gymnasium_029_infos(infos, self.num_envs)
-            q_network = sys._getframe(1).f_globals["q_network"]  # the script's, which called step
+            q_network = _scripts_q_network()
 
             def act(observations: np.ndarray) -> np.ndarray:
                 with torch.no_grad():

@@ -15,7 +15,6 @@ import dataclasses
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,14 +98,25 @@ def run_bench(env_id: str, seeds: list[int], peers: list[str], cleanrl: str | No
     return results
 
 
+def _quantile(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values, interpolated between neighbours (as a spreadsheet's QUARTILE);
+    infinite values stay infinite, and a position that falls on a value is that value."""
+    position = (len(ordered) - 1) * q
+    below = math.floor(position)
+    fraction = position - below
+    if fraction == 0:
+        return ordered[below]
+    return ordered[below] + fraction * (ordered[below + 1] - ordered[below])
+
+
 def _median_and_quartiles(values: list[float | None], digits: int = 1) -> tuple[float, str]:
     """The median and the interquartile range; a run that never reached the target counts as slower
     than any that did (infinite)."""
-    finite = [math.inf if v is None else float(v) for v in values]
-    if len(finite) < 2:
-        return (finite[0] if finite else math.inf), "—"
-    low, _, high = statistics.quantiles(finite, n=4, method="inclusive")
-    return statistics.median(finite), f"{_cell(low, digits)}-{_cell(high, digits)}"
+    ordered = sorted(math.inf if v is None else float(v) for v in values)
+    if len(ordered) < 2:
+        return (ordered[0] if ordered else math.inf), "—"
+    low, median, high = (_quantile(ordered, q) for q in (0.25, 0.5, 0.75))
+    return median, f"{_cell(low, digits)}-{_cell(high, digits)}"
 
 
 def _cell(value: float | None, digits: int = 1) -> str:

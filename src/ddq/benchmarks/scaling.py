@@ -30,7 +30,7 @@ def run_workers(workers: int, latency_ms: float, steps_per_worker: int, folder: 
                 mode: str = "downpour") -> ScalingRow:
     run_dir = folder / f"workers{workers}"
     command = [sys.executable, "-m", "ddq", "train", "--mode", mode, "--workers", str(workers),
-               "--env", "CartPole-v1", "--num-envs", "1", "--step-latency-ms", str(latency_ms),
+               "--env", "CartPole-v1", "--algo", "dqn", "--num-envs", "1", "--step-latency-ms", str(latency_ms),
                "--total-steps", str(workers * steps_per_worker), "--learning-starts", "100",
                "--train-frequency", "10", "--replay-ratio", "0.1", "--eval-every", str(10**9),
                "--eval-episodes", "1", "--no-progress", "--run-dir", str(run_dir)]

@@ -20,7 +20,7 @@ else:  # pragma: no cover
 
 from ddq.config.sections import AgentConfig, RunConfig, TrainConfig
 from ddq.gamesim import SNAKE_ID
-from ddq.gamesim.envs import is_atari
+from ddq.gamesim.envs import is_atari, is_minatar
 
 SETTINGS_FORMAT = "ddq-settings"
 SETTINGS_VERSION = 2  # 1: the same settings without sections, still read
@@ -44,6 +44,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         train_frequency=16, replay_ratio=0.25, target_update=2_000, epsilon_steps=250_000,
         epsilon_end=0.01, eval_every=50_000, frame_stack=4, gamma=0.99,
         optim=dict(optimizer="adam", lr=1e-4, eps=1.5e-4)),
+    # MinAtar: the DQN of Young and Tian (2019), "MinAtar: An Atari-Inspired Testbed": conv 16 3x3 - fc 128,
+    # replay 100k, batch 32, one update per frame from frame 5,000, target every 1,000 updates, epsilon 1 to
+    # 0.1 over the first 100k frames (the paper's falls over the 100k after its 5,000 random ones), centred
+    # RMSprop (lr 2.5e-4, alpha 0.95, eps 0.01), Huber loss, the plain max target, no gradient clipping,
+    # single frames, 5M frames.
+    "minatar": dict(
+        total_steps=5_000_000, num_envs=1, buffer_size=100_000, batch_size=32, learning_starts=5_000,
+        train_frequency=1, replay_ratio=1.0, target_update=1_000, epsilon_start=1.0, epsilon_end=0.1,
+        epsilon_steps=100_000, frame_stack=1, gamma=0.99, model="minatar", double_dqn=False, max_grad_norm=None,
+        eval_every=100_000, log_every=10_000,
+        optim=dict(optimizer="rmsprop", lr=2.5e-4, rms_decay=0.95, eps=0.01, centered=True)),
 }
 
 
@@ -58,17 +69,27 @@ PQN_PRESETS: dict[str, dict[str, Any]] = {
 
 
 def _preset_key(env_id: str) -> str:
-    return "atari" if is_atari(env_id) else env_id
+    return "atari" if is_atari(env_id) else "minatar" if is_minatar(env_id) else env_id
 
 
 def preset_for(env_id: str) -> dict[str, Any]:
     return PRESETS.get(_preset_key(env_id), {})
 
 
-def default_algorithm(env_id: str, mode: str) -> str:
+# Settings only DQN reads (its replay memory, target network, frame stacks and update schedule): naming one
+# asks for DQN, where no algorithm is named.
+DQN_SETTINGS = frozenset({"frame_stack", "buffer_size", "batch_size", "n_step", "learning_starts", "train_frequency",
+                          "replay_ratio", "target_update", "double_dqn", "prioritized", "priority_alpha",
+                          "priority_beta", "board_symmetries"})
+
+
+def default_algorithm(env_id: str, mode: str, named: set[str] | frozenset[str] = frozenset()) -> str:
     """What a run trains with when no algorithm is named: the env's measured choice, DQN where there is
-    none, and always DQN in actor-learner mode (its learner draws from a replay memory)."""
-    return "dqn" if mode == "actor-learner" else DEFAULT_ALGORITHMS.get(_preset_key(env_id), "dqn")
+    none, always DQN in actor-learner mode (its learner draws from a replay memory), and DQN where one
+    of the `named` settings is DQN's alone (a settings document of a run from before PQN names them all)."""
+    if mode == "actor-learner" or named & DQN_SETTINGS:
+        return "dqn"
+    return DEFAULT_ALGORITHMS.get(_preset_key(env_id), "dqn")
 
 
 def algorithm_preset_for(env_id: str, algo: str) -> dict[str, Any]:
@@ -254,7 +275,8 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
     else:
         env_id = cli_values.get("env") or _named(file_values, "env") or AgentConfig.env
         mode = cli_values.get("mode") or _named(file_values, "mode") or RunConfig.mode
-        algo = cli_values.get("algo") or _named(file_values, "algo") or default_algorithm(env_id, mode)
+        named = set(cli_values) | set(flat_settings(file_values))
+        algo = cli_values.get("algo") or _named(file_values, "algo") or default_algorithm(env_id, mode, named)
         config = merge(TrainConfig(), preset_for(env_id), f"the preset for {env_id}")
         config = merge(config, algorithm_preset_for(env_id, algo), f"the {algo} preset for {env_id}")
     config = merge(config, file_values, config_file or "the config file")

@@ -20,6 +20,8 @@ class OptimizerConfig:
     momentum: float = field(default=0.0, metadata={"help": "momentum (sgd, rmsprop)"})
     weight_decay: float = field(default=0.0, metadata={"help": "L2 weight decay"})
     rms_decay: float = field(default=0.99, metadata={"help": "RMSprop smoothing constant"})
+    centered: bool = field(default=False, metadata={
+        "help": "RMSprop: divide by the gradient's running variance, not its running second moment (Graves 2013)"})
     beta1: float = field(default=0.9, metadata={"help": "Adam first-moment decay"})
     beta2: float = field(default=0.999, metadata={"help": "Adam second-moment decay"})
     eps: float | None = field(default=None, metadata={"help": "denominator epsilon (none: torch's default)"})
@@ -35,6 +37,8 @@ class OptimizerConfig:
             raise ValueError(f"unknown lr_policy {self.lr_policy!r}; choose fixed or step")
         if self.lr <= 0 or self.lr_stepsize <= 0:
             raise ValueError(f"lr and lr_stepsize must be positive, got {self.lr} and {self.lr_stepsize}")
+        if self.centered and self.optimizer != "rmsprop":
+            raise ValueError(f"centered is a setting of rmsprop, not of {self.optimizer}")
         if self.eps is not None and self.eps <= 0:
             raise ValueError(f"eps must be positive (or none), got {self.eps}")
 

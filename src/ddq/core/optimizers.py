@@ -34,6 +34,8 @@ class FlatOptimizer:
             self.state["momentum"] = zeros()
         if config.optimizer == "rmsprop":
             self.state["square_avg"] = zeros()
+            if config.centered:
+                self.state["grad_avg"] = zeros()
             if config.momentum:
                 self.state["momentum"] = zeros()
         if config.optimizer == "adagrad":
@@ -69,7 +71,12 @@ class FlatOptimizer:
             params.add_(self._per_element(g), alpha=-lr)
         elif c.optimizer == "rmsprop":
             s["square_avg"].mul_(c.rms_decay).addcmul_(g, g, value=1 - c.rms_decay)
-            denom = self._denominator(s["square_avg"], 1.0)
+            second_moment = s["square_avg"]
+            if c.centered:  # E[g^2] - E[g]^2: the variance, in the scratch buffer _denominator then uses
+                s["grad_avg"].mul_(c.rms_decay).add_(g, alpha=1 - c.rms_decay)
+                second_moment = torch.addcmul(s["square_avg"], s["grad_avg"], s["grad_avg"], value=-1,
+                                              out=self._scratch)
+            denom = self._denominator(second_moment, 1.0)
             if c.momentum:
                 s["momentum"].mul_(c.momentum).addcdiv_(g, denom)
                 params.add_(self._per_element(s["momentum"]), alpha=-lr)
@@ -107,6 +114,9 @@ class FlatOptimizer:
     def load_state_dict(self, saved: dict) -> None:
         if saved["config"]["optimizer"] != self.config.optimizer:
             raise ValueError(f"optimizer state is for {saved['config']['optimizer']}, not {self.config.optimizer}")
+        if set(saved["state"]) != set(self.state):
+            raise ValueError(f"optimizer state holds {', '.join(sorted(saved['state']))}, but these settings keep "
+                             f"{', '.join(sorted(self.state)) or 'none'} (momentum or centered changed?)")
         self.steps = int(saved["steps"])
         for key, value in saved["state"].items():
             self.state[key].copy_(value)

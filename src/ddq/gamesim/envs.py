@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import SyncVectorEnv, VectorEnv, VectorWrapper
 
 from ddq.gamesim import SNAKE_ID
@@ -33,6 +34,40 @@ def is_atari(env_id: str) -> bool:
     return env_id.startswith("ALE/") or "NoFrameskip" in env_id
 
 
+def is_minatar(env_id: str) -> bool:
+    return env_id.startswith("MinAtar/")
+
+
+class MinAtarFrames(gym.ObservationWrapper):
+    """A MinAtar game (Young and Tian 2019) as ddq takes it: its 10x10xC boolean frames channels-first,
+    as the conv nets take them, and its pictures (`rgb_array`, floats in [0, 1]) as bytes."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        height, width, channels = env.observation_space.shape or (0, 0, 0)
+        self.observation_space = gym.spaces.Box(0, 1, (channels, height, width), dtype=bool)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(observation.transpose(2, 0, 1))
+
+    def render(self) -> np.ndarray | None:
+        picture = self.env.render()
+        return None if picture is None else (np.asarray(picture) * 255).astype(np.uint8)
+
+
+def _minatar(env_id: str, render_mode: str | None) -> gym.Env:
+    """`MinAtar/Breakout-v1` and its kind: the minimal action set, sticky actions 0.1 (MinAtar's own)."""
+    try:
+        import minatar.gym  # registers its ids with Gymnasium when asked
+    except ImportError as error:
+        raise RuntimeError(f"MinAtar games need the minatar extra ({error}): pip install 'ddq[minatar]'") from None
+    if env_id not in gym.registry:
+        minatar.gym.register_envs()
+    return MinAtarFrames(gym.make(env_id, render_mode=render_mode, disable_env_checker=True))
+
+
 def board_action_moves(env_id: str) -> tuple[tuple[int, int], ...] | None:
     """The move (row, col) of each action for a game whose rules stay the same on its board turned or
     mirrored (what symmetry augmentation needs); None for every other env."""
@@ -51,6 +86,8 @@ def make_env(env_id: str, options: EnvOptions | None = None, render_mode: str | 
         return gym.make(env_id, size=options.snake_size, render_mode=render_mode,
                         max_steps_without_apple=options.snake_max_steps_without_apple,
                         starving_dies=options.snake_starving_dies)
+    if is_minatar(env_id):
+        return _minatar(env_id, render_mode)
     if is_atari(env_id):
         try:
             import ale_py  # the wheel carries the ROMs: nothing is downloaded

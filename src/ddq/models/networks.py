@@ -82,6 +82,16 @@ def small_conv(channels: int, height: int, width: int, num_actions: int) -> nn.S
     )
 
 
+def minatar_dqn(channels: int, height: int, width: int, num_actions: int) -> nn.Sequential:
+    """Young and Tian (2019)'s MinAtar DQN: conv 16 3x3 (stride 1, no padding) - fc 128, for 10x10 games."""
+    return nn.Sequential(
+        ScaleBytes(),
+        nn.Conv2d(channels, 16, 3), nn.ReLU(),
+        nn.Flatten(), nn.Linear(16 * (height - 2) * (width - 2), 128), nn.ReLU(),
+        nn.Linear(128, num_actions),
+    )
+
+
 def with_dueling_head(network: nn.Module, source: str) -> nn.Module:
     """`network` with its last fully connected layer replaced by a `DuelingHead` of the same sizes."""
     last = network[-1] if isinstance(network, nn.Sequential) and len(network) else None
@@ -92,7 +102,7 @@ def with_dueling_head(network: nn.Module, source: str) -> nn.Module:
     return network
 
 
-BUILDERS = ("auto", "mlp", "small-conv", "deepq", "nature")
+BUILDERS = ("auto", "mlp", "small-conv", "minatar", "deepq", "nature")
 ZOO = Path(__file__).with_name("zoo")  # the definitions ddq ships; the repository's models/ links here
 
 
@@ -154,6 +164,10 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
         name = ("nature" if state_shape[1:] == (84, 84) else "deepq") if image else "mlp"
     if name == "mlp":
         return mlp(math.prod(state_shape), num_actions, hidden, layer_norm)
+    if len(state_shape) == 4:  # stacked frames with channels of their own (MinAtar's): the stack's channels, merged
+        frames, channels, height, width = state_shape
+        merged = _q_network(name, (frames * channels, height, width), num_actions, hidden, layer_norm)
+        return nn.Sequential(nn.Flatten(1, 2), *merged.children())
     if not image:
         raise ValueError(f"model {name!r} needs image states (frames, height, width), got {state_shape}")
     channels, height, width = state_shape
@@ -161,4 +175,6 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
         return deepq(channels, height, width, num_actions)
     if name == "small-conv":
         return small_conv(channels, height, width, num_actions)
+    if name == "minatar":
+        return minatar_dqn(channels, height, width, num_actions)
     return nature_dqn(channels, height, width, num_actions)

@@ -123,6 +123,9 @@ class Driver:
         """The supervisor's line for a process of the run that died for good, if one did: a Redis error
         is often the first sign of the run's Redis dying (its keeper stops the driver's waiting for it
         before the supervisor's next look), and the line names more than the error."""
+        watch = self.services.redis_watch
+        if watch is None or watch.process.poll() is None:
+            return None  # not the run's own Redis: the error says what happened
         try:
             self.supervisor.check(stopping=True)  # names the dead; restarts nothing
         except ProcessFailed as died:

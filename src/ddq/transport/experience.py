@@ -27,7 +27,8 @@ FORMAT = 1
 # magic, format, dtype code, frame ndim, has td errors, run hash, actor, sender, sequence, rows, streams,
 # frame shape (4 dims, unused ones 0), weights version, epsilon
 HEADER = struct.Struct("<4sBBBB8sIIQII4IQf")
-DTYPES: dict[int, np.dtype] = {1: np.dtype("|u1"), 2: np.dtype("<f4"), 3: np.dtype("<f8"), 4: np.dtype("<i8")}
+DTYPES: dict[int, np.dtype] = {1: np.dtype("|u1"), 2: np.dtype("<f4"), 3: np.dtype("<f8"), 4: np.dtype("<i8"),
+                               5: np.dtype("?")}  # 5: MinAtar's boolean frames
 CODES = {dtype: code for code, dtype in DTYPES.items()}
 MAX_MESSAGE_BYTES = 256 * 2**20
 

@@ -1,0 +1,107 @@
+"""MinAtar (Young and Tian 2019): its games as ddq takes them, the paper's DQN as the preset, and a short
+run in every mode (boolean channel frames through the replay memory, the Barista and the experience wire)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import run_ddq, summary_of
+from ddq.config import build_config
+from ddq.core.agent import env_shapes, q_network
+from ddq.core.replay import FrameStacker, ReplayMemory, state_shape
+from ddq.gamesim.envs import make_vector_env
+
+
+def test_games_give_channels_first_boolean_frames_and_the_minimal_action_set():
+    envs = make_vector_env("MinAtar/SpaceInvaders-v1", 2)
+    frames, _ = envs.reset(seed=0)
+    assert frames.shape == (2, 6, 10, 10) and frames.dtype == bool
+    assert envs.single_action_space.n == 4  # left, right, fire, no-op
+    for _ in range(3):
+        frames, *_ = envs.step(envs.action_space.sample())
+    assert frames.any(axis=(2, 3)).sum() >= 2  # the cannon and the aliens are drawn, each in its channel
+    envs.close()
+
+
+def test_the_preset_is_the_papers_dqn():
+    agent = build_config({"env": "MinAtar/Breakout-v1"}).agent
+    assert (agent.algo, agent.model, agent.frame_stack, agent.num_envs, agent.batch_size) == ("dqn", "minatar", 1, 1, 32)
+    assert (agent.buffer_size, agent.learning_starts, agent.target_update, agent.gamma) == (100_000, 5_000, 1_000, 0.99)
+    assert (agent.train_frequency, agent.replay_ratio) == (1, 1.0)  # one update per frame
+    assert (agent.epsilon_start, agent.epsilon_end, agent.epsilon_steps) == (1.0, 0.1, 100_000)
+    assert not agent.double_dqn and agent.max_grad_norm is None
+    optim = agent.optim
+    assert (optim.optimizer, optim.lr, optim.rms_decay, optim.eps, optim.centered) == ("rmsprop", 2.5e-4, 0.95, 0.01,
+                                                                                     True)
+    frame_shape, dtype, actions = env_shapes(agent)
+    assert frame_shape == (4, 10, 10) and dtype == np.dtype(bool) and actions == 3
+    network = q_network(agent, frame_shape, actions)
+    # conv 4->16 3x3 (592), fc 16*8*8 -> 128 (131,200), 128 -> 3 (387)
+    assert sum(p.numel() for p in network.parameters()) == 592 + 131_200 + 387
+
+
+def test_stacked_channel_frames_reach_a_conv_net_as_one_image():
+    import torch
+
+    from ddq.models.networks import build_q_network
+
+    assert state_shape((4, 10, 10), 1) == (1, 4, 10, 10) and state_shape((4, 10, 10), 2) == (2, 4, 10, 10)
+    first, second = np.zeros((1, 4, 10, 10), bool), np.ones((1, 4, 10, 10), bool)
+    stacker = FrameStacker(1, (4, 10, 10), np.dtype(bool), 2)
+    stacker.reset(first)
+    states = stacker.push(second, np.array([False]))
+    assert states.shape == (1, 2, 4, 10, 10) and not states[0, 0].any() and states[0, 1].all()
+    # the replay memory stacks sampled states the same way, within their episode
+    replay = ReplayMemory(10, 1, (4, 10, 10), np.dtype(bool), 2, seed=0)
+    replay.start(first)
+    replay.add(second, np.array([1]), np.array([0.5], np.float32), np.array([False]), np.array([True]))
+    replay.add(first, np.array([0]), np.array([1.0], np.float32), np.array([True]), np.array([True]))
+    batch = replay.gather(np.array([0]), np.array([0]))
+    assert batch.states.shape == (1, 2, 4, 10, 10) and batch.states.dtype == bool
+    assert not batch.states.any()  # the episode's first frame, twice: nothing stacked from before it
+    assert not batch.next_states[0, 0].any() and batch.next_states[0, 1].all()
+    # a conv net sees the stack's 2 x 4 channels as 8: the same as one 8-channel image
+    network = build_q_network("minatar", (2, 4, 10, 10), 3)
+    merged = build_q_network("minatar", (8, 10, 10), 3)
+    stacked = torch.as_tensor(batch.next_states)
+    with torch.no_grad():
+        for ours, theirs in zip(network[1:].parameters(), merged.parameters()):
+            ours.copy_(theirs)
+        assert torch.equal(network(stacked), merged(stacked.reshape(1, 8, 10, 10)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["serial", "downpour", "actor-learner"])
+def test_a_short_run_in_every_mode(tmp_path, mode):
+    run_dir = tmp_path / "run"
+    result = run_ddq("train", "--mode", mode, "--env", "MinAtar/Breakout-v1", "--workers", "1", "--total-steps",
+                     "1500", "--learning-starts", "500", "--eval-every", "1500", "--eval-episodes", "1",
+                     "--no-progress", "--no-dashboard", "--no-celery", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["env_steps"] >= 1500 and summary["updates"] >= 500  # trained on the replayed frames
+    assert summary["final_eval_return"] is not None
+
+
+def test_bench_minatar_reads_training_returns_and_times_at_each_checkpoint():
+    from ddq.benchmarks.minatar import parse_configuration, table, training_return_at, wall_time_at
+
+    def run(returns_by_step: dict[int, float], seconds_per_step: float) -> list[dict]:
+        records = [{"kind": "episode", "env_steps": step, "episode_return": value}
+                   for step, value in returns_by_step.items()]
+        records += [{"kind": "train", "env_steps": step, "wall_time_s": step * seconds_per_step}
+                    for step in range(100, 1001, 100)]
+        return sorted(records, key=lambda r: r["env_steps"])
+
+    # 150 episodes by step 500 (returns 0..149): the last 100 by then are 50..149
+    first = run({i * 3: float(i) for i in range(150)} | {600: 1000.0}, 0.01)
+    assert training_return_at(first, 500) == sum(range(50, 150)) / 100
+    assert training_return_at(first, 0) == 0.0 and training_return_at([], 500) is None
+    assert wall_time_at(first, 500) == 5.0 and wall_time_at(first, 2000) is None
+    second = run({10: 2.0, 400: 4.0}, 0.03)
+    text = table({("Breakout", "preset"): [first, second]}, [500, 1000])
+    # at 500 frames: runs' returns 99.5 and 3.0 (mean 51.25, standard error 48.25); times 5 s and 15 s
+    assert "| Breakout | preset | 2 | 51.2 ± 48.2 | 10 s |" in text
+    assert parse_configuration("pqn: algo=pqn num_envs=32") == ("pqn", {"algo": "pqn", "num_envs": 32})
+    assert parse_configuration("preset") == ("preset", {})
