@@ -85,7 +85,8 @@ def test_a_short_run_in_every_mode(tmp_path, mode):
 
 
 def test_bench_minatar_reads_training_returns_and_times_at_each_checkpoint():
-    from ddq.benchmarks.minatar import parse_configuration, table, training_return_at, wall_time_at
+    from ddq.benchmarks.commands import parse_configuration
+    from ddq.benchmarks.minatar import table, training_return_at, wall_time_at
 
     def run(returns_by_step: dict[int, float], seconds_per_step: float) -> list[dict]:
         records = [{"kind": "episode", "env_steps": step, "episode_return": value}

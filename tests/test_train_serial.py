@@ -28,7 +28,7 @@ def test_train_help_is_short_and_help_all_lists_every_setting_grouped_with_defau
                            ("cluster", "distributed"), ("parameter server", "distributed.server"),
                            ("actor-learner", "distributed"), ("services", "services")):
         assert f"\n{group} settings ([{section}] in a --config file):\n" in full.stdout
-    assert "--epsilon-steps" in full.stdout and "(default: 0.99)" in " ".join(full.stdout.split())  # gamma
+    assert "--epsilon-steps" in full.stdout and "(default: 0.99, or the env's preset)" in " ".join(full.stdout.split())  # gamma
 
 
 def test_short_run_writes_metrics_checkpoint_summary_and_curve(tmp_path):

@@ -96,8 +96,17 @@ def cmd_bench_peers(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_configuration(text: str) -> tuple[str, dict[str, Any]]:
+    """`NAME: KEY=VALUE KEY=VALUE` (or `preset`), a `ddq bench minatar --configs` item, as (name, settings
+    over the preset)."""
+    name, _, settings = text.partition(":")
+    if not name.strip():
+        raise ValueError(f"--configs {text!r}: expected NAME or NAME: KEY=VALUE ..., e.g. 'pqn: algo=pqn'")
+    return name.strip(), dict(parse_setting(part) for part in settings.split())
+
+
 def cmd_bench_minatar(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.minatar import parse_configuration, run_bench, table
+    from ddq.benchmarks.minatar import run_bench, table
 
     configurations = [parse_configuration(text) for text in args.configs]
     checkpoints = sorted(f for f in args.at if f <= args.frames)

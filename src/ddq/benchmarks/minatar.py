@@ -25,16 +25,6 @@ GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
 RECENT_EPISODES = 100
 
 
-def parse_configuration(text: str) -> tuple[str, dict[str, Any]]:
-    """`NAME: KEY=VALUE KEY=VALUE` (or `preset`) as (name, settings over the preset)."""
-    from ddq.benchmarks.commands import parse_setting
-
-    name, _, settings = text.partition(":")
-    if not name.strip():
-        raise ValueError(f"--configs {text!r}: expected NAME or NAME: KEY=VALUE ..., e.g. 'pqn: algo=pqn'")
-    return name.strip(), dict(parse_setting(part) for part in settings.split())
-
-
 def training_return_at(records: list[dict[str, Any]], frames: int) -> float | None:
     """The mean return of a run's last RECENT_EPISODES training episodes that ended by `frames`."""
     ended = [r["episode_return"] for r in records if r.get("kind") == "episode" and r["env_steps"] <= frames]

@@ -236,6 +236,8 @@ class Driver:
         workers, received = s.reporter.workers, None
         counters.wall_time_s = time.time() - self.record.origin
         with contextlib.suppress(redis.RedisError):
+            # the workers' last steps: a job can end between two of the watch's reads (a fast PQN run did)
+            counters.env_steps = max(counters.env_steps, int(s.redis.get(s.keys.env_steps) or 0))
             workers = newest_rows(workers, worker_rows(s.redis, s.keys))
             received = int(s.redis.get(s.keys.pushes) or 0)  # counted by Redis as each push arrived
             self._drain_episodes()
