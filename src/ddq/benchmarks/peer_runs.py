@@ -62,7 +62,7 @@ def greedy_mean(act: Callable[[np.ndarray], np.ndarray], env_id: str, seed: int)
     return float(returns.mean())
 
 
-class Criterion:
+class TargetCheck:
     """Counts env steps; every `eval_every`, evaluates, and records and raises `ReachedTarget` once the
     greedy mean reaches `target`."""
 
@@ -90,7 +90,7 @@ class Criterion:
         self.write(steps_to_target=None, time_to_target_s=None, wall_time_s=time.time() - self.started)
 
 
-def run_stable_baselines3(criterion: Criterion) -> None:
+def run_stable_baselines3(criterion: TargetCheck) -> None:
     import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
@@ -142,7 +142,7 @@ def _scripts_q_network() -> Any:
     raise RuntimeError(f"no q_network in the code stepping the env: is this CleanRL's {CLEANRL_SCRIPT}?")
 
 
-def run_cleanrl(criterion: Criterion, checkout: str) -> None:
+def run_cleanrl(criterion: TargetCheck, checkout: str) -> None:
     """CleanRL's dqn.py with its defaults (CPU, one torch thread). It was written for Gymnasium 0.29,
     whose vector envs reset an ended episode in the same step and hand its last observation over as
     `final_observation`; its envs here do the same (Gymnasium 1's SAME_STEP autoreset), and count
@@ -183,7 +183,7 @@ def run_cleanrl(criterion: Criterion, checkout: str) -> None:
 
 if __name__ == "__main__":
     peer, env_id, seed, target, eval_every, result_path, *rest = sys.argv[1:]
-    check = Criterion(env_id, int(seed), float(target), int(eval_every), result_path)
+    check = TargetCheck(env_id, int(seed), float(target), int(eval_every), result_path)
     if peer == "sb3":
         run_stable_baselines3(check)
     else:

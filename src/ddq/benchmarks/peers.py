@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ddq.benchmarks.peer_runs import CLEANRL_SCRIPT, EVAL_EPISODES, SB3_ZOO
+from ddq.benchmarks.peer_runs import CLEANRL_SCRIPT, EVAL_EPISODES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +86,6 @@ def run_one(peer: str, env_id: str, seed: int, folder: Path, cleanrl: str | None
 def run_bench(env_id: str, seeds: list[int], peers: list[str], cleanrl: str | None) -> dict[str, list[dict[str, Any]]]:
     if env_id not in CRITERIA:
         raise ValueError(f"--env {env_id}: ddq bench peers runs {' or '.join(CRITERIA)}")
-    if env_id not in SB3_ZOO:  # pragma: no cover - the two tables name the same envs
-        raise ValueError(f"no rl-baselines3-zoo settings for {env_id}")
     check_peers(peers, cleanrl)
     results: dict[str, list[dict[str, Any]]] = {peer: [] for peer in peers}
     with tempfile.TemporaryDirectory(prefix="ddq-peers-") as tmp:
