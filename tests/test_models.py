@@ -87,3 +87,23 @@ def test_every_network_takes_dueling_heads_in_place_of_its_last_layer(name, shap
     # One more output unit (the value) than the plain network's last layer.
     assert sum(p.numel() for p in dueling.parameters()) == sum(p.numel() for p in plain.parameters()) + 1 + \
         plain[-1].in_features
+
+
+def test_channel_norm_normalises_each_board_position_over_its_channels():
+    from ddq.models.layers import ChannelNorm
+
+    x = torch.randn(3, 16, 5, 7) * 4 + 2
+    y = ChannelNorm(16)(x)
+    assert y.shape == x.shape
+    torch.testing.assert_close(y.mean(dim=1), torch.zeros(3, 5, 7), atol=1e-5, rtol=0)
+    torch.testing.assert_close(y.var(dim=1, unbiased=False), torch.ones(3, 5, 7), atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("name, shape, norms", [("mlp", (4,), 2), ("small-conv", (1, 12, 12), 3),
+                                               ("minatar", (4, 10, 10), 2)])
+def test_pqn_networks_normalise_every_hidden_layer(name, shape, norms):
+    plain = build_q_network(name, shape, 3, hidden=(8, 8))
+    normed = build_q_network(name, shape, 3, hidden=(8, 8), layer_norm=True)
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in plain.modules())
+    assert sum(isinstance(m, torch.nn.LayerNorm) for m in normed.modules()) == norms
+    assert normed(torch.zeros(2, *shape, dtype=torch.uint8)).shape == (2, 3)

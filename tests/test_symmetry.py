@@ -113,3 +113,45 @@ def test_a_snake_agent_with_board_symmetries_trains_on_every_minibatch_through_t
     assert any(not np.array_equal(batch.actions, shown.actions) for batch, shown in seen)
     plain = build_agent(build_config({"mode": "serial", "env": "ddq/Snake-v0"}).agent, seed=5, total_steps=1)
     assert plain.learner.augmentation is None
+
+
+def test_a_regression_minibatch_shows_each_state_and_its_action_through_one_symmetry():
+    rng = np.random.default_rng(2)
+    states, actions = rng.integers(0, 255, size=(200, 1, 6, 6), dtype=np.uint8), rng.integers(0, 4, 200)
+    symmetries = board_symmetries(ACTION_MOVES)
+    seen_states, seen_actions = SymmetryAugmentation(symmetries, np.random.default_rng(3)).regression(states, actions)
+    used = set()
+    for row in range(200):
+        (index,) = [i for i, g in enumerate(symmetries) if np.array_equal(g.frames(states[row]), seen_states[row])]
+        used.add(index)
+        assert seen_actions[row] == symmetries[index].actions[actions[row]]
+    assert used == set(range(8))
+
+
+def test_a_pqn_snake_agent_with_board_symmetries_regresses_on_turned_boards():
+    from ddq.config import build_config
+    from ddq.core.agent import build_agent
+    from ddq.core.weights import LocalParameters
+
+    config = build_config({"mode": "serial", "env": "ddq/Snake-v0", "algo": "pqn", "board_symmetries": True,
+                           "num_envs": 4, "rollout_steps": 8, "epochs": 2, "minibatches": 2, "model": "mlp",
+                           "hidden": [16]})
+    agent = build_agent(config.agent, seed=5, total_steps=config.run.total_steps)
+    augment = agent.learner.augmentation
+    assert isinstance(augment, SymmetryAugmentation)
+    shown = []
+
+    class Spy(SymmetryAugmentation):
+        def regression(self, states: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            turned = super().regression(states, actions)
+            shown.append((actions, turned[1]))
+            return turned
+
+    agent.learner.augmentation = Spy(augment.symmetries, augment.rng)
+    agent.actor.reset(seed=5)
+    stats = []
+    while not stats:
+        agent.actor.step(agent.learner.online, epsilon=1.0)
+        stats = agent.train(LocalParameters(agent.learner), new_steps=4)
+    assert len(shown) == len(stats) == 4  # 2 epochs of 2 minibatches, each through the symmetries
+    assert any(not np.array_equal(before, after) for before, after in shown)

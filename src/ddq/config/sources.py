@@ -80,7 +80,7 @@ def preset_for(env_id: str) -> dict[str, Any]:
 # asks for DQN, where no algorithm is named.
 DQN_SETTINGS = frozenset({"frame_stack", "buffer_size", "batch_size", "n_step", "learning_starts", "train_frequency",
                           "replay_ratio", "target_update", "double_dqn", "prioritized", "priority_alpha",
-                          "priority_beta", "board_symmetries"})
+                          "priority_beta"})
 
 
 def default_algorithm(env_id: str, mode: str, named: set[str] | frozenset[str] = frozenset()) -> str:

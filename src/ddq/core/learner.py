@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +21,7 @@ from ddq.config import PRECISIONS
 from ddq.core.dqn import double_dqn_targets, dqn_targets, target_refresh_due, td_errors, td_loss
 from ddq.core.optimizers import FlatOptimizer, OptimizerConfig
 from ddq.core.replay import Batch
+from ddq.core.symmetry import SymmetryAugmentation
 from ddq.models import FlatParameters
 
 # The mean max-Q and the gradient norm are telemetry: each costs about 20 us on CPU (a fiftieth of a small
@@ -66,8 +66,8 @@ class Learner:
         self.updates = 0
         self.statistics_every = statistics_every
         self.gradients = 0  # computed, whether or not applied here
-        # What the training step does to each minibatch before its gradient (symmetry augmentation), or None.
-        self.augmentation: Callable[[Batch], Batch] | None = None
+        # What the training step shows each minibatch through before its gradient (board symmetries), or None.
+        self.augmentation: SymmetryAugmentation | None = None
 
     def to_tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)

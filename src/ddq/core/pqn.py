@@ -111,7 +111,10 @@ def train_on_rollout(learner: Learner, rollout: Rollout, source: ParameterSource
         for chosen in np.array_split(rng.permutation(rows), minibatches):
             if len(chosen) == 0:
                 continue
-            gradient = learner.compute_regression_gradient(to(states[chosen]), to(actions[chosen]),
+            chosen_states, chosen_actions = states[chosen], actions[chosen]
+            if learner.augmentation is not None:  # board symmetries: returns stay, boards and moves turn
+                chosen_states, chosen_actions = learner.augmentation.regression(chosen_states, chosen_actions)
+            gradient = learner.compute_regression_gradient(to(chosen_states), to(chosen_actions),
                                                            targets[to(chosen)])
             source.push(learner.flat.grad, samples=len(chosen), loss=gradient.loss)
             source.sync()

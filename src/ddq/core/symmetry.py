@@ -69,16 +69,29 @@ class SymmetryAugmentation:
         self.rng = rng
 
     def __call__(self, batch: Batch) -> Batch:
-        if batch.states.ndim < 3 or batch.states.shape[-1] != batch.states.shape[-2]:
-            raise ValueError(f"symmetry augmentation needs square board frames, got states of {batch.states.shape}")
-        chosen = self.rng.integers(len(self.symmetries), size=len(batch.actions))
-        states, next_states = np.empty_like(batch.states), np.empty_like(batch.next_states)
-        actions = np.empty_like(batch.actions)
+        """A replayed minibatch (DQN's): its states, next states and actions, each row through one symmetry."""
+        (states, next_states), actions = self._transform((batch.states, batch.next_states), batch.actions)
+        return dataclasses.replace(batch, states=states, next_states=next_states, actions=actions)
+
+    def regression(self, states: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A regression minibatch (PQN's: states, actions and fixed returns, which no symmetry changes): its
+        states and actions, each row through one symmetry."""
+        (states,), actions = self._transform((states,), actions)
+        return states, actions
+
+    def _transform(self, frames: tuple[np.ndarray, ...], actions: np.ndarray) -> tuple[tuple[np.ndarray, ...],
+                                                                                       np.ndarray]:
+        """`frames` (arrays of the rows' frames) and `actions`, row i of each through the same symmetry."""
+        if frames[0].ndim < 3 or frames[0].shape[-1] != frames[0].shape[-2]:
+            raise ValueError(f"symmetry augmentation needs square board frames, got states of {frames[0].shape}")
+        chosen = self.rng.integers(len(self.symmetries), size=len(actions))
+        turned = tuple(np.empty_like(array) for array in frames)
+        turned_actions = np.empty_like(actions)
         for index, symmetry in enumerate(self.symmetries):
             rows = np.flatnonzero(chosen == index)
             if rows.size == 0:
                 continue
-            states[rows] = symmetry.frames(batch.states[rows])
-            next_states[rows] = symmetry.frames(batch.next_states[rows])
-            actions[rows] = np.asarray(symmetry.actions, dtype=batch.actions.dtype)[batch.actions[rows]]
-        return dataclasses.replace(batch, states=states, next_states=next_states, actions=actions)
+            for source, target in zip(frames, turned, strict=True):
+                target[rows] = symmetry.frames(source[rows])
+            turned_actions[rows] = np.asarray(symmetry.actions, dtype=actions.dtype)[actions[rows]]
+        return turned, turned_actions

@@ -20,6 +20,14 @@ class ScaleBytes(nn.Module):
         return x.to(torch.float32, memory_format=layout)
 
 
+class ChannelNorm(nn.LayerNorm):
+    """LayerNorm over each board position's channels of a conv layer's output (N, C, H, W): PQN's
+    normalisation of conv features, as its JAX reference normalises the last axis of NHWC activations."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
 class DuelingHead(nn.Module):
     """Q(s, a) = V(s) + A(s, a) - mean_a A(s, a) (Wang et al. 2016): a state's value is learned from every
     action taken in it, which helps where most actions matter little (Snake's open board). Subtracting

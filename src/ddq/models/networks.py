@@ -9,7 +9,14 @@ from typing import Any
 
 from torch import nn
 
-from ddq.models.layers import DuelingHead, ScaleBytes
+from ddq.models.layers import ChannelNorm, DuelingHead, ScaleBytes
+
+
+def _normed(layer_norm: bool, features: int, conv: bool = False) -> list[nn.Module]:
+    """The normalisation PQN puts before a hidden layer's ReLU (none without `layer_norm`)."""
+    if not layer_norm:
+        return []
+    return [ChannelNorm(features) if conv else nn.LayerNorm(features)]
 
 
 def mlp(input_dim: int, num_actions: int, hidden: Sequence[int] = (256, 256),
@@ -20,7 +27,7 @@ def mlp(input_dim: int, num_actions: int, hidden: Sequence[int] = (256, 256),
     layers: list[nn.Module] = [ScaleBytes(), nn.Flatten()]
     width = input_dim
     for h in hidden:
-        layers += [nn.Linear(width, h), *([nn.LayerNorm(h)] if layer_norm else []), nn.ReLU()]
+        layers += [nn.Linear(width, h), *_normed(layer_norm, h), nn.ReLU()]
         width = h
     layers.append(nn.Linear(width, num_actions))
     return nn.Sequential(*layers)
@@ -66,28 +73,31 @@ def nature_dqn(channels: int, height: int, width: int, num_actions: int) -> nn.S
     )
 
 
-def small_conv(channels: int, height: int, width: int, num_actions: int) -> nn.Sequential:
+def small_conv(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
     """A conv net sized for small boards (Snake's 12x12): conv 16 3x3 - conv 32 3x3/2 - fc 128.
 
     Two 3x3 layers see each cell with its neighbours (the head next to a wall, the neck, the apple);
     the stride halves the board before the fully connected layer, which sees it whole. About 10 ms
-    per update at batch 64 on one CPU core: the fully connected layer dominates.
+    per update at batch 64 on one CPU core: the fully connected layer dominates. With `layer_norm`
+    (PQN), each hidden layer is normalised before its ReLU.
     """
     return nn.Sequential(
         ScaleBytes(),
-        nn.Conv2d(channels, 16, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
-        nn.Flatten(), nn.Linear(32 * math.ceil(height / 2) * math.ceil(width / 2), 128), nn.ReLU(),
+        nn.Conv2d(channels, 16, 3, padding=1), *_normed(layer_norm, 16, conv=True), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1), *_normed(layer_norm, 32, conv=True), nn.ReLU(),
+        nn.Flatten(), nn.Linear(32 * math.ceil(height / 2) * math.ceil(width / 2), 128),
+        *_normed(layer_norm, 128), nn.ReLU(),
         nn.Linear(128, num_actions),
     )
 
 
-def minatar_dqn(channels: int, height: int, width: int, num_actions: int) -> nn.Sequential:
-    """Young and Tian (2019)'s MinAtar DQN: conv 16 3x3 (stride 1, no padding) - fc 128, for 10x10 games."""
+def minatar_dqn(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
+    """Young and Tian (2019)'s MinAtar DQN: conv 16 3x3 (stride 1, no padding) - fc 128, for 10x10 games;
+    with `layer_norm` (PQN), each hidden layer is normalised before its ReLU."""
     return nn.Sequential(
         ScaleBytes(),
-        nn.Conv2d(channels, 16, 3), nn.ReLU(),
-        nn.Flatten(), nn.Linear(16 * (height - 2) * (width - 2), 128), nn.ReLU(),
+        nn.Conv2d(channels, 16, 3), *_normed(layer_norm, 16, conv=True), nn.ReLU(),
+        nn.Flatten(), nn.Linear(16 * (height - 2) * (width - 2), 128), *_normed(layer_norm, 128), nn.ReLU(),
         nn.Linear(128, num_actions),
     )
 
@@ -148,7 +158,7 @@ def build_q_network(name: str, state_shape: tuple[int, ...], num_actions: int,
     for 84x84 frames and the original DeepQ net for other images), a shipped
     definition such as "deepq16", or a path to a Caffe .prototxt file.
     `dueling` gives it dueling heads (`DuelingHead`) in place of its last layer; `layer_norm` normalises
-    the MLP's hidden layers (other models are built as they are defined).
+    the hidden layers of the MLP, the small conv net and MinAtar's (the others are built as defined).
     """
     network = _q_network(name, state_shape, num_actions, hidden, layer_norm)
     return with_dueling_head(network, f"model {name!r}") if dueling else network
@@ -174,7 +184,7 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
     if name == "deepq":
         return deepq(channels, height, width, num_actions)
     if name == "small-conv":
-        return small_conv(channels, height, width, num_actions)
+        return small_conv(channels, height, width, num_actions, layer_norm)
     if name == "minatar":
-        return minatar_dqn(channels, height, width, num_actions)
+        return minatar_dqn(channels, height, width, num_actions, layer_norm)
     return nature_dqn(channels, height, width, num_actions)
