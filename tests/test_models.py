@@ -1,5 +1,6 @@
 """Network shapes and the flat parameter view."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -107,3 +108,30 @@ def test_pqn_networks_normalise_every_hidden_layer(name, shape, norms):
     assert not any(isinstance(m, torch.nn.LayerNorm) for m in plain.modules())
     assert sum(isinstance(m, torch.nn.LayerNorm) for m in normed.modules()) == norms
     assert normed(torch.zeros(2, *shape, dtype=torch.uint8)).shape == (2, 3)
+
+
+def test_board_planes_split_a_snake_board_into_walls_apple_head_body_and_its_order():
+    from ddq.gamesim.snake import SnakeEnv
+    from ddq.gamesim.snake_engine import APPLE, HEAD, NECK, TAIL, WALL
+    from ddq.models.layers import BoardPlanes
+
+    env = SnakeEnv(size=6)
+    board = env.reset(seed=0)[0][:, :, 0]
+    for action in (2, 2, 1):  # east, east, south: a body of 3 cells behind the head
+        board = env.step(action)[0][:, :, 0]
+    planes = BoardPlanes((WALL, APPLE, HEAD), (TAIL, NECK))(torch.from_numpy(board)[None, None])[0]
+    assert planes.shape == (5, 8, 8)
+    for plane, level in enumerate((WALL, APPLE, HEAD)):
+        assert torch.equal(planes[plane], torch.from_numpy(board == level).float())
+    body = (board >= TAIL) & (board <= NECK)
+    assert torch.equal(planes[3], torch.from_numpy(body).float()) and body.sum() >= 2
+    order = planes[4][torch.from_numpy(body)]
+    assert order.min() > 0 and order.max() == 1.0  # the neck, next to the head
+    assert planes[4][torch.from_numpy(~body)].abs().sum() == 0
+    assert int(torch.argmax(planes[4]).item()) == int(np.argmax(np.where(body, board, 0)))  # the highest level
+
+
+def test_snake_conv_reads_one_board_per_state():
+    assert build_q_network("snake-conv", (1, 12, 12), 4)(torch.zeros(3, 1, 12, 12, dtype=torch.uint8)).shape == (3, 4)
+    with pytest.raises(ValueError, match="one Snake board per state"):
+        build_q_network("snake-conv", (4, 12, 12), 4)

@@ -160,7 +160,8 @@ def add_bench_commands(commands: Any) -> None:
     snake.add_argument("--rows", type=int, nargs="+", default=list(range(len(ROWS))),
                        help=f"rows to run: {describe_rows()}")
     snake.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of each row")
-    snake.add_argument("--total-steps", type=int, default=150_000, help="env steps of every run (default: 150000)")
+    snake.add_argument("--total-steps", type=int, default=1_000_000,
+                       help="env steps of every run (default: 1000000)")
     snake.add_argument("--config", default=DEFAULT_CONFIG,
                        help=f"the settings rows start from (default: {DEFAULT_CONFIG})")
     snake.add_argument("--jobs", type=int, default=None, help="runs at once, each pinned to its own core while "

@@ -1,7 +1,8 @@
 """`ddq bench snake`: the Snake ablation, what each of `make run`'s settings buys in greedy apples at a fixed budget.
 
 Each row trains with the settings `make run` uses (a config file,
-`configs/smart-snake.toml`) with one change undone, in serial mode, for the
+`configs/smart-snake.toml`) with one change undone (the last row: DQN with
+the settings `make run` used before PQN), in serial mode, for the
 same number of env steps on each seed, and reports the greedy apples per
 episode over 50 episodes at the end. Runs go side by side, one per core (each
 pinned to its core, one torch thread); a row's apples do not depend on what
@@ -40,9 +41,13 @@ ROWS = (
     Ablation("make run's settings", ()),
     Ablation("without board symmetries", ("--no-board-symmetries",)),
     Ablation("without dueling heads", ("--no-dueling",)),
-    Ablation("3-step returns", ("--n-step", "3")),
-    Ablation("gamma 0.99", ("--gamma", "0.99")),
+    Ablation("gamma 0.95", ("--gamma", "0.95")),
+    Ablation("learning rate held at 1e-3", ("--lr-policy", "fixed")),
     Ablation("MLP 256x256 instead of the small conv net", ("--model", "mlp")),
+    # Not one change but the algorithm: make run's DQN settings before PQN (configs/snake-dqn.toml).
+    Ablation("DQN as make run trained before PQN", ("--algo", "dqn", "--num-envs", "16", "--epsilon-steps", "100000",
+                                                    "--gamma", "0.95", "--lr", "5e-4", "--lr-gamma", "0.3",
+                                                    "--lr-stepsize", "125000")),
 )
 
 

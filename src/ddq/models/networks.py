@@ -9,7 +9,8 @@ from typing import Any
 
 from torch import nn
 
-from ddq.models.layers import ChannelNorm, DuelingHead, ScaleBytes
+from ddq.gamesim.snake_engine import APPLE, HEAD, NECK, TAIL, WALL
+from ddq.models.layers import BoardPlanes, ChannelNorm, DuelingHead, ScaleBytes
 
 
 def _normed(layer_norm: bool, features: int, conv: bool = False) -> list[nn.Module]:
@@ -73,22 +74,32 @@ def nature_dqn(channels: int, height: int, width: int, num_actions: int) -> nn.S
     )
 
 
-def small_conv(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
+def small_conv(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False,
+               inputs: nn.Module | None = None) -> nn.Sequential:
     """A conv net sized for small boards (Snake's 12x12): conv 16 3x3 - conv 32 3x3/2 - fc 128.
 
     Two 3x3 layers see each cell with its neighbours (the head next to a wall, the neck, the apple);
     the stride halves the board before the fully connected layer, which sees it whole. About 10 ms
     per update at batch 64 on one CPU core: the fully connected layer dominates. With `layer_norm`
-    (PQN), each hidden layer is normalised before its ReLU.
+    (PQN), each hidden layer is normalised before its ReLU. `inputs`: what turns the frames into its
+    `channels` of floats (default: bytes scaled to [0, 1]).
     """
     return nn.Sequential(
-        ScaleBytes(),
+        inputs or ScaleBytes(),
         nn.Conv2d(channels, 16, 3, padding=1), *_normed(layer_norm, 16, conv=True), nn.ReLU(),
         nn.Conv2d(16, 32, 3, stride=2, padding=1), *_normed(layer_norm, 32, conv=True), nn.ReLU(),
         nn.Flatten(), nn.Linear(32 * math.ceil(height / 2) * math.ceil(width / 2), 128),
         *_normed(layer_norm, 128), nn.ReLU(),
         nn.Linear(128, num_actions),
     )
+
+
+def snake_conv(height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
+    """The small conv net over Snake's board split into planes (walls, apple, head, body, the body's order):
+    the first layer need not tell gray levels apart, and a long snake's order (a few levels a segment)
+    is spread over [0, 1]."""
+    planes = BoardPlanes((WALL, APPLE, HEAD), (TAIL, NECK))
+    return small_conv(planes.planes, height, width, num_actions, layer_norm, inputs=planes)
 
 
 def minatar_dqn(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
@@ -112,7 +123,7 @@ def with_dueling_head(network: nn.Module, source: str) -> nn.Module:
     return network
 
 
-BUILDERS = ("auto", "mlp", "small-conv", "minatar", "deepq", "nature")
+BUILDERS = ("auto", "mlp", "small-conv", "snake-conv", "minatar", "deepq", "nature")
 ZOO = Path(__file__).with_name("zoo")  # the definitions ddq ships; the repository's models/ links here
 
 
@@ -185,6 +196,10 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
         return deepq(channels, height, width, num_actions)
     if name == "small-conv":
         return small_conv(channels, height, width, num_actions, layer_norm)
+    if name == "snake-conv":
+        if channels != 1:
+            raise ValueError(f"model 'snake-conv' reads one Snake board per state, got {channels} frames")
+        return snake_conv(height, width, num_actions, layer_norm)
     if name == "minatar":
         return minatar_dqn(channels, height, width, num_actions, layer_norm)
     return nature_dqn(channels, height, width, num_actions)
