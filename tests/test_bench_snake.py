@@ -17,9 +17,28 @@ def _trial(row: int, seed: int, apples: float | None, minutes: float) -> Trial:
     return Trial(row, seed, Path("unused"), apples=apples, wall_time_s=minutes * 60, board=10)
 
 
-def test_every_row_but_the_first_undoes_one_setting():
+def test_every_row_but_the_first_changes_make_runs_settings():
     assert ROWS[0].flags == () and all(row.flags for row in ROWS[1:])
     assert len({row.flags for row in ROWS}) == len(ROWS)
+
+
+def _agent_of(config_file: Path, flags: tuple[str, ...]) -> dict:
+    from dataclasses import asdict
+
+    from ddq.cli import build_parser
+    from ddq.config import build_config
+
+    args = build_parser().parse_args(["train", "--config", str(config_file), *flags])
+    values = {k: v for k, v in vars(args).items()  # as `ddq train` passes them on
+              if k not in ("func", "config", "resume", "command", "started_at", "solver", "debug", "help_all")}
+    agent = asdict(build_config(values, str(config_file)).agent)
+    return {k: v for k, v in agent.items() if k not in ("q_lambda", "rollout_steps", "epochs", "minibatches")}
+
+
+def test_the_dqn_row_is_make_runs_dqn_settings_before_pqn():
+    dqn_row = _agent_of(REPOSITORY / "configs/smart-snake.toml", ROWS[-1].flags)
+    assert dqn_row["algo"] == "dqn"
+    assert dqn_row == _agent_of(REPOSITORY / "configs/snake-dqn.toml", ())
 
 
 def test_the_table_gives_each_seed_the_median_and_the_change_from_the_first_row():

@@ -118,7 +118,7 @@ def test_board_planes_split_a_snake_board_into_walls_apple_head_body_and_its_ord
 
     env = SnakeEnv(size=6)
     board = env.reset(seed=0)[0][:, :, 0]
-    for action in (2, 2, 1):  # east, east, south: a body of 3 cells behind the head
+    for action in (2, 2, 1):  # east, east, south: the head, and a body behind it
         board = env.step(action)[0][:, :, 0]
     planes = BoardPlanes((WALL, APPLE, HEAD), (TAIL, NECK))(torch.from_numpy(board)[None, None])[0]
     assert planes.shape == (5, 8, 8)

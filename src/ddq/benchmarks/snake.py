@@ -42,10 +42,10 @@ ROWS = (
     Ablation("without board symmetries", ("--no-board-symmetries",)),
     Ablation("without dueling heads", ("--no-dueling",)),
     Ablation("gamma 0.95", ("--gamma", "0.95")),
-    Ablation("learning rate held at 1e-3", ("--lr-policy", "fixed")),
     Ablation("the gray board instead of its planes (small-conv)", ("--model", "small-conv")),
     Ablation("MLP 256x256 instead of the conv net", ("--model", "mlp")),
-    # Not one change but the algorithm: make run's DQN settings before PQN (configs/snake-dqn.toml).
+    # Not one change but the algorithm: make run's DQN settings before PQN (configs/snake-dqn.toml). About
+    # 370 env steps/s on one core against PQN's 3,400: at 1M env steps, about 45 minutes a run.
     Ablation("DQN as make run trained before PQN", ("--algo", "dqn", "--model", "small-conv", "--num-envs", "16",
                                                     "--epsilon-steps", "100000", "--gamma", "0.95", "--lr", "5e-4",
                                                     "--lr-gamma", "0.3", "--lr-stepsize", "125000")),

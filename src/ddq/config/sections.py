@@ -76,7 +76,7 @@ class AgentConfig:
     prioritized: bool = setting(False, "algorithm", "prioritized replay (proportional, Schaul et al. 2016)")
     priority_alpha: float = setting(0.6, "algorithm", "prioritized replay: how much priorities matter (0: uniform)")
     priority_beta: float = setting(0.4, "algorithm", "prioritized replay: importance-weight exponent at the start, annealed to 1 over total_steps")
-    board_symmetries: bool = setting(False, "algorithm", "train on each replayed transition turned or mirrored by one of the board's 8 symmetries, at random (envs whose rules are the same on a turned board: Snake)")
+    board_symmetries: bool = setting(False, "algorithm", "train on each minibatch's moves (DQN's replayed transitions, PQN's rollout rows) turned or mirrored by one of the board's 8 symmetries, at random (envs whose rules are the same on a turned board: Snake)")
     optim: OptimizerConfig = section(OptimizerConfig, "optimizer")
     epsilon_start: float = setting(1.0, "exploration", "initial exploration rate")
     epsilon_end: float = setting(0.05, "exploration", "final exploration rate")

@@ -1,4 +1,4 @@
-"""Symmetry augmentation: replayed transitions shown through the rotations and mirror images of a square board.
+"""Symmetry augmentation: training minibatches shown through the rotations and mirror images of a square board.
 
 On a game whose rules do not change when its square board is turned or
 mirrored (Snake: walls all round, apples placed uniformly at random), a
@@ -9,7 +9,9 @@ with them (north becomes west under a quarter turn). Showing each replayed
 transition through one symmetry drawn at random gives the learner eight
 boards' worth of experience for the env steps spent, at the cost of a few
 array copies per minibatch: DrQ's data augmentation, exact here rather than
-approximate because the game itself is symmetric.
+approximate because the game itself is symmetric. PQN's minibatches (states,
+actions and Q(lambda) returns) turn the same way: a return, like a reward,
+is the same on the turned board.
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
         return small_conv(channels, height, width, num_actions, layer_norm)
     if name == "snake-conv":
         if channels != 1:
-            raise ValueError(f"model 'snake-conv' reads one Snake board per state, got {channels} frames")
+            raise ValueError(f"model 'snake-conv' reads one Snake board per state, got {channels} channels")
         return snake_conv(height, width, num_actions, layer_norm)
     if name == "minatar":
         return minatar_dqn(channels, height, width, num_actions, layer_norm)
