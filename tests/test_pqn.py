@@ -90,6 +90,8 @@ def test_serial_pqn_reaches_cartpole_475_within_30000_env_steps(tmp_path):
     summary = summary_of(tmp_path / "run")
     assert summary["reached_target"] and summary["steps_to_target"] <= 30_000, summary
     assert summary["config"]["agent"]["algo"] == "pqn" and summary["updates"] > 0
+    assert (tmp_path / "run" / "checkpoint.pt").exists() and not (tmp_path / "run" / "replay.npz").exists(), \
+        "a PQN checkpoint keeps no replay memory: PQN never fills one"
     evaluated = run_ddq("evaluate", str(tmp_path / "run"), "--episodes", "2")  # a LayerNorm network, loaded back
     assert evaluated.returncode == 0 and "500" in evaluated.stdout, evaluated.stderr[-2000:]
 

@@ -217,9 +217,10 @@ def add_bench_commands(commands: Any) -> None:
                                                "averaged over runs, with wall time (needs pip install 'ddq[minatar]')")
     minatar.add_argument("--games", nargs="+", default=["Breakout", "SpaceInvaders", "Asterix"],
                          choices=["Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest"], help="games")
-    minatar.add_argument("--configs", nargs="+", default=["preset"], metavar="'NAME: KEY=VALUE ...'",
-                         help="configurations, each its settings over the MinAtar preset (the paper's DQN), e.g. "
-                              "preset 'pqn: algo=pqn num_envs=32'")
+    minatar.add_argument("--configs", nargs="+", default=["preset", "pqn: algo=pqn"], metavar="'NAME: KEY=VALUE ...'",
+                         help="configurations, each its settings over the MinAtar preset (the paper's DQN; algo=pqn "
+                              "brings PQN's MinAtar settings), e.g. preset 'pqn: algo=pqn' 'pqn-64: algo=pqn "
+                              "num_envs=64'")
     minatar.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (runs per configuration)")
     minatar.add_argument("--frames", type=int, default=5_000_000, help="env steps per run (the paper's: 5M)")
     minatar.add_argument("--at", type=int, nargs="+", default=[500_000, 1_000_000, 2_500_000, 5_000_000],

@@ -65,6 +65,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 DEFAULT_ALGORITHMS: dict[str, str] = {"CartPole-v1": "pqn"}
 PQN_PRESETS: dict[str, dict[str, Any]] = {
     "CartPole-v1": dict(hidden=[64, 64], optim=dict(lr=3e-3)),
+    # MinAtar with PQN: the PQN paper's MinAtar settings (128 envs, rollouts of 32 steps, 2 passes of 32
+    # minibatches, lambda 0.65, Adam 5e-4, gradients clipped at 10), with epsilon falling over the first
+    # 250k frames where the paper's falls over 1M of its 10M.
+    "minatar": dict(
+        num_envs=128, rollout_steps=32, epochs=2, minibatches=32, q_lambda=0.65, epsilon_end=0.05,
+        epsilon_steps=250_000, max_grad_norm=10.0,
+        optim=dict(optimizer="adam", lr=5e-4, eps=None, centered=False)),
 }
 
 

@@ -129,6 +129,12 @@ class DQNAgent:
     settings: AgentConfig
     rollout: Rollout | None = None  # PQN's: the actor's transitions go here, not to the replay memory
 
+    @property
+    def replays(self) -> bool:
+        """Whether training draws from the replay memory (DQN), so that checkpoints should keep it; PQN's
+        stays empty."""
+        return self.rollout is None
+
     def train(self, source: ParameterSource, new_steps: int, beta: float = 1.0) -> list[GradientStats]:
         """The training due after the actor's `new_steps`, each gradient pushed to `source`: DQN's updates
         at the replay ratio (prioritized replay's importance exponent now `beta`), or, for PQN, its epochs

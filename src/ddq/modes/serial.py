@@ -135,7 +135,7 @@ class SerialTrainer:
     def save(self) -> Path:
         path = ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
                                     self.counters.as_dict(), self._rng_states())
-        if self.config.run.save_replay:
+        if self.config.run.save_replay and self.agent.replays:
             self.replay.save(str(self.run_dir / ckpt.REPLAY_NAME))
         return path
 
@@ -155,7 +155,7 @@ class SerialTrainer:
         if isinstance(self.learner.augmentation, SymmetryAugmentation) and "augmentation" in saved["rng"]:
             self.learner.augmentation.rng.bit_generator.state = saved["rng"]["augmentation"]
         replay_file = self.run_dir / ckpt.REPLAY_NAME
-        if self.config.run.save_replay and replay_file.exists():
+        if self.config.run.save_replay and self.agent.replays and replay_file.exists():
             self.replay.load(str(replay_file))
 
     def _finish(self) -> dict[str, Any]:
