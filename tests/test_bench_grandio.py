@@ -11,6 +11,7 @@ def _summary(time_s: float | None, steps: int | None) -> dict:
 
 def test_the_target_table_puts_each_configuration_beside_serial_and_beside_grandios_figure():
     runs = configurations([1, 4], sync=True)
+    assert runs[0].settings == {"mode": "serial", "algo": "dqn"}  # the modes compared on one algorithm
     assert [c.label for c in runs] == ["serial", "actor-learner, 1 actor", "actor-learner, 4 actors",
                                        "actor-learner --sync, 4 actors"]  # no collective round of one actor
     assert runs[3].settings == {"mode": "actor-learner", "workers": 4, "sync": True}

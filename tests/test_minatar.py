@@ -50,6 +50,7 @@ def test_pqn_brings_its_own_settings_over_the_papers_dqn():
     assert (pqn.num_envs, pqn.rollout_steps, pqn.epochs, pqn.minibatches) == (128, 32, 2, 32)
     assert (pqn.optim.optimizer, pqn.optim.lr, pqn.optim.eps, pqn.optim.centered) == ("adam", 5e-4, None, False)
     assert pqn.model == "minatar" and pqn.max_grad_norm == 10.0
+    assert (pqn.epsilon_end, pqn.epsilon_steps) == (0.05, 250_000)
 
 
 def test_stacked_channel_frames_reach_a_conv_net_as_one_image():

@@ -6,7 +6,8 @@ simulating, and timed it: "standard" (one process), "2 processes" (one
 simulating, one training) and "MP(N)" (N simulating processes in collective
 rounds, which `--sync` is). This bench runs the same shapes on ddq, for every
 env and seed one configuration after another on the same machine: serial, actor-
-learner with each number of actors, and (`--sync`) the same in collective rounds.
+learner with each number of actors, and (`--sync`) the same in collective rounds,
+all with DQN (actor-learner's only algorithm), whatever the env's default.
 
 Two yardsticks. By default the study's own: each run stops once its training
 episodes (every actor's together) reach `episodes`, evaluating only at the end;
@@ -49,7 +50,8 @@ def configurations(actors: list[int], sync: bool = False) -> list[Configuration]
     actors or more (a round of one actor is Grandio's "2 processes" with a barrier added)."""
     def named(n: int) -> str:
         return f"{n} actor{'s' if n > 1 else ''}"
-    runs = [Configuration("serial", {"mode": "serial"}, "standard")]
+    # serial DQN: actor-learner runs only DQN, and the study compares the modes, not the algorithms
+    runs = [Configuration("serial", {"mode": "serial", "algo": "dqn"}, "standard")]
     runs += [Configuration(f"actor-learner, {named(n)}", {"mode": "actor-learner", "workers": n},
                            "2 processes" if n == 1 else None) for n in actors]
     if sync:

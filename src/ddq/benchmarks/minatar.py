@@ -1,7 +1,8 @@
 """`ddq bench minatar`: the MinAtar paper's protocol, training returns against frames averaged over runs.
 
 For each game, configuration and seed, one serial run of `--frames` env steps (frames: MinAtar has no
-frame skip) with the MinAtar preset (the paper's DQN) and the configuration's settings over it. A run's
+frame skip) with the MinAtar preset (the paper's DQN) and the configuration's settings over it (`algo=pqn`
+brings PQN's MinAtar settings with it). A run's
 training return at F frames is the mean return of its last 100 training episodes that ended by F, as
 the paper plots them; the table gives, per game and configuration, its mean over the seeds with the
 standard error, and the median wall time to reach F (from the run's start).

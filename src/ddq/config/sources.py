@@ -62,7 +62,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 # settings over the env's preset: chosen by measurement (docs/benchmarks.md). CartPole with PQN: a 64x64
 # MLP and Adam at 3e-3 reached 475 in a median 2.5 s over 10 serial seeds, against 4.8 s with the
 # preset's 256x256 MLP and 1.5e-3, and 18 s with DQN. LunarLander with PQN's own defaults (8 envs, a
-# 256x256 MLP, Adam at 1e-3) reached a greedy 200 in a median 39 s over 10 serial seeds, where DQN's
+# 256x256 MLP, Adam at 1e-3) reached a greedy 200 in a median 39.7 s over 10 serial seeds, where DQN's
 # defaults took 64 s over 6; PQN needed 150k-350k env steps, so its budget is 500k (DQN's: 200k).
 DEFAULT_ALGORITHMS: dict[str, str] = {"CartPole-v1": "pqn", "LunarLander-v3": "pqn"}
 PQN_PRESETS: dict[str, dict[str, Any]] = {
@@ -70,7 +70,8 @@ PQN_PRESETS: dict[str, dict[str, Any]] = {
     "LunarLander-v3": dict(total_steps=500_000),
     # MinAtar with PQN: the PQN paper's MinAtar settings (128 envs, rollouts of 32 steps, 2 passes of 32
     # minibatches, lambda 0.65, Adam 5e-4, gradients clipped at 10), with epsilon falling over the first
-    # 250k frames where the paper's falls over 1M of its 10M.
+    # 250k frames where the paper's falls over 1M of its 10M, and a fixed rate where the paper's falls
+    # linearly to 0.
     "minatar": dict(
         num_envs=128, rollout_steps=32, epochs=2, minibatches=32, q_lambda=0.65, epsilon_end=0.05,
         epsilon_steps=250_000, max_grad_norm=10.0,
