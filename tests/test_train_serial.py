@@ -48,6 +48,7 @@ def test_short_run_writes_metrics_checkpoint_summary_and_curve(tmp_path):
     assert (run_dir / "learning_curve.png").stat().st_size > 5000
     assert summary["animation"] == str(run_dir / "replay.gif") and _gif_frames(run_dir / "replay.gif") >= 9
     saved = torch.load(run_dir / "checkpoint.pt")  # plain torch.load, weights_only by default
+    assert (run_dir / "replay.npz").exists()  # DQN's checkpoints keep its replay memory (PQN's keep none)
     assert saved["counters"]["env_steps"] == summary["env_steps"]
     assert saved["learner"]["updates"] == summary["updates"] == saved["learner"]["optimizer"]["steps"]
     assert set(saved["q_network"]) == {"2.weight", "2.bias", "4.weight", "4.bias", "6.weight", "6.bias"}
