@@ -120,6 +120,20 @@ def test_bench_minatar_reads_training_returns_and_times_at_each_checkpoint():
     assert parse_configuration("preset") == ("preset", {})
 
 
+def test_bench_minatar_runs_the_papers_dqn_and_pqn_on_the_papers_games_by_default():
+    from ddq.benchmarks.commands import parse_configuration
+    from ddq.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "minatar"])
+    assert args.games == ["Breakout", "SpaceInvaders", "Asterix"] and args.frames == 5_000_000
+    assert set(args.at) >= {500_000, 1_000_000, 2_500_000, 5_000_000}
+    runs = {}
+    for name, settings in map(parse_configuration, args.configs):
+        runs[name] = build_config({**settings, "env": "MinAtar/Asterix-v1"}).agent
+    assert (runs["preset"].algo, runs["preset"].num_envs, runs["preset"].optim.optimizer) == ("dqn", 1, "rmsprop")
+    assert (runs["pqn"].algo, runs["pqn"].num_envs, runs["pqn"].optim.optimizer) == ("pqn", 128, "adam")
+
+
 @pytest.mark.slow
 def test_pqn_learns_breakout_within_400k_frames(tmp_path):
     """PQN with its MinAtar settings; seed 0 had a greedy mean of 5.0 at 200k frames and 7.9 at 400k when
