@@ -1,4 +1,4 @@
-"""PQN's Q(lambda) returns against values worked out by hand, and its rollout's rows (pure logic)."""
+"""PQN: its Q(lambda) returns against values worked out by hand, its rollout's rows, and serial runs (learning, resume)."""
 
 import numpy as np
 import pytest
@@ -7,6 +7,7 @@ from gymnasium.spaces import Box
 
 from conftest import run_ddq, summary_of
 from ddq.core.pqn import Rollout, q_lambda_returns
+from ddq.modes.bookkeeping import read_metrics
 
 GAMMA, LAM = 0.9, 0.5
 
@@ -94,6 +95,37 @@ def test_serial_pqn_reaches_cartpole_475_within_30000_env_steps(tmp_path):
         "a PQN checkpoint keeps no replay memory: PQN never fills one"
     evaluated = run_ddq("evaluate", str(tmp_path / "run"), "--episodes", "2")  # a LayerNorm network, loaded back
     assert evaluated.returncode == 0 and "500" in evaluated.stdout, evaluated.stderr[-2000:]
+
+
+def test_a_resumed_pqn_run_continues_its_counters_schedule_and_optimizer(tmp_path):
+    """CartPole trains with PQN by default, so `ddq train --resume` of a default run resumes PQN: it has no
+    replay memory to bring back, and the rollout it was filling is dropped (a fresh one starts)."""
+    run_dir = tmp_path / "run"
+    flags = ["--eval-every", "1024", "--eval-episodes", "2", "--log-every", "256", "--checkpoint-every", "1024",
+             "--epsilon-start", "1", "--epsilon-end", "0.05", "--epsilon-steps", "8000", "--no-progress"]
+    first = run_ddq("train", "--mode", "serial", "--env", "CartPole-v1", "--total-steps", "2048", *flags,
+                    "--run-dir", str(run_dir))
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = summary_of(run_dir)
+    assert before["config"]["agent"]["algo"] == "pqn" and before["updates"] > 0
+    second = run_ddq("train", "--resume", str(run_dir), "--total-steps", "4096")
+    assert second.returncode == 0, second.stderr[-3000:]
+    after = summary_of(run_dir)
+    agent = after["config"]["agent"]
+    steps_per_rollout = agent["num_envs"] * agent["rollout_steps"]
+    updates_per_rollout = agent["epochs"] * agent["minibatches"]
+    assert after["env_steps"] >= 4096 and after["wall_time_s"] > before["wall_time_s"]
+    # updates went on at PQN's rate from where they were (a restart would count from zero)
+    expected = (after["env_steps"] - before["env_steps"]) // steps_per_rollout * updates_per_rollout
+    assert abs(after["updates"] - before["updates"] - expected) <= updates_per_rollout, (before, after)
+    logged = [p["env_steps"] for p in read_metrics(run_dir) if p["kind"] == "train"]
+    assert logged == sorted(set(logged)), "a restart would log its first steps again after the first run's"
+    resumed = [p for p in read_metrics(run_dir) if p["kind"] == "train" and p["env_steps"] > before["env_steps"]]
+    # epsilon goes on falling over its 8,000 steps (a restart would put it back near 1)
+    assert resumed and resumed[0]["epsilon"] == pytest.approx(1 - 0.95 * resumed[0]["env_steps"] / 8000, abs=0.01)
+    saved = torch.load(run_dir / "checkpoint.pt")
+    assert saved["learner"]["optimizer"]["steps"] == after["updates"]  # Adam's moments went on, not restarted
+    assert not (run_dir / "replay.npz").exists()
 
 
 def test_pqn_refuses_what_it_cannot_do():
