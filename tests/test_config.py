@@ -58,7 +58,7 @@ def test_an_env_trains_with_its_measured_algorithm_unless_told_or_unable(tmp_pat
     assert agent({"env": "CartPole-v1"}, "[agent]\nframe_stack = 4\n")[0] == "dqn"
     # LunarLander: PQN with PQN's own defaults; envs with no measured choice train with DQN
     assert agent({"env": "LunarLander-v3"}) == ("pqn", [256, 256], 1e-3, 8)
-    assert build_config({"env": "LunarLander-v3"}).run.total_steps == 500_000  # PQN needs more env steps
+    assert build_config({"env": "LunarLander-v3"}).run.total_steps == 1_000_000  # PQN needs more env steps
     assert build_config({"env": "LunarLander-v3", "algo": "dqn"}).run.total_steps == 200_000
     assert agent({"env": "Acrobot-v1"})[0] == "dqn"
     assert agent({"env": "CartPole-v1", "algo": "pqn", "mode": "downpour"})[0] == "pqn"
