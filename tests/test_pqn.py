@@ -121,7 +121,7 @@ def test_a_resumed_pqn_run_continues_its_counters_schedule_and_optimizer(tmp_pat
     logged = [p["env_steps"] for p in read_metrics(run_dir) if p["kind"] == "train"]
     assert logged == sorted(set(logged)), "a restart would log its first steps again after the first run's"
     resumed = [p for p in read_metrics(run_dir) if p["kind"] == "train" and p["env_steps"] > before["env_steps"]]
-    # epsilon goes on falling over its 8,000 steps (a restart would put it back near 1)
+    # the run's own epsilon settings came back (the preset's 4,000 steps would give 0.45, not about 0.73)
     assert resumed and resumed[0]["epsilon"] == pytest.approx(1 - 0.95 * resumed[0]["env_steps"] / 8000, abs=0.01)
     saved = torch.load(run_dir / "checkpoint.pt")
     assert saved["learner"]["optimizer"]["steps"] == after["updates"]  # Adam's moments went on, not restarted
