@@ -74,6 +74,9 @@ def test_linear_schedule():
     schedule = LinearSchedule(1.0, 0.1, 100)
     assert schedule(0) == 1.0 and schedule(50) == pytest.approx(0.55)
     assert schedule(100) == pytest.approx(0.1) and schedule(10_000) == pytest.approx(0.1)
+    delayed = LinearSchedule(1.0, 0.1, 100, delay=20)  # stays at 1 for 20 steps, then falls over 100
+    assert delayed(0) == delayed(20) == 1.0 and delayed(70) == pytest.approx(0.55)
+    assert delayed(120) == pytest.approx(0.1) and delayed(10_000) == pytest.approx(0.1)
 
 
 def test_epsilon_greedy_is_greedy_at_zero_and_uniform_at_one():

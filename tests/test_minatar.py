@@ -8,7 +8,7 @@ import pytest
 
 from conftest import run_ddq, summary_of
 from ddq.config import build_config
-from ddq.core.agent import env_shapes, q_network
+from ddq.core.agent import env_shapes, epsilon_schedule, q_network
 from ddq.core.replay import FrameStacker, ReplayMemory, state_shape
 from ddq.gamesim.envs import make_vector_env
 
@@ -29,7 +29,12 @@ def test_the_preset_is_the_papers_dqn():
     assert (agent.algo, agent.model, agent.frame_stack, agent.num_envs, agent.batch_size) == ("dqn", "minatar", 1, 1, 32)
     assert (agent.buffer_size, agent.learning_starts, agent.target_update, agent.gamma) == (100_000, 5_000, 1_000, 0.99)
     assert (agent.train_frequency, agent.replay_ratio) == (1, 1.0)  # one update per frame
-    assert (agent.epsilon_start, agent.epsilon_end, agent.epsilon_steps) == (1.0, 0.1, 100_000)
+    # 5,000 random frames, then epsilon from 1 to 0.1 over 100k frames
+    assert (agent.epsilon_start, agent.epsilon_end, agent.epsilon_steps, agent.epsilon_delay) == (1.0, 0.1, 100_000,
+                                                                                                  5_000)
+    schedule = epsilon_schedule(agent)
+    assert schedule(4_999) == schedule(5_000) == 1.0 and schedule(55_000) == pytest.approx(0.55)
+    assert schedule(105_000) == pytest.approx(0.1)
     assert not agent.double_dqn and agent.max_grad_norm is None
     optim = agent.optim
     assert (optim.optimizer, optim.lr, optim.rms_decay, optim.eps, optim.centered) == ("rmsprop", 2.5e-4, 0.95, 0.01,
@@ -50,7 +55,7 @@ def test_pqn_brings_its_own_settings_over_the_papers_dqn():
     assert (pqn.num_envs, pqn.rollout_steps, pqn.epochs, pqn.minibatches) == (128, 32, 2, 32)
     assert (pqn.optim.optimizer, pqn.optim.lr, pqn.optim.eps, pqn.optim.centered) == ("adam", 5e-4, None, False)
     assert pqn.model == "minatar" and pqn.max_grad_norm == 10.0
-    assert (pqn.epsilon_end, pqn.epsilon_steps) == (0.05, 250_000)
+    assert (pqn.epsilon_end, pqn.epsilon_steps, pqn.epsilon_delay) == (0.05, 250_000, 0)
 
 
 def test_stacked_channel_frames_reach_a_conv_net_as_one_image():

@@ -81,6 +81,7 @@ class AgentConfig:
     epsilon_start: float = setting(1.0, "exploration", "initial exploration rate")
     epsilon_end: float = setting(0.05, "exploration", "final exploration rate")
     epsilon_steps: int = setting(10_000, "exploration", "env steps over which epsilon falls linearly")
+    epsilon_delay: int = setting(0, "exploration", "env steps at epsilon_start before it starts to fall")
     seed: int = setting(0, "compute", "seed of envs, network init, exploration and replay sampling", True)
     device: str = setting("cpu", "compute", "torch device: cpu, cuda, cuda:1, auto", True)
     threads: int = setting(1, "compute", "torch CPU threads (one per process is fastest on few cores)")
@@ -97,7 +98,7 @@ class AgentConfig:
         _fraction(self, "q_lambda")
         _positive(self, "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update", "buffer_size",
                   "threads", "replay_ratio", "n_step")
-        for name in ("learning_starts", "epsilon_steps"):
+        for name in ("learning_starts", "epsilon_steps", "epsilon_delay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
         _fraction(self, "gamma", "epsilon_start", "epsilon_end", "priority_beta")

@@ -45,15 +45,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         epsilon_end=0.01, eval_every=50_000, frame_stack=4, gamma=0.99,
         optim=dict(optimizer="adam", lr=1e-4, eps=1.5e-4)),
     # MinAtar: the DQN of Young and Tian (2019), "MinAtar: An Atari-Inspired Testbed": conv 16 3x3 - fc 128,
-    # replay 100k, batch 32, one update per frame from frame 5,000, target every 1,000 updates, epsilon 1 to
-    # 0.1 over the first 100k frames (the paper's falls over the 100k after its 5,000 random ones), centred
-    # RMSprop (lr 2.5e-4, alpha 0.95, eps 0.01), Huber loss, the plain max target, no gradient clipping,
-    # single frames, 5M frames.
+    # replay 100k, batch 32, one update per frame from frame 5,000, target every 1,000 updates, 5,000 random
+    # frames and then epsilon from 1 to 0.1 over 100k frames, centred RMSprop (lr 2.5e-4, alpha 0.95, eps
+    # 0.01), Huber loss, the plain max target, no gradient clipping, single frames, 5M frames.
     "minatar": dict(
         total_steps=5_000_000, num_envs=1, buffer_size=100_000, batch_size=32, learning_starts=5_000,
         train_frequency=1, replay_ratio=1.0, target_update=1_000, epsilon_start=1.0, epsilon_end=0.1,
-        epsilon_steps=100_000, frame_stack=1, gamma=0.99, model="minatar", double_dqn=False, max_grad_norm=None,
-        eval_every=100_000, log_every=10_000,
+        epsilon_steps=100_000, epsilon_delay=5_000, frame_stack=1, gamma=0.99, model="minatar", double_dqn=False,
+        max_grad_norm=None, eval_every=100_000, log_every=10_000,
         optim=dict(optimizer="rmsprop", lr=2.5e-4, rms_decay=0.95, eps=0.01, centered=True)),
 }
 
@@ -75,7 +74,7 @@ PQN_PRESETS: dict[str, dict[str, Any]] = {
     # linearly to 0.
     "minatar": dict(
         num_envs=128, rollout_steps=32, epochs=2, minibatches=32, q_lambda=0.65, epsilon_end=0.05,
-        epsilon_steps=250_000, max_grad_norm=10.0,
+        epsilon_steps=250_000, epsilon_delay=0, max_grad_norm=10.0,
         optim=dict(optimizer="adam", lr=5e-4, eps=None, centered=False)),
 }
 

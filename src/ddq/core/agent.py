@@ -99,7 +99,7 @@ def make_replay(agent: AgentConfig, frame_shape: tuple[int, ...], dtype: np.dtyp
 
 
 def epsilon_schedule(agent: AgentConfig) -> LinearSchedule:
-    return LinearSchedule(agent.epsilon_start, agent.epsilon_end, agent.epsilon_steps)
+    return LinearSchedule(agent.epsilon_start, agent.epsilon_end, agent.epsilon_steps, agent.epsilon_delay)
 
 
 def update_schedule(agent: AgentConfig) -> UpdateSchedule:

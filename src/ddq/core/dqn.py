@@ -70,8 +70,10 @@ def td_errors(q_values: torch.Tensor, actions: torch.Tensor, targets: torch.Tens
     return (targets - q_values.gather(1, actions.unsqueeze(1)).squeeze(1)).abs()
 
 
-def linearly_decaying_epsilon(step: int, start: float, end: float, duration: int) -> float:
-    """Epsilon falls linearly from `start` to `end` over the first `duration` env steps, then stays at `end`.
+def linearly_decaying_epsilon(step: int, start: float, end: float, duration: int, delay: int = 0) -> float:
+    """Epsilon stays at `start` for the first `delay` env steps, falls linearly to `end` over the next
+    `duration`, then stays at `end` (Dopamine's warm-up: MinAtar's DQN plays 5,000 random frames before
+    its epsilon starts to fall).
 
     Which step count drives it is the mode's choice, and the same choice everywhere
     in that mode: serial training passes its own env steps; a downpour Barista passes
@@ -79,7 +81,7 @@ def linearly_decaying_epsilon(step: int, start: float, end: float, duration: int
     worker explores as much as the run as a whole has earned, however many workers
     there are; the driver's progress points report the same global value.
     """
-    fraction = min(max(step, 0) / max(duration, 1), 1.0)
+    fraction = min(max(step - delay, 0) / max(duration, 1), 1.0)
     return start + fraction * (end - start)
 
 
@@ -90,9 +92,10 @@ class LinearSchedule:
     start: float = 1.0
     end: float = 0.05
     duration: int = 10_000
+    delay: int = 0
 
     def __call__(self, step: int) -> float:
-        return linearly_decaying_epsilon(step, self.start, self.end, self.duration)
+        return linearly_decaying_epsilon(step, self.start, self.end, self.duration, self.delay)
 
 
 def target_refresh_due(updates: int, period: int) -> bool:
