@@ -139,6 +139,19 @@ def test_bench_minatar_runs_the_papers_dqn_and_pqn_on_the_papers_games_by_defaul
     assert (runs["pqn"].algo, runs["pqn"].num_envs, runs["pqn"].optim.optimizer) == ("pqn", 128, "adam")
 
 
+def test_bench_minatar_plays_the_full_action_set_when_asked():
+    """The MinAtar repository's examples/dqn.py plays all 6 actions: `--action-set full` runs the -v0 ids."""
+    from ddq.benchmarks.minatar import env_id
+
+    assert env_id("Breakout") == "MinAtar/Breakout-v1" and env_id("Breakout", "full") == "MinAtar/Breakout-v0"
+    assert env_shapes(build_config({"env": env_id("Breakout", "full")}).agent)[2] == 6
+    result = run_ddq("bench", "minatar", "--games", "Breakout", "--configs", "preset", "--seeds", "0", "--frames",
+                     "1000", "--at", "1000", "--action-set", "full")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "MinAtar (-v0 ids: the full action set)" in result.stdout
+    assert "| Breakout | preset | 1 |" in result.stdout
+
+
 @pytest.mark.slow
 def test_pqn_learns_breakout_within_400k_frames(tmp_path):
     """PQN with its MinAtar settings; seed 0 had a greedy mean of 5.0 at 200k frames and 7.9 at 400k when

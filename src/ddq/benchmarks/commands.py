@@ -110,7 +110,8 @@ def cmd_bench_minatar(args: argparse.Namespace) -> int:
 
     configurations = [parse_configuration(text) for text in args.configs]
     checkpoints = sorted(f for f in args.at if f <= args.frames)
-    print(table(run_bench(args.games, configurations, args.seeds, args.frames), checkpoints))
+    print(table(run_bench(args.games, configurations, args.seeds, args.frames, args.action_set), checkpoints,
+                args.action_set))
     return 0
 
 
@@ -225,6 +226,9 @@ def add_bench_commands(commands: Any) -> None:
     minatar.add_argument("--frames", type=int, default=5_000_000, help="env steps per run (the paper's: 5M)")
     minatar.add_argument("--at", type=int, nargs="+", default=[500_000, 1_000_000, 2_500_000, 5_000_000],
                          help="frames at which the table reads the returns and the time")
+    minatar.add_argument("--action-set", default="minimal", choices=["minimal", "full"],
+                         help="minimal: each game's own actions (the MinAtar/<Game>-v1 ids); full: all 6 actions "
+                              "(the -v0 ids), as the MinAtar paper and its repository's examples/dqn.py play")
     minatar.set_defaults(func=cmd_bench_minatar)
 
     learner = kinds.add_parser("learner", help="the actor-learner learner's updates/s by device and batch size, "

@@ -24,6 +24,14 @@ from ddq.modes.bookkeeping import read_metrics
 
 GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
 RECENT_EPISODES = 100
+# MinAtar's Gymnasium ids by action set: -v1 gives each game's minimal set, -v0 all 6 actions, as the
+# paper and the MinAtar repository's examples/dqn.py play them.
+ACTION_SETS = {"minimal": "v1", "full": "v0"}
+
+
+def env_id(game: str, action_set: str = "minimal") -> str:
+    """The Gymnasium id of `game` played with `action_set` ("minimal" or "full")."""
+    return f"MinAtar/{game}-{ACTION_SETS[action_set]}"
 
 
 def training_return_at(records: list[dict[str, Any]], frames: int) -> float | None:
@@ -38,9 +46,10 @@ def wall_time_at(records: list[dict[str, Any]], frames: int) -> float | None:
     return times[0] if times else None
 
 
-def run_one(game: str, settings: dict[str, Any], seed: int, frames: int, folder: Path) -> list[dict[str, Any]]:
+def run_one(game: str, settings: dict[str, Any], seed: int, frames: int, folder: Path,
+            action_set: str = "minimal") -> list[dict[str, Any]]:
     """One run's metrics records."""
-    values = {**settings, "env": f"MinAtar/{game}-v1", "mode": "serial", "seed": seed, "total_steps": frames,
+    values = {**settings, "env": env_id(game, action_set), "mode": "serial", "seed": seed, "total_steps": frames,
               "progress": False}
     run_dir = folder / f"{game}-{seed}-{time.monotonic_ns()}"
     run_training(build_config(values), run_dir, time.time())
@@ -48,18 +57,19 @@ def run_one(game: str, settings: dict[str, Any], seed: int, frames: int, folder:
 
 
 def run_bench(games: list[str], configurations: list[tuple[str, dict[str, Any]]], seeds: list[int],
-              frames: int) -> dict[tuple[str, str], list[list[dict[str, Any]]]]:
+              frames: int, action_set: str = "minimal") -> dict[tuple[str, str], list[list[dict[str, Any]]]]:
     """Every run's metrics, by (game, configuration name)."""
     for game in games:
-        build_config({"env": f"MinAtar/{game}-v1"})  # a misspelt game or setting is named before any run
+        build_config({"env": env_id(game, action_set)})  # a misspelt game or setting is named before any run
     for _, settings in configurations:
-        build_config({**settings, "env": f"MinAtar/{games[0]}-v1"})
+        build_config({**settings, "env": env_id(games[0], action_set)})
     results: dict[tuple[str, str], list[list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="ddq-minatar-") as tmp:
         for game in games:
             for name, settings in configurations:
                 for seed in seeds:
-                    results.setdefault((game, name), []).append(run_one(game, settings, seed, frames, Path(tmp)))
+                    results.setdefault((game, name), []).append(run_one(game, settings, seed, frames, Path(tmp),
+                                                                        action_set))
                     print(f"ddq: {game} {name} seed {seed} done", file=sys.stderr, flush=True)
     return results
 
@@ -77,7 +87,8 @@ def _median_time(values: list[float | None]) -> str:
     return f"{statistics.median(known):,.0f} s" if len(known) == len(values) and known else "—"
 
 
-def table(results: dict[tuple[str, str], list[list[dict[str, Any]]]], checkpoints: list[int]) -> str:
+def table(results: dict[tuple[str, str], list[list[dict[str, Any]]]], checkpoints: list[int],
+          action_set: str = "minimal") -> str:
     """A row per game and configuration: training return (mean ± standard error over runs) and median wall
     time at each checkpoint."""
     head = "| game | configuration | runs | " + " | ".join(f"{f / 1e6:g}M frames: return | time" for f in checkpoints)
@@ -88,6 +99,7 @@ def table(results: dict[tuple[str, str], list[list[dict[str, Any]]]], checkpoint
             cells.append(_mean_and_error([training_return_at(run, frames) for run in runs]))
             cells.append(_median_time([wall_time_at(run, frames) for run in runs]))
         lines.append(f"| {game} | {name} | {len(runs)} | " + " | ".join(cells) + " |")
-    return ("MinAtar, serial mode, the MinAtar preset and each configuration's settings over it; training return: "
+    return (f"MinAtar (-{ACTION_SETS[action_set]} ids: the {action_set} action set), serial mode, the MinAtar preset "
+            "and each configuration's settings over it; training return: "
             f"the mean of the last {RECENT_EPISODES} training episodes by then, averaged over runs (± standard "
             "error); time: median wall time from each run's start\n\n" + "\n".join(lines))
