@@ -364,3 +364,5 @@ def test_layers_are_named_for_a_person_not_by_sequential_index():
     dueling = [("1.weight", (16, 1, 3, 3)), ("4.weight", (128, 1152)), ("6.value.weight", (1, 128)),
                ("6.advantage.bias", (4,))]
     assert readable_names(dueling) == ["conv1.weight", "fc2.weight", "fc3.value.weight", "fc3.advantage.bias"]
+    layer_norm = [("0.weight", (64, 4)), ("0.bias", (64,)), ("1.weight", (64,)), ("1.bias", (64,)), ("3.weight", (2, 64))]
+    assert readable_names(layer_norm) == ["fc1.weight", "fc1.bias", "norm2.weight", "norm2.bias", "fc3.weight"]

@@ -18,11 +18,14 @@ def shard_bounds(size: int, shards: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
+_LAYER_KINDS = {4: "conv", 2: "fc", 1: "norm"}
+
+
 def readable_names(layout: list[tuple[str, tuple[int, ...]]]) -> list[str]:
     """Names a person reads: torch's `nn.Sequential` indices ("2.weight") become the layer's kind and
-    its place among the layers with parameters ("fc2.weight", "conv1.bias"; a dueling head's
-    "8.value.weight" becomes "fc4.value.weight"); names a definition gave (a prototxt's layer names)
-    stay as they are."""
+    its place among the layers with parameters ("fc2.weight", "conv1.bias", "norm3.weight" for PQN's
+    LayerNorm; a dueling head's "8.value.weight" becomes "fc4.value.weight"); names a definition gave
+    (a prototxt's layer names) stay as they are."""
     names: list[str] = []
     layers: dict[str, str] = {}  # module index -> readable layer name
     for name, shape in layout:
@@ -31,7 +34,9 @@ def readable_names(layout: list[tuple[str, tuple[int, ...]]]) -> list[str]:
             names.append(name)
             continue
         if module not in layers:
-            layers[module] = f"{'conv' if len(shape) == 4 else 'fc'}{len(layers) + 1}"
+            # by the shape of the layer's first parameter: a conv's weight is 4-D, a fully connected one's
+            # 2-D, a norm layer's 1-D
+            layers[module] = f"{_LAYER_KINDS.get(len(shape), 'layer')}{len(layers) + 1}"
         names.append(f"{layers[module]}.{rest}")
     return names
 
