@@ -141,10 +141,10 @@ def test_bench_minatar_runs_the_papers_dqn_and_pqn_on_the_papers_games_by_defaul
 
 def test_bench_minatar_plays_the_full_action_set_when_asked():
     """The MinAtar repository's examples/dqn.py plays all 6 actions: `--action-set full` runs the -v0 ids."""
-    from ddq.benchmarks.minatar import env_id
+    from ddq.gamesim.envs import minatar_id
 
-    assert env_id("Breakout") == "MinAtar/Breakout-v1" and env_id("Breakout", "full") == "MinAtar/Breakout-v0"
-    assert env_shapes(build_config({"env": env_id("Breakout", "full")}).agent)[2] == 6
+    assert minatar_id("Breakout") == "MinAtar/Breakout-v1" and minatar_id("Breakout", "full") == "MinAtar/Breakout-v0"
+    assert env_shapes(build_config({"env": minatar_id("Breakout", "full")}).agent)[2] == 6
     result = run_ddq("bench", "minatar", "--games", "Breakout", "--configs", "preset", "--seeds", "0", "--frames",
                      "1000", "--at", "1000", "--action-set", "full")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from ddq.config import MODES
+from ddq.gamesim.envs import MINATAR_ACTION_SETS, MINATAR_GAMES
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
@@ -217,7 +218,7 @@ def add_bench_commands(commands: Any) -> None:
     minatar = kinds.add_parser("minatar", help="the MinAtar paper's protocol: training returns against frames, "
                                                "averaged over runs, with wall time (needs pip install 'ddq[minatar]')")
     minatar.add_argument("--games", nargs="+", default=["Breakout", "SpaceInvaders", "Asterix"],
-                         choices=["Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest"], help="games")
+                         choices=MINATAR_GAMES, help="games")
     minatar.add_argument("--configs", nargs="+", default=["preset", "pqn: algo=pqn"], metavar="'NAME: KEY=VALUE ...'",
                          help="configurations, each its settings over the MinAtar preset (the paper's DQN; algo=pqn "
                               "brings PQN's MinAtar settings), e.g. preset 'pqn: algo=pqn' 'pqn-64: algo=pqn "
@@ -226,7 +227,7 @@ def add_bench_commands(commands: Any) -> None:
     minatar.add_argument("--frames", type=int, default=5_000_000, help="env steps per run (the paper's: 5M)")
     minatar.add_argument("--at", type=int, nargs="+", default=[500_000, 1_000_000, 2_500_000, 5_000_000],
                          help="frames at which the table reads the returns and the time")
-    minatar.add_argument("--action-set", default="minimal", choices=["minimal", "full"],
+    minatar.add_argument("--action-set", default="minimal", choices=list(MINATAR_ACTION_SETS),
                          help="minimal: each game's own actions (the MinAtar/<Game>-v1 ids); full: all 6 actions "
                               "(the -v0 ids), as the MinAtar paper and its repository's examples/dqn.py play")
     minatar.set_defaults(func=cmd_bench_minatar)

@@ -19,19 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import build_config
+from ddq.gamesim.envs import MINATAR_ACTION_SETS, minatar_id
 from ddq.modes import run_training
 from ddq.modes.bookkeeping import read_metrics
 
-GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
 RECENT_EPISODES = 100
-# MinAtar's Gymnasium ids by action set: -v1 gives each game's minimal set, -v0 all 6 actions, as the
-# paper and the MinAtar repository's examples/dqn.py play them.
-ACTION_SETS = {"minimal": "v1", "full": "v0"}
-
-
-def env_id(game: str, action_set: str = "minimal") -> str:
-    """The Gymnasium id of `game` played with `action_set` ("minimal" or "full")."""
-    return f"MinAtar/{game}-{ACTION_SETS[action_set]}"
 
 
 def training_return_at(records: list[dict[str, Any]], frames: int) -> float | None:
@@ -49,7 +41,7 @@ def wall_time_at(records: list[dict[str, Any]], frames: int) -> float | None:
 def run_one(game: str, settings: dict[str, Any], seed: int, frames: int, folder: Path,
             action_set: str = "minimal") -> list[dict[str, Any]]:
     """One run's metrics records."""
-    values = {**settings, "env": env_id(game, action_set), "mode": "serial", "seed": seed, "total_steps": frames,
+    values = {**settings, "env": minatar_id(game, action_set), "mode": "serial", "seed": seed, "total_steps": frames,
               "progress": False}
     run_dir = folder / f"{game}-{seed}-{time.monotonic_ns()}"
     run_training(build_config(values), run_dir, time.time())
@@ -60,9 +52,9 @@ def run_bench(games: list[str], configurations: list[tuple[str, dict[str, Any]]]
               frames: int, action_set: str = "minimal") -> dict[tuple[str, str], list[list[dict[str, Any]]]]:
     """Every run's metrics, by (game, configuration name)."""
     for game in games:
-        build_config({"env": env_id(game, action_set)})  # a misspelt game or setting is named before any run
+        build_config({"env": minatar_id(game, action_set)})  # a misspelt game or setting is named before any run
     for _, settings in configurations:
-        build_config({**settings, "env": env_id(games[0], action_set)})
+        build_config({**settings, "env": minatar_id(games[0], action_set)})
     results: dict[tuple[str, str], list[list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="ddq-minatar-") as tmp:
         for game in games:
@@ -99,7 +91,7 @@ def table(results: dict[tuple[str, str], list[list[dict[str, Any]]]], checkpoint
             cells.append(_mean_and_error([training_return_at(run, frames) for run in runs]))
             cells.append(_median_time([wall_time_at(run, frames) for run in runs]))
         lines.append(f"| {game} | {name} | {len(runs)} | " + " | ".join(cells) + " |")
-    return (f"MinAtar (-{ACTION_SETS[action_set]} ids: the {action_set} action set), serial mode, the MinAtar preset "
-            "and each configuration's settings over it; training return: "
+    return (f"MinAtar (-{MINATAR_ACTION_SETS[action_set]} ids: the {action_set} action set), serial mode, the "
+            "MinAtar preset and each configuration's settings over it; training return: "
             f"the mean of the last {RECENT_EPISODES} training episodes by then, averaged over runs (± standard "
             "error); time: median wall time from each run's start\n\n" + "\n".join(lines))

@@ -26,6 +26,10 @@ SETTINGS_FORMAT = "ddq-settings"
 SETTINGS_VERSION = 2  # 1: the same settings without sections, still read
 
 
+# The MinAtar paper's DQN plays this many frames at random first: its replay memory's warm-up, before which
+# it neither learns nor lowers epsilon.
+MINATAR_RANDOM_FRAMES = 5_000
+
 # Hyperparameters that suit each kind of env; any of them can still be overridden.
 PRESETS: dict[str, dict[str, Any]] = {
     # CartPole: the default 256x256 MLP. A 64x64 one reaches 475 sooner in serial mode (`ddq bench peers`
@@ -49,10 +53,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     # frames and then epsilon from 1 to 0.1 over 100k frames, centred RMSprop (lr 2.5e-4, alpha 0.95, eps
     # 0.01), Huber loss, the plain max target, no gradient clipping, single frames, 5M frames.
     "minatar": dict(
-        total_steps=5_000_000, num_envs=1, buffer_size=100_000, batch_size=32, learning_starts=5_000,
-        train_frequency=1, replay_ratio=1.0, target_update=1_000, epsilon_start=1.0, epsilon_end=0.1,
-        epsilon_steps=100_000, epsilon_delay=5_000, frame_stack=1, gamma=0.99, model="minatar", double_dqn=False,
-        max_grad_norm=None, eval_every=100_000, log_every=10_000,
+        total_steps=5_000_000, num_envs=1, buffer_size=100_000, batch_size=32,
+        learning_starts=MINATAR_RANDOM_FRAMES, train_frequency=1, replay_ratio=1.0, target_update=1_000,
+        epsilon_start=1.0, epsilon_end=0.1, epsilon_steps=100_000, epsilon_delay=MINATAR_RANDOM_FRAMES,
+        frame_stack=1, gamma=0.99, model="minatar", double_dqn=False, max_grad_norm=None, eval_every=100_000,
+        log_every=10_000,
         optim=dict(optimizer="rmsprop", lr=2.5e-4, rms_decay=0.95, eps=0.01, centered=True)),
 }
 
@@ -71,7 +76,8 @@ PQN_PRESETS: dict[str, dict[str, Any]] = {
     # MinAtar with PQN: the PQN paper's MinAtar settings (128 envs, rollouts of 32 steps, 2 passes of 32
     # minibatches, lambda 0.65, Adam 5e-4, gradients clipped at 10), with epsilon falling over the first
     # 250k frames where the paper's falls over 1M of its 10M, and a fixed rate where the paper's falls
-    # linearly to 0.
+    # linearly to 0. No epsilon delay: the DQN preset's random frames warm its replay memory up, and PQN
+    # has none (its MinAtar runs were measured without one).
     "minatar": dict(
         num_envs=128, rollout_steps=32, epochs=2, minibatches=32, q_lambda=0.65, epsilon_end=0.05,
         epsilon_steps=250_000, epsilon_delay=0, max_grad_norm=10.0,

@@ -79,7 +79,8 @@ def linearly_decaying_epsilon(step: int, start: float, end: float, duration: int
     in that mode: serial training passes its own env steps; a downpour Barista passes
     the run's global env-step count (all workers' steps, summed in Redis), so every
     worker explores as much as the run as a whole has earned, however many workers
-    there are; the driver's progress points report the same global value.
+    there are; the driver's progress points report the same global value; an actor-learner
+    actor passes the env steps its learner has trained on. The delay counts the same steps.
     """
     fraction = min(max(step - delay, 0) / max(duration, 1), 1.0)
     return start + fraction * (end - start)

@@ -38,6 +38,17 @@ def is_minatar(env_id: str) -> bool:
     return env_id.startswith("MinAtar/")
 
 
+MINATAR_GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
+# MinAtar's Gymnasium ids by action set: -v1 gives each game's minimal set, -v0 all 6 actions, as the
+# MinAtar paper and its repository's examples/dqn.py play them.
+MINATAR_ACTION_SETS = {"minimal": "v1", "full": "v0"}
+
+
+def minatar_id(game: str, action_set: str = "minimal") -> str:
+    """The Gymnasium id of MinAtar's `game` played with `action_set` ("minimal" or "full")."""
+    return f"MinAtar/{game}-{MINATAR_ACTION_SETS[action_set]}"
+
+
 class MinAtarFrames(gym.ObservationWrapper):
     """A MinAtar game (Young and Tian 2019) as ddq takes it: its 10x10xC boolean frames channels-first,
     as the conv nets take them, and its pictures (`rgb_array`, floats in [0, 1]) as bytes."""
@@ -58,7 +69,8 @@ class MinAtarFrames(gym.ObservationWrapper):
 
 
 def _minatar(env_id: str, render_mode: str | None) -> gym.Env:
-    """`MinAtar/Breakout-v1` and its kind: the minimal action set, sticky actions 0.1 (MinAtar's own)."""
+    """`MinAtar/Breakout-v1` (the minimal action set) or `-v0` (all 6 actions) and their kind: sticky actions
+    0.1 (MinAtar's own)."""
     try:
         import minatar.gym  # registers its ids with Gymnasium when asked
     except ImportError as error:
