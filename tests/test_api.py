@@ -44,6 +44,8 @@ def test_a_bad_setting_is_one_clear_error_before_anything_starts(tmp_path):
         ddq.train(env="CartPole-v1", mode="serial", learning_rate=0.1, run_dir=tmp_path / "run")
     with pytest.raises(ValueError, match="batch_size must be positive"):
         ddq.train(env="CartPole-v1", mode="serial", batch_size=0, run_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match="total_steps must be positive"):  # a typed keyword is a setting too
+        ddq.train(env="CartPole-v1", mode="serial", total_steps=0, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
     with pytest.raises(FileNotFoundError, match="holds no ddq checkpoint"):
         ddq.load(tmp_path)

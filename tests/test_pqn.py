@@ -7,7 +7,7 @@ from gymnasium.spaces import Box
 
 from conftest import run_ddq, summary_of
 from ddq.core.pqn import Rollout, q_lambda_returns
-from ddq.modes.bookkeeping import read_metrics
+from ddq.run_folder import read_metrics
 
 GAMMA, LAM = 0.9, 0.5
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import run_ddq, summary_of
-from ddq.modes.bookkeeping import read_metrics
+from ddq.run_folder import read_metrics
 
 SHORT = ["--mode", "serial", "--env", "CartPole-v1", "--algo", "dqn", "--no-progress", "--learning-starts", "500", "--eval-every", "1000",
          "--eval-episodes", "2", "--checkpoint-every", "1500", "--log-every", "500"]

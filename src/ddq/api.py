@@ -72,20 +72,28 @@ class Run:
         return load(self.run_dir, device)
 
 
-def train(env: str | None = None, mode: str | None = None, *, config: str | Path | None = None,
-          run_dir: str | Path | None = None, progress: bool | None = None, animate: bool = False,
-          **settings: Any) -> Run:
+def train(env: str | None = None, mode: str | None = None, *, algo: str | None = None, seed: int | None = None,
+          total_steps: int | None = None, target_return: float | None = None, time_budget_s: float | None = None,
+          workers: int | None = None, num_envs: int | None = None, lr: float | None = None,
+          device: str | None = None, config: str | Path | None = None, run_dir: str | Path | None = None,
+          progress: bool | None = None, animate: bool = False, **settings: Any) -> Run:
     """Trains an agent and returns the run.
 
     `env`: a Gymnasium id ("CartPole-v1", "ddq/Snake-v0", "ALE/Pong-v5"); `mode`: serial, downpour or
-    actor-learner; `config`: a TOML file of settings; `settings`: any setting of `ddq train --help-all` by
-    name (`workers=2`, `target_return=475`, `total_steps=50_000`, `lr=1e-3`), applied after the env's
-    preset and the file. `run_dir`: where the run writes (default runs/<env>-<time>; it must not hold a
+    actor-learner. The settings changed most are typed keywords: `algo` ("dqn" or "pqn"; default: the
+    env's measured choice), `seed`, `total_steps` (the env-step budget), `target_return` (stop once a
+    greedy evaluation averages this), `time_budget_s`, `workers` (distributed modes), `num_envs` (envs per
+    actor), `lr` (the optimizer's learning rate) and `device` ("cpu", "cuda", "auto"); None leaves a
+    setting to the preset or the file. `config`: a TOML file of settings; `settings`: any other setting of
+    `ddq train --help-all` by name (`eval_every=1000`, `gamma=0.995`), applied, as the typed ones are,
+    after the env's preset and the file. `run_dir`: where the run writes (default runs/<env>-<time>; it must not hold a
     run). `progress`: show a progress bar (default: only where `config` asks for one); `animate`: write
     replay.gif of one greedy episode. A Redis password comes from $DDQ_REDIS_URL, as for `ddq train`.
     Raises ValueError for a bad setting (before anything starts) and TrainingFailed for a run that could
     not go on. Ctrl-C stops a run cleanly: the returned run's stop_reason then says so."""
-    values = dict(settings)
+    typed = {"algo": algo, "seed": seed, "total_steps": total_steps, "target_return": target_return,
+             "time_budget_s": time_budget_s, "workers": workers, "num_envs": num_envs, "lr": lr, "device": device}
+    values = {**settings, **{name: value for name, value in typed.items() if value is not None}}
     values.update({k: str(v) for k, v in (("env", env), ("mode", mode), ("run_dir", run_dir)) if v is not None})
     if progress is not None:
         values["progress"] = progress
@@ -133,7 +141,7 @@ def execute(config: TrainConfig, saved: dict[str, Any] | None = None, started_at
     and the exit code it earned: 0 only for a run that finished, 1 when it failed, 128+N when signal N
     stopped it."""
     from ddq.modes import run_training
-    from ddq.modes.bookkeeping import write_summary
+    from ddq.run_folder import write_summary
     from ddq.services.plot import plot_run
 
     run_dir = str(config.run.run_dir)

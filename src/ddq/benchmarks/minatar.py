@@ -21,7 +21,7 @@ from typing import Any
 from ddq.config import build_config
 from ddq.gamesim.envs import MINATAR_ACTION_SETS, minatar_id
 from ddq.modes import run_training
-from ddq.modes.bookkeeping import read_metrics
+from ddq.run_folder import read_metrics
 
 RECENT_EPISODES = 100
 

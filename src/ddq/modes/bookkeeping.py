@@ -1,11 +1,9 @@
-"""What every mode keeps the same way: the run's counters, its folder (metrics.jsonl, summary.json), and
+"""What every mode keeps the same way: the run's counters, what it writes in its folder (`ddq.run_folder`), and
 the periodic greedy evaluation that decides whether the target return was reached."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,43 +16,7 @@ from torch import nn
 from ddq.config import TrainConfig, without_secrets
 from ddq.core.evaluate import Evaluation, evaluate
 from ddq.gamesim import eats_apples
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN or Infinity
-    return value
-
-
-class RunLog:
-    """Appends metric points to `run_dir/metrics.jsonl`; flushed so a dashboard can tail it."""
-
-    def __init__(self, run_dir: str | Path):
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
-
-    def write(self, kind: str, **values: Any) -> None:
-        point = {"kind": kind, **{k: _plain(v) for k, v in values.items()}}
-        self._file.write(json.dumps(point) + "\n")
-        self._file.flush()
-
-    def write_summary(self, summary: dict[str, Any]) -> Path:
-        return write_summary(self.run_dir, summary)
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
-    path = Path(run_dir) / "summary.json"
-    path.write_text(json.dumps({k: _plain(v) for k, v in summary.items()}, indent=2) + "\n")
-    return path
-
-
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+from ddq.run_folder import RunLog
 
 
 @dataclass

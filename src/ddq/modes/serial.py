@@ -23,7 +23,8 @@ from ddq.core.symmetry import SymmetryAugmentation
 from ddq.core.weights import LocalParameters
 from ddq.gamesim import eats_apples
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
-from ddq.modes.bookkeeping import RunCounters, RunLog, note_evaluation, play_evaluation, progress_values, run_summary
+from ddq.modes.bookkeeping import RunCounters, note_evaluation, play_evaluation, progress_values, run_summary
+from ddq.run_folder import RunLog
 
 
 class SerialTrainer:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ddq.gamesim import eats_apples
-from ddq.modes.bookkeeping import read_metrics
+from ddq.run_folder import read_metrics
 
 
 def _env_of(run_dir: Path) -> str | None:

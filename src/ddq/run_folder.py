@@ -1,0 +1,72 @@
+"""A run's folder on disk: its metrics log (metrics.jsonl), its summary.json, and files written whole or not at all."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_whole(path: str | Path, data: bytes) -> Path:
+    """Writes `data` to `path` whole or not at all: into a temporary file beside it, flushed to disk, then
+    renamed over `path` (a rename is atomic within a file system), and the folder's entry flushed too. A
+    crash, a kill or a full disk leaves the previous file as it was."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return path
+
+
+def plain(value: Any) -> Any:
+    """`value`, or None for a float JSON cannot hold (NaN, infinities)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class RunLog:
+    """Appends metric points to `run_dir/metrics.jsonl`; flushed so a dashboard can tail it."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
+
+    def write(self, kind: str, **values: Any) -> None:
+        point = {"kind": kind, **{k: plain(v) for k, v in values.items()}}
+        self._file.write(json.dumps(point) + "\n")
+        self._file.flush()
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        return write_summary(self.run_dir, summary)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
+    """`run_dir/summary.json`, written whole."""
+    text = json.dumps({k: plain(v) for k, v in summary.items()}, indent=2) + "\n"
+    return write_whole(Path(run_dir) / "summary.json", text.encode())
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every point of `run_dir/metrics.jsonl`, in order."""
+    with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
