@@ -33,8 +33,8 @@ from ddq.core.dqn import n_step_returns, per_actor_epsilon
 from ddq.core.prioritized import initial_td_errors
 from ddq.core.weights import WeightsSource
 from ddq.gamesim.envs import make_vector_env
-from ddq.lifecycle import is_stop
 from ddq.models import FlatParameters
+from ddq.transport.control import is_stop
 from ddq.transport.experience import Experience, encode
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect as connect_redis

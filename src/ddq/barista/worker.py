@@ -22,7 +22,7 @@ from ddq.config import TrainConfig
 from ddq.core.agent import build_agent, importance_beta
 from ddq.core.learner import Learner
 from ddq.core.weights import ParameterSource
-from ddq.lifecycle import is_stop
+from ddq.transport.control import is_stop
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect as connect_redis
 

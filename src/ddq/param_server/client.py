@@ -16,8 +16,8 @@ import torch
 
 from ddq.config import TrainConfig
 from ddq.core.learner import Learner
-from ddq.lifecycle import is_stop
 from ddq.models import FlatParameters
+from ddq.transport.control import is_stop
 from ddq.transport.keys import RunKeys, shard_bounds
 from ddq.transport.resp import LOST, RespConnection
 from ddq.transport.wire import (

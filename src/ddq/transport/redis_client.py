@@ -111,3 +111,12 @@ def connect(url: str, **options: Any) -> redis.Redis:
         settings.update(socket_keepalive=True, socket_keepalive_options=keepalive_options())
     settings.update(options)
     return redis.Redis.from_url(url, **settings)
+
+
+# What the modules above the transport hold and catch, so none of them imports redis: a connection they pass
+# to the transport's named operations, and the errors those raise.
+Connection = redis.Redis
+StoreError = redis.RedisError  # any failure of the store: the base of the two below
+StoreUnavailable = redis.ConnectionError  # the server cannot be reached (gone, restarting, refusing)
+StoreAuthenticationError = redis.AuthenticationError  # the server refused the password
+StoreRefused = redis.ResponseError  # the server answered with an error
