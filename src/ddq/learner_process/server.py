@@ -29,8 +29,8 @@ from ddq.core.agent import env_shapes, make_learner, make_replay, resolve_device
 from ddq.core.central_learner import CentralLearner, CentralSettings, LearnerState
 from ddq.learner_process.publisher import WeightsPublisher, weights_messages
 from ddq.lifecycle import RunControl
-from ddq.param_server import snapshots
-from ddq.param_server.metrics import ServerMetrics, layer_segments
+from ddq.transport import snapshots
+from ddq.transport.server_metrics import ServerMetrics, layer_segments
 from ddq.processes import tune_malloc
 from ddq.transport.experience import ExpectExperience, Experience, ExperienceError, decode
 from ddq.transport.keys import RunKeys

@@ -33,7 +33,7 @@ from celery import Celery
 from ddq.config import TrainConfig, read_settings
 from ddq.gamesim.snake import board_palette
 from ddq.models import FlatParameters
-from ddq.param_server import snapshots
+from ddq.transport import snapshots
 from ddq.services.telemetry import record_evaluation
 from ddq.transport.keys import RunKeys, shard_bounds
 from ddq.transport.redis_client import connect as connect_redis
