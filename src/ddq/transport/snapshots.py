@@ -38,11 +38,11 @@ def _message(layout: bytes, bounds: tuple[int, int], version: int, values: torch
 def save(client: Connection, key: str, path: Path | None, state: ShardState, layout: bytes,
          bounds: tuple[int, int]) -> None:
     optimizer = state.optimizer
-    fields: dict[str, int | str | bytes] = {"version": state.version, "target_version": state.target_version,
-              "optimizer": json.dumps({"config": optimizer["config"], "steps": optimizer["steps"],
-                                       "state": sorted(optimizer["state"])}),
-              "weights": _message(layout, bounds, state.version, state.weights),
-              "target": _message(layout, bounds, state.target_version, state.target)}
+    fields: dict = {"version": state.version, "target_version": state.target_version,
+                    "optimizer": json.dumps({"config": optimizer["config"], "steps": optimizer["steps"],
+                                             "state": sorted(optimizer["state"])}),
+                    "weights": _message(layout, bounds, state.version, state.weights),
+                    "target": _message(layout, bounds, state.target_version, state.target)}
     for name, tensor in optimizer["state"].items():
         fields[f"state:{name}"] = _message(layout, bounds, state.version, tensor)
     pipe = client.pipeline(transaction=True)  # never half a snapshot
