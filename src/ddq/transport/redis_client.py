@@ -120,3 +120,14 @@ StoreError = redis.RedisError  # any failure of the store: the base of the two b
 StoreUnavailable = redis.ConnectionError  # the server cannot be reached (gone, restarting, refusing)
 StoreAuthenticationError = redis.AuthenticationError  # the server refused the password
 StoreRefused = redis.ResponseError  # the server answered with an error
+
+
+def ping(url: str, timeout_s: float) -> None:
+    """Whether a Redis answers at `url` within `timeout_s`, at once (no outage is waited out): returns when it
+    does, raises StoreAuthenticationError when it refused the password, another StoreError (or ValueError,
+    OSError) when it did not answer."""
+    client = connect(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s, retry=OutageRetry(0))
+    try:
+        client.ping()
+    finally:
+        client.close()

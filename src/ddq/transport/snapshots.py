@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import Connection
 from ddq.transport.wire import WEIGHTS, Header, WireError, decode, encode, weights_expectation
 
@@ -77,6 +78,13 @@ def from_redis(client: Connection, key: str, layout: bytes, bounds: tuple[int, i
                  "state": {name: tensor(f"state:{name}") for name in meta["state"]}}
     return ShardState(int(fields[b"version"]), int(fields[b"target_version"]), tensor("weights"),
                       tensor("target"), state)
+
+
+def shard_weights(client: Connection, run: str, shard: int, layout: bytes,
+                  bounds: tuple[int, int]) -> ShardState | None:
+    """Shard `shard`'s newest snapshot in Redis without its optimizer state (what a reader of the weights
+    wants), or None before its first."""
+    return from_redis(client, RunKeys(run).shard(shard).snapshot, layout, bounds, optimizer=False)
 
 
 def _from_file(path: Path | None, layout: bytes, bounds: tuple[int, int]) -> ShardState | None:
