@@ -131,3 +131,8 @@ def ping(url: str, timeout_s: float) -> None:
         client.ping()
     finally:
         client.close()
+
+
+def server_version(url: str) -> str:
+    """The version of the redis-server answering at `url`."""
+    return str(connect(url).info("server")["redis_version"])
