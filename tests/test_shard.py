@@ -77,7 +77,7 @@ def test_its_state_round_trips_into_a_new_shard():
         shard.take(0, 1, k + 1, shard.version, grad(0.1 * (k + 1)))
     saved = shard.state()
     restored = make(optimizer="adam")
-    restored.load_state(saved)
+    restored.load_state(**saved)
     assert (restored.version, restored.target_version) == (4, 3)
     assert torch.equal(restored.params, shard.params) and torch.equal(restored.target, shard.target)
     for twin in (shard, restored):

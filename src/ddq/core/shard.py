@@ -16,7 +16,7 @@ learner decoded experience. The rules it keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -30,17 +30,6 @@ class StalenessJudge(Protocol):
     (staleness, learning-rate scale), the scale None to drop it (`ddq.param_server.staleness`)."""
 
     def judge(self, current_version: int, base_version: int) -> tuple[int, float | None]: ...
-
-
-@dataclass
-class ShardState:
-    """What a snapshot of a shard holds."""
-
-    version: int
-    target_version: int
-    weights: torch.Tensor
-    target: torch.Tensor
-    optimizer: dict  # FlatOptimizer.state_dict()
 
 
 @dataclass(frozen=True)
@@ -87,13 +76,16 @@ class Shard:
         return Taken(staleness, applied=True, target_refreshed=refreshed,
                      snapshot_due=self.version % self.snapshot_every == 0)
 
-    def state(self) -> ShardState:
-        """The shard's state as it is now (the tensors are its own: save them before the next update)."""
-        return ShardState(self.version, self.target_version, self.params, self.target, self.optimizer.state_dict())
+    def state(self) -> dict[str, Any]:
+        """What a snapshot keeps, by name: version, target_version, weights, target and optimizer (its
+        `state_dict`). The tensors are the shard's own: save them before the next update."""
+        return {"version": self.version, "target_version": self.target_version, "weights": self.params,
+                "target": self.target, "optimizer": self.optimizer.state_dict()}
 
-    def load_state(self, saved: ShardState) -> None:
-        """Goes on from `saved` (the sender ledger is not part of it)."""
-        self.params.copy_(saved.weights)
-        self.target.copy_(saved.target)
-        self.optimizer.load_state_dict(saved.optimizer)
-        self.version, self.target_version = saved.version, saved.target_version
+    def load_state(self, version: int, target_version: int, weights: torch.Tensor, target: torch.Tensor,
+                   optimizer: dict) -> None:
+        """Goes on from a snapshot's state (`state`'s names; the sender ledger is not part of it)."""
+        self.params.copy_(weights)
+        self.target.copy_(target)
+        self.optimizer.load_state_dict(optimizer)
+        self.version, self.target_version = version, target_version

@@ -22,7 +22,7 @@ import torch
 from ddq.config import TrainConfig
 from ddq.core.agent import model_parameters
 from ddq.core.optimizers import FlatOptimizer
-from ddq.core.shard import Shard, ShardState
+from ddq.core.shard import Shard
 from ddq.lifecycle import RunControl
 from ddq.models import FlatParameters
 from ddq.param_server.staleness import StalenessPolicy
@@ -33,7 +33,7 @@ from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.resp import LOST, Oversized, RespConnection
 from ddq.transport.server_metrics import ServerMetrics, layer_segments
 from ddq.transport.shard_channel import ShardChannel
-from ddq.transport.snapshots import ShardState as Snapshot
+from ddq.transport.snapshots import ShardState
 from ddq.transport.wire import WireError, decode, gradient_expectation, layout_bytes
 
 log = logging.getLogger("ddq.param_server")
@@ -87,11 +87,11 @@ class ShardServer:
         saved = self.channel.newest_snapshot(self.snapshot_path)
         if saved is None:
             return
-        self.core.load_state(ShardState(**vars(saved)))
+        self.core.load_state(**vars(saved))
         log.info("shard %d resumed from its snapshot at version %d", self.shard_index, self.core.version)
 
     def snapshot(self) -> None:
-        self.channel.save_snapshot(Snapshot(**vars(self.core.state())), self.snapshot_path)
+        self.channel.save_snapshot(ShardState(**self.core.state()), self.snapshot_path)
 
     def _publication(self, target_too: bool) -> list[tuple]:
         core = self.core
