@@ -7,8 +7,9 @@ trains what it earned, and publishes weights every `publish_every` updates
 (--sync: once a round) through `WeightsPublisher`. It takes the next message
 only once the updates the last one earned are done, and actors wait when the
 list grows long, so the replay ratio holds and nobody runs ahead. Snapshots
-(weights, target, optimizer state, counters) are the parameter server's: a
-restarted learner goes on from the newest, its replay memory refilled by the actors.
+(weights, target, optimizer state, counters) are a shard's (`ddq.transport.snapshots`): a
+restarted learner goes on from the newest, its replay memory refilled by the actors. Its
+keys are reached through `ddq.transport.learner_channel`.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ the latest Snake replay) and the driver (the run's info and a progress point
 every second). Readers: the driver, which condenses everything into those
 progress points, and the dashboard, which shows them. Everything is JSON
 parsed as data; an entry that is not a JSON object is skipped, never trusted.
+The keys and commands are `ddq.transport.run_store`'s; here is what they mean.
 """
 
 from __future__ import annotations
