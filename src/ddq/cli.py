@@ -74,7 +74,7 @@ def cmd_param_server(args: argparse.Namespace) -> int:
         raise ValueError("param-server needs --redis-url (ddq train starts Redis and the servers itself)")
     if not 0 <= args.shard < config.distributed.server.shards:
         raise ValueError(f"--shard {args.shard} is not one of the {config.distributed.server.shards} shards")
-    return ShardServer(config, config.distributed.redis_url, args.run, args.shard).serve()
+    return ShardServer.connect(config, config.distributed.redis_url, args.run, args.shard).serve()
 
 
 def cmd_learner(args: argparse.Namespace) -> int:

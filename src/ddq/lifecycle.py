@@ -19,11 +19,9 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-import redis
+from ddq.transport.control import ControlKeys
+from ddq.transport.redis_client import Connection
 
-from ddq.transport.keys import RunKeys
-
-STOP = b"stop"  # the control key's value that ends a run
 # How long the owner of the weights keeps taking what workers send after a stop, waiting for the driver to say
 # they finished: longer than Spark takes to end a job whose tasks all saw the stop.
 WORKERS_FINISH_WAIT_S = 60.0
@@ -38,11 +36,6 @@ class StopReason(str, enum.Enum):
     TIME = "time budget spent"
     USER = "stopped by the user"
     FAILURE = "the run could not go on"
-
-
-def is_stop(value: bytes | str | None) -> bool:
-    """Whether a control key's raw value (as a pipeline read it) says stop."""
-    return value is not None and (value.encode() if isinstance(value, str) else value) == STOP
 
 
 def time_is_up(time_budget_s: float | None, started_at: float, now: float | None = None) -> bool:
@@ -74,31 +67,31 @@ def stop_reason(env_steps: int | None, total_steps: int, target_reached: bool, t
 class RunControl:
     """A distributed run's control key: the driver stops the run through it, every process reads it."""
 
-    def __init__(self, client: redis.Redis, run: str):
-        self.client, self.keys = client, RunKeys(run)
+    def __init__(self, client: Connection, run: str):
+        self.keys = ControlKeys(client, run)
 
     def stop(self, reason: StopReason) -> None:
         """Asks every process of the run to finish; the first reason given is the one kept (a control key
         a person set by hand, with no reason beside it, counts as stopped by the user)."""
         if self.stopping():
-            self.client.set(self.keys.stop_reason, StopReason.USER.value, nx=True)
+            self.keys.keep_reason(StopReason.USER.value)
             return
-        self.client.set(self.keys.stop_reason, reason.value, nx=True)
-        self.client.set(self.keys.control, STOP)
+        self.keys.keep_reason(reason.value)
+        self.keys.set_stop()
 
     def stopping(self) -> bool:
-        return is_stop(self.client.get(self.keys.control))
+        return self.keys.says_stop()
 
     def mark_workers_finished(self) -> None:
         """The driver's word, once its Spark job ended: no worker sends anything any more."""
-        self.client.set(self.keys.workers_finished, "1")
+        self.keys.set_workers_finished()
 
     def serve_until_workers_finished(self, serve: Callable[[], Any], timeout: float = WORKERS_FINISH_WAIT_S) -> None:
         """Calls `serve` (a short round of taking what workers send) until the driver said the workers
         finished, or for `timeout` seconds: a stopped run's workers may still send what they had under way,
         and the owner of the weights applies it before its final snapshot."""
         deadline = time.monotonic() + timeout
-        while not self.client.exists(self.keys.workers_finished) and time.monotonic() < deadline:
+        while not self.keys.workers_finished() and time.monotonic() < deadline:
             serve()
 
     def reason(self) -> str | None:
@@ -106,10 +99,7 @@ class RunControl:
         control key by hand; None while it runs."""
         if not self.stopping():
             return None
-        raw = self.client.get(self.keys.stop_reason)
-        if not raw:
-            return StopReason.USER.value
-        return raw.decode() if isinstance(raw, bytes) else str(raw)
+        return self.keys.reason() or StopReason.USER.value
 
 
 class StopSignals:

@@ -15,8 +15,7 @@ import re
 import socket
 
 from ddq.config import TrainConfig, masked_url
-from ddq.transport.redis_client import OutageRetry
-from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.redis_client import StoreAuthenticationError, StoreError, ping
 
 SPARK_MASTER = re.compile(r"^(local(\[(\d+|\*)(,\s*\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
 REDIS_TIMEOUT_S = 3.0  # also how long a Spark master may take to accept a connection
@@ -111,19 +110,12 @@ def check_spark_master(master: str) -> None:
 
 def check_redis(url: str, setting: str) -> None:
     """A Redis that answers PING within a few seconds (a password it accepts included)."""
-    import redis
-
     try:
-        client = connect_redis(url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S,
-                              retry=OutageRetry(0))  # an answer now, not after a restart's grace
-        try:
-            client.ping()
-        finally:
-            client.close()
-    except redis.AuthenticationError as error:
+        ping(url, REDIS_TIMEOUT_S)  # an answer now, not after a restart's grace
+    except StoreAuthenticationError as error:
         raise SettingError(f"{setting} {masked_url(url)}: Redis refused the user name or password "
                            f"({_first_line(error)})") from error
-    except (redis.RedisError, ValueError, OSError) as error:
+    except (StoreError, ValueError, OSError) as error:
         if "CERTIFICATE_VERIFY_FAILED" in str(error) or "certificate verify failed" in str(error):
             raise SettingError(f"{setting} {masked_url(url)}: the server's TLS certificate is not one this URL "
                                "trusts (give its CA as ssl_ca_data, or ssl_ca_certs=FILE)") from error

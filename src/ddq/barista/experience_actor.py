@@ -13,7 +13,6 @@ error of the Q-values it acted on, n-step with `n_step` (as Ape-X's actors do).
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
@@ -33,11 +32,10 @@ from ddq.core.dqn import n_step_returns, per_actor_epsilon
 from ddq.core.prioritized import initial_td_errors
 from ddq.core.weights import WeightsSource
 from ddq.gamesim.envs import make_vector_env
-from ddq.lifecycle import is_stop
 from ddq.models import FlatParameters
 from ddq.transport.experience import Experience, encode
-from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.worker_channel import WorkerChannel
 
 # Builds an actor's weights source around its network's flat parameters (kept current by `sync`).
 WeightsFactory = Callable[[FlatParameters], WeightsSource]
@@ -140,8 +138,7 @@ class ExperienceActor:
         self.actor = Actor(envs, self.outbox, agent.frame_stack, np.random.default_rng(seed), self.device)
         self.actor.reset(seed=seed)
         self.schedule = epsilon_schedule(config.agent)
-        self.redis = connect_redis(redis_url)
-        self.keys = RunKeys(run)
+        self.channel = WorkerChannel(connect_redis(redis_url), run, actor)
         self.stats = WorkerStats(actor, attempt, pid=os.getpid())
         self.window = StatsWindow()
         # drawn, not Spark's attempt number: a barrier stage Spark runs again numbers its tasks' attempts from 0
@@ -173,31 +170,23 @@ class ExperienceActor:
                                 terminated, continues, td, self.source.version, self.stats.epsilon)
         self.sequence += 1
         new_steps = experience.env_steps
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.lpush(self.keys.experience, encode(self.run_id, experience))
-        pipe.incrby(self.keys.env_steps, new_steps)
         stamp = {"worker": self.index, "time": time.time()}
-        for episode in self.episodes:
-            pipe.rpush(self.keys.episodes, json.dumps({**stamp, "env_steps": self.global_steps, **asdict(episode)}))
-        pipe.get(self.keys.control)
-        pipe.get(self.keys.trained_steps)
-        length, self.global_steps, *_, control, trained = pipe.execute()
+        run = self.channel.send_experience(encode(self.run_id, experience), new_steps,
+                                           [{**stamp, "env_steps": self.global_steps, **asdict(episode)}
+                                            for episode in self.episodes])
+        self.global_steps = run.env_steps
         self.stats.episodes += len(self.episodes)
-        self.episodes, self.stopped = [], is_stop(control)
-        self.trained_steps, self.sent_steps = int(trained or 0), self.sent_steps + new_steps
+        self.episodes, self.stopped = [], run.stopping
+        self.trained_steps, self.sent_steps = run.trained_steps, self.sent_steps + new_steps
         self.stats.pushes += 1
-        self._wait_for_learner(length)
+        self._wait_for_learner(run.backlog)
 
     def _wait_for_learner(self, length: int) -> None:
         started = time.monotonic()
         while length > self.backlog_limit and not self.stopped:
             self.stats.backlog_waits += 1
             time.sleep(0.002 if time.monotonic() - started < 1.0 else 0.02)
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.llen(self.keys.experience)
-            pipe.get(self.keys.control)
-            length, control = pipe.execute()
-            self.stopped = is_stop(control)
+            length, self.stopped = self.channel.backlog()
             if time.monotonic() - started > BACKLOG_DEADLINE_S:
                 raise RuntimeError(f"the learner took no experience for {BACKLOG_DEADLINE_S:.0f} s "
                                    "(is it running?)")
@@ -206,7 +195,7 @@ class ExperienceActor:
         self.stats.state, self.stats.heartbeat = state, time.time()
         self.stats.env_steps, self.stats.weights_version = self.sent_steps, self.source.version
         self.window = self.window.close(self.stats)
-        self.redis.hset(self.keys.workers, f"{self.index}:{self.stats.attempt}", json.dumps(asdict(self.stats)))
+        self.channel.write_row(self.stats.attempt, asdict(self.stats))
 
     def finished(self) -> bool:
         return self.global_steps >= self.config.run.total_steps or self.stopped
@@ -255,7 +244,7 @@ class ExperienceActor:
         learner train on the round, start the next with the same new weights. Whether to go on is decided
         together at the barrier, so that no actor waits there for one that left."""
         assert self.meet is not None
-        done_before = int(self.redis.get(self.keys.round_done) or -1)
+        done_before = self.channel.round_done()
         number = max(int(word) for word in self.meet(str(done_before + 1)))  # a retried stage agrees where it is
         while True:
             if not self.finished():  # the weights this round is played with, for the record
@@ -265,7 +254,7 @@ class ExperienceActor:
             if "stop" in self.meet("stop" if self.finished() else "go"):
                 return
             if self.index == 0:
-                self.redis.set(self.keys.round_ready, number)
+                self.channel.set_round_ready(number)
             # stopped before the round's weights came, an actor keeps its own and plays no more; it still goes
             # on to the next barrier, where whoever saw the new weights first meets it to stop
             if self._wait_for_round(number):
@@ -278,13 +267,9 @@ class ExperienceActor:
         run stopped first."""
         started = time.monotonic()
         while not self.stopped:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.get(self.keys.round_done)
-            pipe.get(self.keys.control)
-            pipe.get(self.keys.trained_steps)
-            done, control, trained = pipe.execute()
-            self.stopped, self.trained_steps = is_stop(control), int(trained or 0)
-            if done is not None and int(done) >= number:
+            done, run = self.channel.round_state()
+            self.stopped, self.trained_steps = run.stopping, run.trained_steps
+            if done >= number:
                 return True
             if time.monotonic() - started > BACKLOG_DEADLINE_S:
                 raise RuntimeError(f"the learner finished no round for {BACKLOG_DEADLINE_S:.0f} s (is it running?)")

@@ -12,7 +12,6 @@ Barista cannot tell. It owns only what it can rebuild.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -22,9 +21,8 @@ from ddq.config import TrainConfig
 from ddq.core.agent import build_agent, importance_beta
 from ddq.core.learner import Learner
 from ddq.core.weights import ParameterSource
-from ddq.lifecycle import is_stop
-from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.worker_channel import WorkerChannel
 
 # Builds a worker's parameter source around its learner (whose flat weights and target it keeps current).
 SourceFactory = Callable[[Learner], ParameterSource]
@@ -99,8 +97,7 @@ class Barista:
         self.rng, self.epsilon, self.agent = agent.rng, agent.epsilon, agent  # epsilon: by global steps
         self.source = connect(self.learner)
         self.actor.reset(seed=seed)
-        self.redis = connect_redis(redis_url)
-        self.keys = RunKeys(run)
+        self.channel = WorkerChannel(connect_redis(redis_url), run, worker)
         self.stats = WorkerStats(worker, attempt, pid=os.getpid())
         self.window = StatsWindow()
         self.global_steps = 0
@@ -112,15 +109,10 @@ class Barista:
         self.stats.epsilon = self.epsilon(self.global_steps)
         episodes = self.actor.step(self.learner.online, self.stats.epsilon)
         new_steps = self.actor.env_steps - before
-        pipe = self.redis.pipeline(transaction=False)  # one round trip per vector step
-        pipe.incrby(self.keys.env_steps, new_steps)
         if episodes:  # most vector steps finish none: nothing to stamp
             stamp = {"worker": self.worker, "time": time.time(), "env_steps": self.global_steps + new_steps}
-        for episode in episodes:
-            pipe.rpush(self.keys.episodes, json.dumps({**stamp, **asdict(episode)}))
-        pipe.get(self.keys.control)
-        replies = pipe.execute()
-        self.global_steps, self.stopped = replies[0], is_stop(replies[-1])
+        run = self.channel.report(new_steps, [{**stamp, **asdict(episode)} for episode in episodes])  # one round trip
+        self.global_steps, self.stopped = run.env_steps, run.stopping
         self.stats.episodes += len(episodes)
         return new_steps
 
@@ -136,7 +128,7 @@ class Barista:
         self.stats.weights_version = self.source.version
         self.window = self.window.close(self.stats)
         # one row per attempt: a killed attempt's steps and pushes still count once Spark retried it
-        self.redis.hset(self.keys.workers, f"{self.worker}:{self.stats.attempt}", json.dumps(asdict(self.stats)))
+        self.channel.write_row(self.stats.attempt, asdict(self.stats))
 
     def finished(self) -> bool:
         return self.global_steps >= self.config.run.total_steps or self.stopped

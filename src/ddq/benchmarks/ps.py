@@ -26,11 +26,12 @@ from ddq.config import TrainConfig, build_config
 from ddq.core.agent import model_parameters
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
-from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.redis_client import server_version
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.resp import RespConnection
-from ddq.transport.wire import HEADER, read_header
+from ddq.transport.shards_link import ShardsLink
+from ddq.transport.wire import read_header
 
 ORIGINAL_LATENCY_MS = {16: 5, 32: 15, 64: 40, 128: 116}  # results_server-latency.txt / cost-vs-image-size
 
@@ -56,8 +57,8 @@ def bench_config(size: int, shards: int = 1) -> TrainConfig:
 
 def _server_version(conn: RespConnection, run: str) -> int:
     """Updates shard 0 has applied (every shard applies every gradient)."""
-    head = conn.command("GETRANGE", RunKeys(run).shard(0).weights, "0", str(HEADER.size - 1))
-    return read_header(head, whole=False).version
+    head = ShardsLink(conn, run, 1).heads(["weights"])[0]
+    return read_header(head or b"", whole=False).version
 
 
 def _median_ms(times: list[float]) -> float:
@@ -68,10 +69,9 @@ def _latencies(client: ParameterClient, run: str, repeats: int, redis_url: str) 
     """Median ms of a full pull; of a push until every shard announced it applied the gradient; and
     of a push until the new weights were pulled back (what a synchronous worker waits)."""
     pulls, applied, fresh = [], [], []
-    shards = len(client.keys)
+    shards = len(client.bounds)
     announcements = RespConnection(redis_url)
-    for shard in range(shards):
-        announcements.command("SUBSCRIBE", RunKeys(run).shard(shard).applied)
+    ShardsLink(announcements, run, shards).subscribe_applied()
     grad = np.full(client.flat.size, 1e-3, dtype=np.float32)
     for _ in range(repeats):
         client.versions = [-2] * shards  # force a full fetch
@@ -171,10 +171,10 @@ def run_bench(sizes: list[int], shard_counts: list[int], repeats: int = 30, seco
     with tempfile.TemporaryDirectory(prefix="ddq-bench-ps-") as tmp:
         with contextlib.ExitStack() as stack:
             url = redis_url or stack.enter_context(EmbeddedRedis()).url
-            info = connect_redis(url).info("server")
+            version = server_version(url)
             rows = [measure(size, url, Path(tmp), repeats, seconds, shards)
                     for size in sizes for shards in shard_counts]
-    return rows, f"redis-server {info['redis_version']}"
+    return rows, f"redis-server {version}"
 
 
 def table(rows: list[PsRow], server: str) -> str:

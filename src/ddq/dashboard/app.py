@@ -14,13 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import redis
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
 from ddq.dashboard.reader import RunNotFound, RunReader, runs_in
-from ddq.transport.redis_client import OutageRetry
+from ddq.transport.redis_client import Connection, OutageRetry, StoreError
 from ddq.transport.redis_client import connect as connect_redis
 
 DEFAULT_POINTS, MAX_POINTS = 500, 5000
@@ -66,7 +65,7 @@ def _points() -> int:
     return int(text)
 
 
-def create_app(client: redis.Redis, run: str) -> Flask:
+def create_app(client: Connection, run: str) -> Flask:
     app = Flask(__name__, static_folder="static", static_url_path="/static")
     reader = RunReader(client, run)
     routes = {
@@ -100,8 +99,8 @@ def create_app(client: redis.Redis, run: str) -> Flask:
     def no_run(error: RunNotFound) -> Response:
         return _json({"error": str(error)}, 404)
 
-    @app.errorhandler(redis.RedisError)
-    def no_redis(error: redis.RedisError) -> Response:
+    @app.errorhandler(StoreError)
+    def no_redis(error: StoreError) -> Response:
         return _json({"error": f"Redis is unreachable: {error}"}, 503)
 
     @app.errorhandler(HTTPException)
@@ -111,7 +110,7 @@ def create_app(client: redis.Redis, run: str) -> Flask:
     return app
 
 
-def pick_run(client: redis.Redis, run: str | None) -> str:
+def pick_run(client: Connection, run: str | None) -> str:
     """`run`, or the only run in this Redis; an error names the runs there when it is ambiguous."""
     if run:
         return run

@@ -11,17 +11,17 @@ import base64
 import math
 import threading
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
-import redis
 
 from ddq.config import TrainConfig, config_from_document
 from ddq.dashboard.series import Columns, downsample
 from ddq.gamesim import eats_apples
-from ddq.services.telemetry import ListCursor, json_object, merge_server, shard_reports, worker_rows
-from ddq.transport.keys import RunKeys, readable_names, shard_bounds
-from ddq.transport.wire import BODY_DTYPE, HEADER, WireError, layout_bytes, read_weights_header
+from ddq.services.telemetry import merge_server, shard_reports, worker_rows
+from ddq.transport.keys import readable_names, shard_bounds
+from ddq.transport.redis_client import Connection
+from ddq.transport.run_store import ListCursor, RunStore, runs_in
+from ddq.transport.wire import BODY_DTYPE, WireError, layout_bytes, read_weights_header
 
 MAX_FILTERS = 64  # first-layer images shown; a wide first layer shows its first units
 
@@ -30,16 +30,11 @@ class RunNotFound(LookupError):
     pass
 
 
-def runs_in(client: redis.Redis) -> list[str]:
-    """Ids of the ddq runs whose info this Redis holds."""
-    return sorted(key.decode()[len("ddq:"):-len(":info")] for key in client.scan_iter("ddq:*:info"))
-
-
 class MirroredList:
     """An append-only Redis list of JSON objects, mirrored into numeric columns."""
 
-    def __init__(self, client: redis.Redis, key: str, flatten=None):
-        self.cursor = ListCursor(client, key)
+    def __init__(self, cursor: ListCursor, flatten=None):
+        self.cursor = cursor
         self.columns = Columns()
         self.flatten = flatten or (lambda entry: entry)
         self.lock = threading.Lock()
@@ -69,17 +64,17 @@ class FirstLayer:
 
 
 class RunReader:
-    def __init__(self, client: redis.Redis, run: str):
-        self.client, self.run, self.keys = client, run, RunKeys(run)
-        self.episodes = MirroredList(client, self.keys.episodes)
-        self.progress_points = MirroredList(client, self.keys.progress, _flatten_progress)
-        self.evaluation_list = MirroredList(client, self.keys.evaluations)
+    def __init__(self, client: Connection, run: str):
+        self.client, self.run, self.store = client, run, RunStore(client, run)
+        self.episodes = MirroredList(self.store.cursor("episodes"))
+        self.progress_points = MirroredList(self.store.cursor("progress"), _flatten_progress)
+        self.evaluation_list = MirroredList(self.store.cursor("evaluations"))
         self._first_layer: FirstLayer | str | None = None
         self._config: TrainConfig | None = None
 
     # ------------------------------------------------------------------ the run
     def info(self) -> dict:
-        info = json_object(self.client.get(self.keys.info))
+        info = self.store.info()
         if info is None:
             known = ", ".join(runs_in(self.client)) or "none"
             raise RunNotFound(f"no run {self.run!r} in this Redis (runs there: {known})")
@@ -94,8 +89,6 @@ class RunReader:
     def overview(self) -> dict:
         info = self.info()
         config = self.config(info)
-        steps, pushes = self.client.mget([self.keys.env_steps, self.keys.pushes])
-        replay_version = self.client.hget(self.keys.replay, "version")
         server = self.server(info)
         return {"run": self.run, "state": info.get("state"), "started": info.get("started"),
                 "finished": info.get("finished"), "run_dir": info.get("run_dir"),
@@ -103,11 +96,10 @@ class RunReader:
                 "model": config.agent.model,
                 "workers": config.distributed.workers, "shards": config.distributed.server.shards,
                 "total_steps": config.run.total_steps, "target_return": config.run.target_return,
-                "env_steps": int(steps or 0), "pushes": int(pushes or 0), "updates": server["version"],
-                "episodes": self.client.llen(self.keys.episodes),
-                "evaluations": self.client.llen(self.keys.evaluations), "summary": info.get("summary"),
-                "restarts": info.get("restarts") or {},
-                "replay_version": int(replay_version) if replay_version and replay_version.isdigit() else None}
+                "env_steps": self.store.env_steps(), "pushes": self.store.pushes(), "updates": server["version"],
+                "episodes": self.store.length("episodes"), "evaluations": self.store.length("evaluations"),
+                "summary": info.get("summary"), "restarts": info.get("restarts") or {},
+                "replay_version": self.store.replay_version()}
 
     def _started(self) -> float:
         started = self.info().get("started")
@@ -141,17 +133,17 @@ class RunReader:
 
     # ------------------------------------------------------------------ latest state
     def server(self, info: dict | None = None) -> dict:
-        reports = shard_reports(self.client, self.keys, self.config(info).distributed.server.shards)
+        reports = shard_reports(self.store, self.config(info).distributed.server.shards)
         return {**merge_server(reports), "per_shard": [
             {key: report.get(key) for key in ("shard", "version", "applied", "updates_per_s", "rejected_total",
                                               "dropped_stale", "time")} for report in reports]}
 
     def workers(self) -> list[dict]:
-        return worker_rows(self.client, self.keys)
+        return worker_rows(self.store)
 
     def replay(self) -> dict | None:
         """The latest evaluated Snake episode: its frames (base64 uint8, side x side each) and palette."""
-        replay = json_object(self.client.hget(self.keys.replay, "episode"))
+        replay = self.store.replay()
         if replay is None or not isinstance(replay.get("frames"), str) or not isinstance(replay.get("side"), int):
             return None
         return replay
@@ -207,14 +199,12 @@ class RunReader:
         for shard, (start, end) in enumerate(layer.bounds):
             if start >= layer.count:
                 break
-            key = self.keys.shard(shard).weights
+            wanted = min(end, layer.count) - start
+            head, body = self.store.weights_prefix(shard, wanted)
             try:
-                head = cast(bytes, self.client.getrange(key, 0, HEADER.size - 1))  # no decode_responses
                 header = read_weights_header(head, layer.layout, (start, end))
             except WireError:
                 return None, 0
-            wanted = min(end, layer.count) - start
-            body = cast(bytes, self.client.getrange(key, HEADER.size, HEADER.size + 4 * wanted - 1))
             if len(body) != 4 * wanted:
                 return None, 0
             parts.append(np.frombuffer(body, dtype=BODY_DTYPE))

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import logging
 import threading
-
-import redis
+from collections.abc import Callable
 
 from ddq.core.learner import Learner
-from ddq.transport.eval_points import publish_point
-from ddq.transport.keys import RunKeys
+from ddq.transport.learner_channel import LearnerChannel
+from ddq.transport.redis_client import Connection, StoreError
 from ddq.transport.wire import WEIGHTS, Header, pack_header
 
 log = logging.getLogger("ddq.learner")
@@ -33,8 +32,8 @@ class WeightsPublisher:
     """Publishes the newest weights handed over (a newer hand-over replaces an older one not yet sent) and
     every evaluation point, in order. `failed` is set once Redis refused: the learner then stops."""
 
-    def __init__(self, client: redis.Redis, keys: RunKeys):
-        self.client, self.keys, self.shard_keys = client, keys, keys.shard(0)
+    def __init__(self, client: Connection, run: str):
+        self.client, self.run, self.channel = client, run, LearnerChannel(client, run)
         self.outbox: tuple[int, list[bytes], int] | None = None  # version, messages, trained steps
         self.eval_outbox: list[tuple[bytes, int]] = []  # weights of eval_every marks, with their trained steps
         self.ready = threading.Condition()
@@ -58,33 +57,28 @@ class WeightsPublisher:
             self.eval_outbox.append((message, trained))
             self.ready.notify()
 
-    def send(self, client: redis.Redis, version: int, messages: list[bytes], trained: int) -> None:
+    def send(self, client: Connection, version: int, messages: list[bytes], trained: int) -> None:
         """Publishes weights with the env steps they were trained on (the actors' epsilon follows that count)."""
         try:
             with self.sending:
                 if version < self.sent_version:
                     return  # the training loop sent newer weights while this hand-over waited
-                pipe = client.pipeline(transaction=False)
-                pipe.publish(self.shard_keys.applied, str(version))
-                pipe.set(self.shard_keys.weights, messages[0])
-                if len(messages) > 1:
-                    pipe.set(self.shard_keys.target, messages[1])
-                self.execute(pipe, trained)
+                channel = self.channel if client is self.client else LearnerChannel(client, self.run)
+                self.with_trained(trained, lambda steps: channel.publish_weights(version, messages, steps))
                 self.sent_version = version
                 self.publications += 1
-        except redis.RedisError as error:
+        except StoreError as error:
             log.error("learner could not publish its weights (%s)", error)
             self.failed.set()
 
-    def execute(self, pipe: redis.client.Pipeline, trained: int) -> None:
-        """Runs `pipe`, writing the env steps trained on as `trained` unless a larger count was written: the
-        count only ever rises, and the publishing thread and housekeeping both write it (the one that counted
-        first may write last). Under `sending`, so two writes never cross on their way to Redis."""
+    def with_trained(self, trained: int, write: Callable[[int | None], None]) -> None:
+        """Runs `write`, which writes the env steps trained on as the count it is given unless that is None:
+        `trained`, unless a larger count was written. The count only ever rises, and the publishing thread and
+        housekeeping both write it (the one that counted first may write last). Under `sending`, so two writes
+        never cross on their way to Redis."""
         with self.sending:
             rises = trained > self.trained_written
-            if rises:
-                pipe.set(self.keys.trained_steps, trained)
-            pipe.execute()
+            write(trained if rises else None)
             if rises:
                 self.trained_written = trained
 
@@ -112,7 +106,7 @@ class WeightsPublisher:
                 self.send(self.client, *weights)
             try:
                 for message, trained in points:
-                    publish_point(self.client, self.keys.eval_points, message, trained, self.keys.env_steps)
-            except redis.RedisError as error:
+                    self.channel.publish_evaluation_point(message, trained)
+            except StoreError as error:
                 log.error("learner could not publish an evaluation point (%s)", error)
                 self.failed.set()

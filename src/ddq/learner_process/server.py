@@ -7,34 +7,33 @@ trains what it earned, and publishes weights every `publish_every` updates
 (--sync: once a round) through `WeightsPublisher`. It takes the next message
 only once the updates the last one earned are done, and actors wait when the
 list grows long, so the replay ratio holds and nobody runs ahead. Snapshots
-(weights, target, optimizer state, counters) are the parameter server's: a
-restarted learner goes on from the newest, its replay memory refilled by the actors.
+(weights, target, optimizer state, counters) are a shard's (`ddq.transport.snapshots`): a
+restarted learner goes on from the newest, its replay memory refilled by the actors. Its
+keys are reached through `ddq.transport.learner_channel`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
 import time
-import typing
 from pathlib import Path
 
 import numpy as np
-import redis
 
 from ddq.config import TrainConfig
 from ddq.core.agent import env_shapes, make_learner, make_replay, resolve_device, seed_everything, update_schedule
 from ddq.core.central_learner import CentralLearner, CentralSettings, LearnerState
 from ddq.learner_process.publisher import WeightsPublisher, weights_messages
 from ddq.lifecycle import RunControl
-from ddq.param_server import snapshots
-from ddq.param_server.metrics import ServerMetrics, layer_segments
 from ddq.processes import tune_malloc
 from ddq.transport.experience import ExpectExperience, Experience, ExperienceError, decode
-from ddq.transport.keys import RunKeys
+from ddq.transport.learner_channel import LearnerChannel
+from ddq.transport.redis_client import Connection, StoreError, StoreUnavailable
 from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.server_metrics import ServerMetrics, layer_segments
+from ddq.transport.snapshots import ShardState
 from ddq.transport.wire import layout_bytes
 
 log = logging.getLogger("ddq.learner")
@@ -67,11 +66,11 @@ class LearnerServer:
     def __init__(self, config: TrainConfig, redis_url: str, run: str):
         tune_malloc()
         seed_everything(config.agent.seed, config.agent.threads)
-        self.config, self.keys = config, RunKeys(run)
+        self.config, self.run = config, run
         self.redis = connect_redis(redis_url)
+        self.channel = LearnerChannel(self.redis, run)
         frame_shape, dtype, num_actions = env_shapes(config.agent)
-        self.core = central_learner(config, int(self.redis.get(self.keys.trained_steps) or 0), frame_shape,
-                                    np.dtype(dtype), num_actions)
+        self.core = central_learner(config, self.channel.trained_steps(), frame_shape, np.dtype(dtype), num_actions)
         flat = self.core.learner.flat
         self.expect = ExpectExperience(run, frame_shape, np.dtype(dtype), num_actions)
         self.layout, self.bounds = layout_bytes(flat.layout_hash()), (0, flat.size)
@@ -82,14 +81,13 @@ class LearnerServer:
         self.receiving = threading.Lock()  # held while a message is between Redis and the inbox
         self.stopping = threading.Event()
         self.receiver = threading.Thread(target=self._receive, args=(redis_url,), name="receive", daemon=True)
-        self.publisher = WeightsPublisher(connect_redis(redis_url), self.keys)
-        self.core.finish_round(int(self.redis.get(self.keys.round_done) or -1))
+        self.publisher = WeightsPublisher(connect_redis(redis_url), run)
+        self.core.finish_round(self.channel.round_done())
         self._resume()
 
     # ---------------------------------------------------------------- snapshots
     def _resume(self) -> None:
-        saved = snapshots.load_newest(self.redis, self.keys.shard(0).snapshot, self.snapshot_path, self.layout,
-                                      self.bounds)
+        saved = self.channel.newest_snapshot(self.snapshot_path, self.layout, self.bounds)
         if saved is not None:
             self.core.load_state(LearnerState(saved.version, saved.target_version, saved.weights, saved.target,
                                               saved.optimizer))
@@ -98,9 +96,8 @@ class LearnerServer:
 
     def snapshot(self) -> None:
         state = self.core.state()
-        snapshots.save(self.redis, self.keys.shard(0).snapshot, self.snapshot_path,
-                       snapshots.ShardState(state.updates, state.target_version, state.weights, state.target,
-                                            state.optimizer), self.layout, self.bounds)
+        self.channel.save_snapshot(ShardState(state.updates, state.target_version, state.weights, state.target,
+                                              state.optimizer), self.snapshot_path, self.layout, self.bounds)
 
     # ---------------------------------------------------------------- experience in
     def _receive(self, redis_url: str) -> None:
@@ -110,21 +107,21 @@ class LearnerServer:
             try:
                 if not self.receive_once(client):
                     time.sleep(0.002)
-            except redis.RedisError as error:
+            except StoreError as error:
                 log.error("learner lost Redis while receiving (%s)", error)
                 self.stopping.set()
                 return
 
-    def receive_once(self, client: redis.Redis) -> bool:
+    def receive_once(self, client: Connection) -> bool:
         """Takes the next message, decoded, if the inbox has room (waiting briefly for one); False when it had
         no room. What it leaves in Redis counts against the actors' backlog."""
         if self.inbox.qsize() >= INBOX_MESSAGES:
             return False
         with self.receiving:
             wait_s = 0.05 if self.config.distributed.sync else HOUSEKEEPING_S
-            taken = client.brpop([self.keys.experience], timeout=wait_s)
-            if taken:
-                self._decode_into_inbox(typing.cast(bytes, taken[1]))
+            taken = LearnerChannel(client, self.run).take_experience(wait_s)
+            if taken is not None:
+                self._decode_into_inbox(taken)
         return True
 
     def _decode_into_inbox(self, message: bytes) -> None:
@@ -177,15 +174,15 @@ class LearnerServer:
     def _finish_round(self) -> None:
         """--sync: once every actor has sent a round and all of it is trained on, publishes the weights and
         says the round is done; the actors then start the next one with these weights."""
-        ready = int(self.redis.get(self.keys.round_ready) or -1)
+        ready = self.channel.round_ready()
         if ready <= self.core.round_done:
             return
         with self.receiving:  # nothing between Redis and the inbox: an empty list and inbox hold it all
-            queued = bool(self.redis.llen(self.keys.experience)) or not self.inbox.empty()
+            queued = self.channel.experience_waiting() or not self.inbox.empty()
             if not self.core.round_finishable(ready, not queued):
                 return
         self.send_now()  # with the env steps trained on, before the actors may read the round done
-        self.redis.set(self.keys.round_done, ready)
+        self.channel.set_round_done(ready)
         self.core.finish_round(ready)
 
     def housekeeping(self) -> bool:
@@ -197,9 +194,7 @@ class LearnerServer:
                       messages=core.messages, repeats=core.senders.repeats,
                       publications=self.publisher.publications, owed_updates=core.owed,
                       trained_steps=core.trained_steps, policy_lag=float(np.mean(lags)) if lags else None)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(self.keys.shard(0).metrics, json.dumps(report))
-        self.publisher.execute(pipe, core.trained_steps)
+        self.publisher.with_trained(core.trained_steps, lambda trained: self.channel.write_report(report, trained))
         return not self.control.stopping() and not self.stopping.is_set() and not self.publisher.failed.is_set()
 
     # ---------------------------------------------------------------- the process
@@ -222,7 +217,7 @@ class LearnerServer:
             if not lost:
                 self.control.serve_until_workers_finished(self.step)
             self._finish_queued()
-        except (redis.ConnectionError, ConnectionError, OSError) as error:
+        except (StoreUnavailable, ConnectionError, OSError) as error:
             log.error("learner lost Redis (%s); exiting", error)
             return 3
         finally:
@@ -241,8 +236,8 @@ class LearnerServer:
         """Once the run stops: trains on what actors sent before (what the inbox and the list hold now)."""
         self.stopping.set()
         self.receiver.join(5)
-        for message in self.redis.rpop(self.keys.experience, 10_000) or []:
-            self._decode_into_inbox(typing.cast(bytes, message))
+        for message in self.channel.take_queued_experience():
+            self._decode_into_inbox(message)
         while not self.inbox.empty() or self.core.owed > 0:
             if self.core.owed > 0:
                 self.train(self.core.owed)

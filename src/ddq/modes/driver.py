@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
 from tqdm import tqdm
 
 from ddq.config import TrainConfig, encode_settings
@@ -43,6 +42,7 @@ from ddq.processes import ProcessFailed, Supervisor
 from ddq.run_folder import RunLog
 from ddq.services.archive import save_telemetry
 from ddq.services.telemetry import lost_and_redone, network_info, newest_rows, worker_rows
+from ddq.transport.redis_client import StoreError
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
 
@@ -107,12 +107,12 @@ class Driver:
                 self.services.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
             except (ProcessFailed, SparkJobFailed, RunStalled) as error:
                 self._cannot_go_on(str(error))
-            except (redis.RedisError, ConnectionError) as error:  # Redis gone: what died, else which error
+            except (StoreError, ConnectionError) as error:  # Redis gone: what died, else which error
                 self._cannot_go_on(self._what_died() or f"{type(error).__name__}: {error}")
             summary = self._finish()
-            with contextlib.suppress(redis.RedisError):
+            with contextlib.suppress(StoreError):
                 self.services.reporter.finish(summary)
-                save_telemetry(self.services.redis, self.services.keys, self.run_dir)  # for `ddq dashboard RUN_DIR`
+                save_telemetry(self.services.redis, self.run, self.run_dir)  # for `ddq dashboard RUN_DIR`
         self.exit_code = 1 if self.failure else self.signals.exit_code()
         return summary
 
@@ -165,13 +165,13 @@ class Driver:
             clean = job.error is None
         finally:  # a job that ended cleanly spent the budget (unless something stopped it before)
             gone = self.services.redis_gone()  # if so, what follows fails at once instead of waiting for it
-            with contextlib.suppress(redis.RedisError):
+            with contextlib.suppress(StoreError):
                 self.services.control.stop(StopReason.BUDGET if clean else StopReason.FAILURE)
             if not clean:
                 job.cancel()
             # tasks cut off from a Redis that is gone for good only wait for it: stopping Spark ends them
             job.join(None if clean else 0.0 if gone else JOB_CANCEL_WAIT_S)
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(StoreError):
             self.services.control.mark_workers_finished()  # the weights' owner applies what they sent, then ends
         if job.error is not None:
             raise job.error
@@ -188,13 +188,13 @@ class Driver:
                 job.join(0.5)
                 try:
                     stopping = s.control.stopping()
-                except redis.RedisError:
+                except StoreError:
                     stopping = False  # the supervisor names what died, if it is ours
                 self.supervisor.check(stopping)
                 s.reporter.record_restarts(self.supervisor.restarts())
-                steps = int(s.redis.get(s.keys.env_steps) or 0)
+                steps = s.store.env_steps()
                 if steps < counters.env_steps:  # Redis came back from a snapshot a second or two old
-                    steps = int(s.redis.incrby(s.keys.env_steps, counters.env_steps - steps))
+                    steps = s.store.add_env_steps(counters.env_steps - steps)
                 bar.update(min(steps, c.run.total_steps) - bar.n)  # past the total, tqdm would drop the percentage
                 counters.env_steps = steps
                 if steps > moved_steps:
@@ -236,11 +236,11 @@ class Driver:
         counters, s = self.record.counters, self.services
         workers, received = s.reporter.workers, None
         counters.wall_time_s = time.time() - self.record.origin
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(StoreError):
             # the workers' last steps: a job can end between two of the watch's reads (a fast PQN run did)
-            counters.env_steps = max(counters.env_steps, int(s.redis.get(s.keys.env_steps) or 0))
-            workers = newest_rows(workers, worker_rows(s.redis, s.keys))
-            received = int(s.redis.get(s.keys.pushes) or 0)  # counted by Redis as each push arrived
+            counters.env_steps = max(counters.env_steps, s.store.env_steps())
+            workers = newest_rows(workers, worker_rows(s.store))
+            received = s.store.pushes()  # counted by Redis as each push arrived
             self._drain_episodes()
             epsilon = self.wiring.weights.workers_epsilon(counters.env_steps)
             s.reporter.record_progress(counters.env_steps, epsilon, force=True)

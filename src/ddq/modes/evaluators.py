@@ -21,7 +21,6 @@ from ddq.modes.bookkeeping import RunRecord, play_evaluation
 from ddq.modes.run_services import RunServices
 from ddq.param_server.client import ParameterClient
 from ddq.services.telemetry import record_evaluation
-from ddq.transport.eval_points import PointReader
 from ddq.transport.wire import layout_bytes
 
 
@@ -55,7 +54,7 @@ class WeightsMirror:
         self.sync()
         result = play_evaluation(self.learner.online, self.config, record.counters.evaluations, self.device)
         reached = record.note(result, record.counters.env_steps, self.version)
-        record_evaluation(services.redis, services.keys, "driver", self.version, record.counters.env_steps,
+        record_evaluation(services.store, "driver", self.version, record.counters.env_steps,
                           result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
         self.save(record)
         return reached
@@ -94,8 +93,7 @@ class PointEvaluator:
     def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices):
         self.mirror, self.record, self.services = mirror, record, services
         flat = mirror.learner.flat
-        self.points = PointReader(services.redis, services.keys.eval_points, layout_bytes(flat.layout_hash()),
-                                  flat.size)
+        self.points = services.store.evaluation_points(layout_bytes(flat.layout_hash()), flat.size)
         self.background = BackgroundEvaluations(mirror.learner.online, record.config, mirror.device)
 
     def periodic(self, env_steps: int, stopping: bool) -> bool:
@@ -108,7 +106,7 @@ class PointEvaluator:
         reached = recorded = False
         for point, result in self.background.finished():
             hit = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps)
-            record_evaluation(self.services.redis, self.services.keys, "driver", point.version, point.env_steps,
+            record_evaluation(self.services.store, "driver", point.version, point.env_steps,
                               result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
             reached, recorded = reached or hit, True
         if recorded:  # as in-line evaluations do: a driver killed now leaves a run to resume

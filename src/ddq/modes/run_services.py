@@ -13,11 +13,11 @@ from ddq.dashboard.launch import serve_dashboard
 from ddq.lifecycle import RunControl
 from ddq.processes import Supervisor, Watched, stop
 from ddq.services.celery_launch import start_celery_worker
-from ddq.services.telemetry import ListCursor, RunReporter
-from ddq.transport.keys import RunKeys
+from ddq.services.telemetry import RunReporter
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.redis_client import give_up_waiting
 from ddq.transport.redis_server import EmbeddedRedis
+from ddq.transport.run_store import RunStore
 
 
 class RunServices:
@@ -26,7 +26,6 @@ class RunServices:
 
     def __init__(self, config: TrainConfig, run: str, run_dir: Path, supervisor: Supervisor):
         self.config, self.run, self.run_dir, self.supervisor = config, run, run_dir, supervisor
-        self.keys = RunKeys(run)
         self.redis_watch: Watched | None = None  # the private Redis's, when the run has one
 
     def open(self, stack: contextlib.ExitStack, info: dict[str, Any], slices: int, env_steps: int,
@@ -52,11 +51,11 @@ class RunServices:
                       file=sys.stderr, flush=True)
         self.redis = connect_redis(self.url)
         self.control = RunControl(self.redis, self.run)
-        self.episodes = ListCursor(self.redis, self.keys.episodes)
-        self.reporter = RunReporter(self.redis, self.keys, {**info, "settings": settings_document(self.config)},
-                                    slices)
+        self.store = RunStore(self.redis, self.run)
+        self.episodes = self.store.cursor("episodes")
+        self.reporter = RunReporter(self.store, {**info, "settings": settings_document(self.config)}, slices)
         print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
-        self.redis.set(self.keys.env_steps, env_steps)
+        self.store.set_env_steps(env_steps)
         self.settings = write_settings(self.config, self.run_dir / "config.json")
 
     def redis_gone(self) -> bool:

@@ -16,14 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import redis
-
 from ddq.core.dqn import LinearSchedule, per_actor_epsilon
 from ddq.learner_process.launch import start_learner
 from ddq.param_server.launch import start_shard, stop_servers, wait_until_serving
 from ddq.processes import Supervisor, Watched
-from ddq.services.telemetry import json_object
-from ddq.transport.keys import RunKeys
+from ddq.transport.redis_client import Connection
+from ddq.transport.run_store import RunStore, json_object
 
 SERVING_TIMEOUT_S = 120.0
 
@@ -36,7 +34,7 @@ class ServiceContext:
     url: str
     run: str
     run_dir: Path
-    redis: redis.Redis
+    redis: Connection
     supervisor: Supervisor
 
 
@@ -120,15 +118,15 @@ class ShardFleet(_Processes):
         """Every shard process has ended (a stopped shard applies its queue before it exits), or every queue is
         empty and each shard reported after that (it applies what it took before it reports). Counts would
         not do: a restarted shard counts from zero."""
-        keys, client = RunKeys(self._context().run), self._context().redis
+        store = RunStore(self._context().redis, self._context().run)
         deadline, empty_since = time.monotonic() + (timeout or 60.0), None
         while time.monotonic() < deadline and not all(p.poll() is not None for p in self.processes()):
-            if any(client.llen(keys.shard(k).grads) for k in range(self.slices)):
+            if store.gradients_queued(self.slices):
                 empty_since = None
             elif empty_since is None:
                 empty_since = time.time()
-            elif all((json_object(client.get(keys.shard(k).metrics)) or {}).get("time", 0) > empty_since
-                     for k in range(self.slices)):
+            elif all((json_object(report) or {}).get("time", 0) > empty_since
+                     for report in store.shard_reports(self.slices)):
                 return
             time.sleep(0.05)
 
@@ -152,7 +150,7 @@ class LearnerProcess(_Processes):
 
     def start(self, context: ServiceContext) -> None:
         self.context = context
-        context.redis.set(RunKeys(context.run).trained_steps, self.resumed_env_steps, nx=True)
+        RunStore(context.redis, context.run).start_trained_steps(self.resumed_env_steps)
         self.entries = [context.supervisor.watch("the learner", self.restart(), context.run_dir / "learner.log",
                                                  restart=self.restart)]
 
@@ -173,4 +171,4 @@ class LearnerProcess(_Processes):
         if self.per_actor:
             return sum(per_actor_epsilon(i, self.actors) for i in range(self.actors)) / self.actors
         c = self._context()
-        return self.epsilon(int(c.redis.get(RunKeys(c.run).trained_steps) or 0))
+        return self.epsilon(RunStore(c.redis, c.run).trained_steps())

@@ -9,17 +9,17 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from ddq.config import TrainConfig
 from ddq.core.learner import Learner
-from ddq.lifecycle import is_stop
 from ddq.models import FlatParameters
-from ddq.transport.keys import RunKeys, shard_bounds
+from ddq.transport.keys import shard_bounds
 from ddq.transport.resp import LOST, RespConnection
+from ddq.transport.shards_link import Published, ShardsLink
 from ddq.transport.wire import (
     GRADIENT,
     HEADER,
@@ -48,13 +48,12 @@ class ParameterClient:
         # each push is numbered, under a sender number of this client's own: no shard applies one twice
         self.sender, self.pushed = secrets.randbits(32), 0
         self.bounds = shard_bounds(flat.size, shards)
-        self.keys = [RunKeys(run).shard(k) for k in range(shards)]
-        self.pushes_key, self.control_key = RunKeys(run).pushes, RunKeys(run).control
         self.layout = layout_bytes(flat.layout_hash())
         self.versions = [-1] * shards
         self.target_versions = [-1] * shards
         largest = max(end - start for start, end in self.bounds)
         self.conn = RespConnection(redis_url, buffer_bytes=4 * largest + HEADER.size + 4096)
+        self.link = ShardsLink(self.conn, run, shards)
         self.waits = 0  # times a push waited for a backlog to drain
         self.lost = 0  # pushes whose connection broke: perhaps applied, never sent again
 
@@ -66,32 +65,32 @@ class ParameterClient:
         """Updates applied so far, summed over shards (each shard applies every gradient it accepts)."""
         return max(sum(self.versions), 0)
 
-    def _refresh(self, groups: list[tuple]) -> bool:
-        """For each (key of a shard's keys, versions, flat to fill) group: one round trip reads every
+    def _refresh(self, groups: list[tuple[Published, list[int], FlatParameters]]) -> bool:
+        """For each (what the shards publish, versions, flat to fill) group: one round trip reads every
         shard's 64-byte header, a second fetches the slices whose version moved. True if any did."""
-        heads = self.conn.pipeline([("GETRANGE", key_of(keys), "0", str(HEADER.size - 1))
-                                    for key_of, _, _ in groups for keys in self.keys])
+        shards = len(self.bounds)
+        heads = self.link.heads([kind for kind, _, _ in groups])
         moved = []
         for index, head in enumerate(heads):
-            (key_of, versions, into), shard = groups[index // len(self.keys)], index % len(self.keys)
+            (kind, versions, into), shard = groups[index // shards], index % shards
             if not head:
-                raise RuntimeError(f"no weights in Redis under {key_of(self.keys[shard])}: is the parameter "
+                raise RuntimeError(f"no weights in Redis under {self.link.where(kind, shard)}: is the parameter "
                                    "server running for this run?")
             if read_header(head, whole=False).version != versions[shard]:
-                moved.append((key_of, versions, into, shard))
-        for key_of, _, _, shard in moved:
-            self.conn.send("GET", key_of(self.keys[shard]))
+                moved.append((kind, versions, into, shard))
+        for kind, _, _, shard in moved:
+            self.link.request(kind, shard)
         for _, versions, into, shard in moved:
             versions[shard] = self._receive_weights(shard, into)
         return bool(moved)
 
-    def _weights(self) -> tuple:
-        return (lambda keys: keys.weights, self.versions, self.flat)
+    def _weights(self) -> tuple[Published, list[int], FlatParameters]:
+        return ("weights", self.versions, self.flat)
 
-    def _target(self) -> tuple:
+    def _target(self) -> tuple[Published, list[int], FlatParameters]:
         if self.target is None:
             raise ValueError("this client was made without a target network")
-        return (lambda keys: keys.target, self.target_versions, self.target)
+        return ("target", self.target_versions, self.target)
 
     def _receive_weights(self, shard: int, into: FlatParameters) -> int:
         """Reads one weights reply straight into `into` once its header checked out; its version."""
@@ -149,16 +148,15 @@ class ParameterClient:
             grad = grad.detach().cpu().numpy()
         if grad.dtype != np.float32 or grad.shape != (self.flat.size,):
             raise WireError("size", f"a gradient must be {self.flat.size} float32 values")
-        commands = []
+        messages = []
         self.pushed += 1
-        for shard, ((start, end), keys) in enumerate(zip(self.bounds, self.keys)):
+        for shard, (start, end) in enumerate(self.bounds):
             header = Header(GRADIENT, self.layout, self.versions[shard], end - start, offset=start, shard=shard,
                             sender=self.sender, worker=self.worker, samples=samples, loss=loss,
                             sequence=self.pushed)
-            commands.append(("LPUSH", keys.grads, (pack_header(header), grad[start:end].data.cast("B"))))
+            messages.append((pack_header(header), grad[start:end].data.cast("B")))
         try:  # one transaction: a link cut mid-write applies all of it or none, so the count bounds what arrived
-            done = self.conn.pipeline([("MULTI",), *commands, ("INCR", self.pushes_key), ("EXEC",)])[-1]
-            lengths = cast(list, done)[:-1]  # EXEC's replies: each list's length, then the count
+            lengths = self.link.push(messages)
         except LOST:  # sent or not, it is not sent again: a lost gradient costs nothing, a doubled one would
             self.conn.reconnect()
             self.lost += 1
@@ -168,9 +166,8 @@ class ParameterClient:
             self.waits += 1
             waited = time.monotonic() - started
             time.sleep(0.0005 if waited < 1.0 else 0.02)  # a shard that is slow, then one that may be gone
-            *lengths, control = self._reading(lambda: self.conn.pipeline(
-                [("LLEN", keys.grads) for keys in self.keys] + [("GET", self.control_key)]))
-            if is_stop(control):
+            lengths, stopping = self._reading(self.link.backlog)
+            if stopping:
                 break
             if waited > BACKLOG_DEADLINE_S:
                 raise RuntimeError(f"no parameter-server shard drained its queue for {BACKLOG_DEADLINE_S:.0f} s "

@@ -10,40 +10,20 @@ the file is Redis's own snapshot format, whatever Redis the run used.
 
 from __future__ import annotations
 
-import shutil
-import sys
 from pathlib import Path
 
-import redis
-
-from ddq.transport.keys import RunKeys
+from ddq.transport.rdb import save_run_keys
+from ddq.transport.redis_client import Connection
 from ddq.transport.redis_server import EmbeddedRedis
 
 TELEMETRY_NAME = "telemetry.rdb"
 _NOT_TELEMETRY = (":grads", ":target", ":snapshot")  # bulky, and kept in the run folder already
 
 
-def save_telemetry(client: redis.Redis, keys: RunKeys, run_dir: Path) -> Path | None:
+def save_telemetry(client: Connection, run: str, run_dir: Path) -> Path | None:
     """Writes run_dir/telemetry.rdb with the run's telemetry keys; None when there was nothing to save."""
-    names = [name for name in client.scan_iter(f"{keys.prefix}:*", count=1000)
-             if not name.decode().endswith(_NOT_TELEMETRY)]
-    if not names:
-        return None
-    with EmbeddedRedis() as scratch:
-        target = scratch.client()
-        for name in names:
-            payload = client.dump(name)
-            if payload is None:  # expired or deleted meanwhile
-                continue
-            try:
-                target.restore(name, 0, payload, replace=True)
-            except redis.ResponseError as error:  # a newer server's format: keep what the scratch one reads
-                print(f"ddq: warning: {name.decode()} not saved with the telemetry: {error}", file=sys.stderr)
-        target.save()
-        path = Path(run_dir) / TELEMETRY_NAME
-        shutil.copyfile(scratch.folder / "dump.rdb", path)
-        target.close()
-    return path
+    path = Path(run_dir) / TELEMETRY_NAME
+    return path if save_run_keys(client, run, _NOT_TELEMETRY, path) else None
 
 
 def serve_saved_telemetry(run_dir: Path) -> EmbeddedRedis:

@@ -20,23 +20,23 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 import os
 from pathlib import Path
 from urllib.parse import urlparse
 
 import numpy as np
-import redis
 import torch
 from celery import Celery
 
 from ddq.config import TrainConfig, read_settings
 from ddq.gamesim.snake import board_palette
 from ddq.models import FlatParameters
-from ddq.param_server import snapshots
 from ddq.services.telemetry import record_evaluation
-from ddq.transport.keys import RunKeys, shard_bounds
+from ddq.transport import snapshots
+from ddq.transport.keys import shard_bounds
+from ddq.transport.redis_client import Connection
 from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.run_store import RunStore
 from ddq.transport.wire import layout_bytes
 
 EPISODE_FRAMES_LIMIT = 2000  # frames kept of the recorded Snake episode
@@ -72,14 +72,14 @@ app.conf.update(
 )
 
 
-def newest_snapshot(client: redis.Redis, run: str, config: TrainConfig, flat: FlatParameters,
+def newest_snapshot(client: Connection, run: str, config: TrainConfig, flat: FlatParameters,
                     target: torch.Tensor) -> int | None:
     """Loads the newest snapshot, assembled from every shard's, into `flat` and `target`; returns its
     version, or None before the first snapshot."""
     layout = layout_bytes(flat.layout_hash())
     versions = []
     for shard, bounds in enumerate(shard_bounds(flat.size, config.distributed.server.shards)):
-        saved = snapshots.from_redis(client, RunKeys(run).shard(shard).snapshot, layout, bounds, optimizer=False)
+        saved = snapshots.shard_weights(client, run, shard, layout, bounds)
         if saved is None:
             return None
         flat.assign(saved.weights.numpy(), bounds[0])
@@ -102,15 +102,15 @@ def evaluate_snapshot(episodes: int | None = None) -> dict | None:
     agent = CONFIG.agent
     result = evaluate(network, agent.env, episodes or CONFIG.run.eval_episodes, agent.frame_stack, agent.env_options,
                       seed=CONFIG.agent.seed + version, epsilon=CONFIG.run.eval_epsilon)
-    keys = RunKeys(RUN)
-    env_steps = int(client.get(keys.env_steps) or 0)
-    record = record_evaluation(client, keys, "celery", version, env_steps, result.mean_return, result.returns,
+    store = RunStore(client, RUN)
+    env_steps = store.env_steps()
+    record = record_evaluation(store, "celery", version, env_steps, result.mean_return, result.returns,
                                mean_rewarded_steps=result.mean_rewarded_steps)
     if CONFIG.agent.env.startswith("ddq/Snake"):
         replay = _snake_episode(network, version)
         episode = {**replay, "version": version, "time": record["time"], "env_steps": env_steps,
                    "mean_return": result.mean_return}
-        client.hset(keys.replay, mapping={"version": version, "episode": json.dumps(episode)})
+        store.write_replay(version, episode)
     return record
 
 
@@ -140,7 +140,7 @@ def archive_snapshot(folder: str | None = None) -> str | None:
     return str(path)
 
 
-def _newest_learner(client: redis.Redis):
+def _newest_learner(client: Connection):
     """(version, a learner holding the newest snapshot's weights and target), or None before the first."""
     from ddq.core.agent import env_shapes, make_learner
 

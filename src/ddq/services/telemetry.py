@@ -6,41 +6,28 @@ the latest Snake replay) and the driver (the run's info and a progress point
 every second). Readers: the driver, which condenses everything into those
 progress points, and the dashboard, which shows them. Everything is JSON
 parsed as data; an entry that is not a JSON object is skipped, never trusted.
+The keys and commands are `ddq.transport.run_store`'s; here is what they mean.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import Counter
 from typing import Any
 
-import redis
-
-from ddq.transport.keys import RunKeys
+from ddq.transport.run_store import RunStore, json_object
 
 SILENT_AFTER_S = 5.0  # a worker whose heartbeat is older than this is shown as silent
-
-
-def json_object(raw: bytes | str | None) -> dict | None:
-    """`raw` parsed as a JSON object, or None for anything else (missing, malformed, another type)."""
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def shard_reports(client: redis.Redis, keys: RunKeys, shards: int) -> list[dict]:
+def shard_reports(store: RunStore, shards: int) -> list[dict]:
     """The latest metrics JSON of each shard that has published one."""
-    raw = client.mget([keys.shard(k).metrics for k in range(shards)])
+    raw = store.shard_reports(shards)
     return [report for report in map(json_object, raw) if report is not None]
 
 
@@ -103,13 +90,13 @@ def _learner(report: dict) -> dict | None:
     return numbers
 
 
-def worker_rows(client: redis.Redis, keys: RunKeys, now: float | None = None) -> list[dict]:
+def worker_rows(store: RunStore, now: float | None = None) -> list[dict]:
     """Each worker attempt's latest statistics, by worker id and attempt, with its heartbeat's age; a
     silent state for one that stopped beating without saying it finished, and replaced for an attempt
     Spark retried (its steps and pushes still count)."""
     now = time.time() if now is None else now
     rows = []
-    for stats in map(json_object, client.hvals(keys.workers)):
+    for stats in map(json_object, store.worker_rows()):
         if stats is None or _number(stats.get("worker")) is None:
             continue
         age = now - (_number(stats.get("heartbeat")) or 0.0)
@@ -162,37 +149,12 @@ def network_info(layout: list[tuple[str, tuple[int, ...]]], layout_hash: str, st
             "state_shape": list(state_shape)}
 
 
-class ListCursor:
-    """Reads an append-only Redis list of JSON objects from where it last stopped."""
-
-    def __init__(self, client: redis.Redis, key: str, batch: int = 5000):
-        self.client, self.key, self.batch = client, key, batch
-        self.position = 0
-        self.malformed = 0
-
-    def read_new(self) -> list[dict]:
-        """Every entry appended since the last call, parsed; malformed entries are counted and skipped."""
-        entries: list[dict] = []
-        while True:
-            raw = self.client.lrange(self.key, self.position, self.position + self.batch - 1)
-            self.position += len(raw)
-            for item in map(json_object, raw):
-                if item is None:
-                    self.malformed += 1
-                else:
-                    entries.append(item)
-            if len(raw) < self.batch:
-                if not raw and self.position > (length := int(self.client.llen(self.key))):
-                    self.position = length  # the list came back shorter, from Redis' snapshot: read on from there
-                return entries
-
-
-def record_evaluation(client: redis.Redis, keys: RunKeys, source: str, version: int, env_steps: int,
-                      mean_return: float, returns: list[float], **extra: Any) -> dict:
+def record_evaluation(store: RunStore, source: str, version: int, env_steps: int, mean_return: float,
+                      returns: list[float], **extra: Any) -> dict:
     """Appends a greedy evaluation to the run's list (the driver's and Celery's alike); returns it."""
     record = {"source": source, "version": version, "time": time.time(), "env_steps": env_steps,
               "mean_return": mean_return, "returns": returns, **extra}
-    client.rpush(keys.evaluations, json.dumps(record))
+    store.append("evaluations", record)
     return record
 
 
@@ -211,10 +173,10 @@ def newest_rows(known: list[dict], read: list[dict]) -> list[dict]:
 class RunReporter:
     """The driver's side of the telemetry: the run's info, and a progress point every `every_s`."""
 
-    def __init__(self, client: redis.Redis, keys: RunKeys, info: dict, shards: int, every_s: float = 1.0):
-        self.client, self.keys, self.shards, self.every_s = client, keys, shards, every_s
+    def __init__(self, store: RunStore, info: dict, shards: int, every_s: float = 1.0):
+        self.store, self.shards, self.every_s = store, shards, every_s
         self.info = {**info, "state": "running", "started": info.get("started", time.time())}
-        self.client.set(keys.info, json.dumps(self.info))
+        self.store.write_info(self.info)
         self._next = 0.0
         self.workers: list[dict] = []  # the newest worker rows read: what a summary keeps if Redis dies
 
@@ -224,19 +186,19 @@ class RunReporter:
         if not force and now < self._next:
             return None
         self._next = now + self.every_s
-        server = merge_server(shard_reports(self.client, self.keys, self.shards))
-        self.workers = newest_rows(self.workers, worker_rows(self.client, self.keys, now))
+        server = merge_server(shard_reports(self.store, self.shards))
+        self.workers = newest_rows(self.workers, worker_rows(self.store, now))
         point = progress_point(server, self.workers, env_steps, self.info["started"], epsilon, now)
-        self.client.rpush(self.keys.progress, json.dumps(point))
+        self.store.append("progress", point)
         return point
 
     def record_restarts(self, restarts: dict[str, int]) -> None:
         """The processes the driver restarted so far (by name), in the run's info, when they changed."""
         if restarts != self.info.get("restarts", {}):
             self.info["restarts"] = dict(restarts)
-            self.client.set(self.keys.info, json.dumps(self.info))
+            self.store.write_info(self.info)
 
     def finish(self, summary: dict) -> None:
         self.info.update(state="finished", finished=time.time(),
                          summary={k: v for k, v in summary.items() if k not in ("config", "workers")})
-        self.client.set(self.keys.info, json.dumps(self.info))
+        self.store.write_info(self.info)

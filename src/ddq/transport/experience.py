@@ -20,8 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ddq.core.experience import Experience
-
 MAGIC = b"DDQE"
 FORMAT = 1
 # magic, format, dtype code, frame ndim, has td errors, run hash, actor, sender, sequence, rows, streams,
@@ -31,6 +29,31 @@ DTYPES: dict[int, np.dtype] = {1: np.dtype("|u1"), 2: np.dtype("<f4"), 3: np.dty
                                5: np.dtype("?")}  # 5: MinAtar's boolean frames
 CODES = {dtype: code for code, dtype in DTYPES.items()}
 MAX_MESSAGE_BYTES = 256 * 2**20
+
+
+@dataclass
+class Experience:
+    """Consecutive vector steps of one actor, as its replay memory would record them (`ReplayMemory.add`);
+    arrays are [rows, streams, ...]. `td_errors` (initial priorities, negative where unknown) only when the
+    actor computed them. What actor-learner's actors send and its learner ingests (`ddq.core.experience`
+    says what the learner reads of it)."""
+
+    actor: int
+    sender: int  # a number the actor drew when it started: a retried task is a new sender
+    sequence: int
+    frames: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    continues: np.ndarray
+    td_errors: np.ndarray | None = None
+    weights_version: int = 0
+    epsilon: float = 0.0  # the actor's, for telemetry
+
+    @property
+    def env_steps(self) -> int:
+        """Transitions in the message (a row where a stream started an episode is none)."""
+        return int(self.continues.sum())
 
 
 class ExperienceError(ValueError):

@@ -111,3 +111,28 @@ def connect(url: str, **options: Any) -> redis.Redis:
         settings.update(socket_keepalive=True, socket_keepalive_options=keepalive_options())
     settings.update(options)
     return redis.Redis.from_url(url, **settings)
+
+
+# What the modules above the transport hold and catch, so none of them imports redis: a connection they pass
+# to the transport's named operations, and the errors those raise.
+Connection = redis.Redis
+StoreError = redis.RedisError  # any failure of the store: the base of the two below
+StoreUnavailable = redis.ConnectionError  # the server cannot be reached (gone, restarting, refusing)
+StoreAuthenticationError = redis.AuthenticationError  # the server refused the password
+StoreRefused = redis.ResponseError  # the server answered with an error
+
+
+def ping(url: str, timeout_s: float) -> None:
+    """Whether a Redis answers at `url` within `timeout_s`, at once (no outage is waited out): returns when it
+    does, raises StoreAuthenticationError when it refused the password, another StoreError (or ValueError,
+    OSError) when it did not answer."""
+    client = connect(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s, retry=OutageRetry(0))
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
+def server_version(url: str) -> str:
+    """The version of the redis-server answering at `url`."""
+    return str(connect(url).info("server")["redis_version"])

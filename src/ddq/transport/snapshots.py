@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import redis
 import torch
-from redis.typing import EncodableT, FieldT
 
+from ddq.transport.keys import RunKeys
+from ddq.transport.redis_client import Connection
 from ddq.transport.wire import WEIGHTS, Header, WireError, decode, encode, weights_expectation
 
 
@@ -36,14 +36,14 @@ def _message(layout: bytes, bounds: tuple[int, int], version: int, values: torch
     return encode(Header(WEIGHTS, layout, version, end - start, offset=start), values.cpu().numpy())
 
 
-def save(client: redis.Redis, key: str, path: Path | None, state: ShardState, layout: bytes,
+def save(client: Connection, key: str, path: Path | None, state: ShardState, layout: bytes,
          bounds: tuple[int, int]) -> None:
     optimizer = state.optimizer
-    fields: dict[FieldT, EncodableT] = {"version": state.version, "target_version": state.target_version,
-              "optimizer": json.dumps({"config": optimizer["config"], "steps": optimizer["steps"],
-                                       "state": sorted(optimizer["state"])}),
-              "weights": _message(layout, bounds, state.version, state.weights),
-              "target": _message(layout, bounds, state.target_version, state.target)}
+    fields: dict = {"version": state.version, "target_version": state.target_version,
+                    "optimizer": json.dumps({"config": optimizer["config"], "steps": optimizer["steps"],
+                                             "state": sorted(optimizer["state"])}),
+                    "weights": _message(layout, bounds, state.version, state.weights),
+                    "target": _message(layout, bounds, state.target_version, state.target)}
     for name, tensor in optimizer["state"].items():
         fields[f"state:{name}"] = _message(layout, bounds, state.version, tensor)
     pipe = client.pipeline(transaction=True)  # never half a snapshot
@@ -57,7 +57,7 @@ def save(client: redis.Redis, key: str, path: Path | None, state: ShardState, la
         os.replace(tmp, path)
 
 
-def from_redis(client: redis.Redis, key: str, layout: bytes, bounds: tuple[int, int],
+def from_redis(client: Connection, key: str, layout: bytes, bounds: tuple[int, int],
                optimizer: bool = True) -> ShardState | None:
     """The snapshot stored under `key` for the slice `bounds`, or None when there is none; without its
     optimizer state (an empty dict) when `optimizer` is False, as a reader of the weights wants."""
@@ -80,6 +80,13 @@ def from_redis(client: redis.Redis, key: str, layout: bytes, bounds: tuple[int, 
                       tensor("target"), state)
 
 
+def shard_weights(client: Connection, run: str, shard: int, layout: bytes,
+                  bounds: tuple[int, int]) -> ShardState | None:
+    """Shard `shard`'s newest snapshot in Redis without its optimizer state (what a reader of the weights
+    wants), or None before its first."""
+    return from_redis(client, RunKeys(run).shard(shard).snapshot, layout, bounds, optimizer=False)
+
+
 def _from_file(path: Path | None, layout: bytes, bounds: tuple[int, int]) -> ShardState | None:
     if path is None or not path.exists():
         return None
@@ -90,7 +97,7 @@ def _from_file(path: Path | None, layout: bytes, bounds: tuple[int, int]) -> Sha
                       saved["optimizer"])
 
 
-def load_newest(client: redis.Redis, key: str, path: Path | None, layout: bytes,
+def load_newest(client: Connection, key: str, path: Path | None, layout: bytes,
                 bounds: tuple[int, int]) -> ShardState | None:
     """The newer of the Redis snapshot and the file, or None when neither exists."""
     try:

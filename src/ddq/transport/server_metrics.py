@@ -1,4 +1,5 @@
-"""The parameter server's babysitting numbers: update rate, staleness, rejections, per-layer ratios."""
+"""The babysitting numbers a weights owner publishes (a parameter-server shard, or the actor-learner
+learner in shard 0's place): update rate, staleness, rejections, per-layer ratios."""
 
 from __future__ import annotations
 

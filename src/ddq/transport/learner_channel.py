@@ -1,0 +1,89 @@
+"""The actor-learner learner's keys in Redis, as named operations: experience in; its weights (where shard 0's
+would be, so to an actor the learner is a parameter server), its report and the env steps it trained on out;
+the --sync rounds; its snapshots."""
+
+from __future__ import annotations
+
+import json
+import typing
+from pathlib import Path
+
+from ddq.transport import snapshots
+from ddq.transport.eval_points import publish_point
+from ddq.transport.keys import RunKeys
+from ddq.transport.redis_client import Connection
+
+
+class LearnerChannel:
+    """One run's learner keys, through a connection."""
+
+    def __init__(self, client: Connection, run: str):
+        self.client, self.keys = client, RunKeys(run)
+        self.shard = self.keys.shard(0)
+
+    # ---------------------------------------------------------------- experience in
+    def take_experience(self, timeout_s: float) -> bytes | None:
+        """The oldest experience message, waiting up to `timeout_s` for one; None when none came."""
+        taken = self.client.brpop([self.keys.experience], timeout=timeout_s)
+        return typing.cast(bytes, taken[1]) if taken else None
+
+    def take_queued_experience(self, limit: int = 10_000) -> list[bytes]:
+        """Up to `limit` queued experience messages, oldest first, without waiting."""
+        return typing.cast(list[bytes], self.client.rpop(self.keys.experience, limit) or [])
+
+    def experience_waiting(self) -> bool:
+        return bool(self.client.llen(self.keys.experience))
+
+    # ---------------------------------------------------------------- counts and rounds
+    def trained_steps(self) -> int:
+        """The env steps the learner has trained on, as last written (0 before)."""
+        return int(self.client.get(self.keys.trained_steps) or 0)
+
+    def start_trained_steps(self, env_steps: int) -> None:
+        """Writes the count a resumed run starts from, unless one was written."""
+        self.client.set(self.keys.trained_steps, env_steps, nx=True)
+
+    def round_ready(self) -> int:
+        """--sync: the last round every actor has sent (-1 before the first)."""
+        return int(self.client.get(self.keys.round_ready) or -1)
+
+    def round_done(self) -> int:
+        """--sync: the last round the learner trained on and published weights for (-1 before the first)."""
+        return int(self.client.get(self.keys.round_done) or -1)
+
+    def set_round_done(self, number: int) -> None:
+        self.client.set(self.keys.round_done, number)
+
+    # ---------------------------------------------------------------- out
+    def publish_weights(self, version: int, messages: list[bytes], trained: int | None) -> None:
+        """Announces `version` and stores its weights messages (the weights, and the target when there are
+        two), with the env steps they were trained on unless `trained` is None, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.publish(self.shard.applied, str(version))
+        pipe.set(self.shard.weights, messages[0])
+        if len(messages) > 1:
+            pipe.set(self.shard.target, messages[1])
+        self._execute(pipe, trained)
+
+    def write_report(self, report: dict, trained: int | None) -> None:
+        """The learner's babysitting numbers where shard 0's would be, with the env steps trained on unless
+        `trained` is None."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self.shard.metrics, json.dumps(report))
+        self._execute(pipe, trained)
+
+    def _execute(self, pipe: typing.Any, trained: int | None) -> None:
+        if trained is not None:
+            pipe.set(self.keys.trained_steps, trained)
+        pipe.execute()
+
+    def publish_evaluation_point(self, weights_message: bytes, trained: int) -> None:
+        publish_point(self.client, self.keys.eval_points, weights_message, trained, self.keys.env_steps)
+
+    # ---------------------------------------------------------------- snapshots
+    def save_snapshot(self, state: snapshots.ShardState, path: Path | None, layout: bytes,
+                      bounds: tuple[int, int]) -> None:
+        snapshots.save(self.client, self.shard.snapshot, path, state, layout, bounds)
+
+    def newest_snapshot(self, path: Path | None, layout: bytes, bounds: tuple[int, int]) -> snapshots.ShardState | None:
+        return snapshots.load_newest(self.client, self.shard.snapshot, path, layout, bounds)
