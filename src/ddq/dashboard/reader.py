@@ -8,6 +8,7 @@ since its last request, and answers with downsampled copies.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 import threading
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import redis
 
 from ddq.config import TrainConfig, config_from_document
 from ddq.dashboard.series import Columns, downsample
-from ddq.gamesim import eats_apples
+from ddq.gamesim.spec import score_of
 from ddq.services.telemetry import ListCursor, json_object, merge_server, shard_reports, worker_rows
 from ddq.transport.keys import RunKeys, readable_names, shard_bounds
 from ddq.transport.wire import BODY_DTYPE, HEADER, WireError, layout_bytes, read_weights_header
@@ -99,8 +100,8 @@ class RunReader:
         server = self.server(info)
         return {"run": self.run, "state": info.get("state"), "started": info.get("started"),
                 "finished": info.get("finished"), "run_dir": info.get("run_dir"),
-                "env": config.agent.env, "eats_apples": eats_apples(config.agent.env), "mode": config.run.mode,
-                "model": config.agent.model,
+                "env": config.agent.env, "score": dataclasses.asdict(score_of(config.agent.env)),
+                "mode": config.run.mode, "model": config.agent.model,
                 "workers": config.distributed.workers, "shards": config.distributed.server.shards,
                 "total_steps": config.run.total_steps, "target_return": config.run.target_return,
                 "env_steps": int(steps or 0), "pushes": int(pushes or 0), "updates": server["version"],
@@ -150,7 +151,7 @@ class RunReader:
         return worker_rows(self.client, self.keys)
 
     def replay(self) -> dict | None:
-        """The latest evaluated Snake episode: its frames (base64 uint8, side x side each) and palette."""
+        """The latest evaluated board episode: its frames (base64 uint8, side x side each) and palette."""
         replay = json_object(self.client.hget(self.keys.replay, "episode"))
         if replay is None or not isinstance(replay.get("frames"), str) or not isinstance(replay.get("side"), int):
             return None
