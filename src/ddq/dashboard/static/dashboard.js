@@ -118,7 +118,7 @@ function rightAxis(scale, label) {
 }
 
 // The returns, and the greedy count of rewarded steps where the env's score is that count (its name and
-// unit from the run's env spec: Snake's apples): made once the run's score is known.
+// unit from the run's env spec): made once the run's score is known.
 function returnsChart(score) {
   const existing = ddq.charts.returns;
   if (existing && existing.scoreName === score.name) return existing;
@@ -184,7 +184,7 @@ function showRun(run) {
 function showReturns(returns) {
   const x = ddq.xAxis, e = returns.episodes, v = returns.evaluations;
   const score = (ddq.run && ddq.run.score) || { name: "return", unit: "per episode", rewarded_steps: false };
-  const counted = Boolean(score.rewarded_steps);  // the score counts rewarded steps (Snake's apples eaten)
+  const counted = Boolean(score.rewarded_steps);  // the score counts rewarded steps, not the return
   const chart = returnsChart(score);
   if (chart.series[5].show !== counted) {
     chart.axes[2].show = counted;  // the count's axis only where the score is a count
