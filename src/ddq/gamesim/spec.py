@@ -4,6 +4,13 @@ Everything ddq needs to know of an env outside `gamesim/` is here: the frame
 the replay memory stores, the number of actions, the moves board symmetries
 turn, the palette a replay is painted with, and what its score is called.
 Other packages ask the spec, never the env's id.
+
+Each process reads its own spec, once, from the env id and env options its
+settings carry (the settings document does not carry the spec): every process
+that needs one builds envs or a network anyway, the document and checkpoints
+keep their format, and a spec read where the env runs cannot disagree with
+the installed env. Readers of a run that build no env (the dashboard, plots)
+take only the declared score (`score_of`).
 """
 
 from __future__ import annotations
