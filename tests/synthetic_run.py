@@ -19,7 +19,7 @@ import numpy as np
 import redis
 
 from ddq.config import build_config, settings_document
-from ddq.core.agent import env_shapes, model_parameters
+from ddq.core.agent import env_spec, model_parameters
 from ddq.core.replay import state_shape
 from ddq.services.telemetry import network_info
 from ddq.transport.keys import RunKeys, shard_bounds
@@ -50,7 +50,7 @@ def write_synthetic_run(client: redis.Redis, run: str = "big-000001", updates: i
     now = time.time()
     started = now - progress_points
     flat = model_parameters(config.agent)
-    state = state_shape(env_shapes(config.agent)[0], config.agent.frame_stack)
+    state = state_shape(env_spec(config.agent).frame_shape, config.agent.frame_stack)
     client.set(keys.info, json.dumps({"run": run, "started": started, "state": "running", "run_dir": "/nowhere",
                                       "settings": settings_document(config),
                                       "network": network_info(flat.layout, flat.layout_hash(), state)}))

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ddq.config import build_config
-from ddq.core.agent import env_shapes, make_learner
+from ddq.core.agent import env_spec, make_learner
 from ddq.core.replay import ReplayMemory
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "dqn.py"
@@ -40,7 +40,8 @@ def a_batch(seed: int):
 def test_the_example_computes_serial_modes_targets_loss_and_gradient():
     example = load_example()
     config = build_config({"env": "CartPole-v1", "mode": "serial", "algo": "dqn", "max_grad_norm": None})
-    frame_shape, _, num_actions = env_shapes(config.agent)
+    spec = env_spec(config.agent)
+    frame_shape, num_actions = spec.frame_shape, spec.num_actions
     torch.manual_seed(0)
     learner = make_learner(config.agent, frame_shape, num_actions, torch.device("cpu"))
     learner.target_flat.data.add_(0.01 * torch.randn(learner.flat.size))  # a target that differs from Q

@@ -9,6 +9,7 @@ back through others.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,72 @@ def test_rooms_stay_small():
                for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
     assert {name: n for name, n in classes.items() if n > 210} == {}
     assert sizes["ddq.modes.downpour"] <= 80 and sizes["ddq.modes.actor_learner"] <= 80
+
+
+# ---------------------------------------------------------------- an env's words stay in gamesim
+# No module outside `ddq.gamesim` (and `ddq.benchmarks.snake`, Snake's own bench) names Snake or its apples in
+# code: every identifier (names, attributes, definitions, arguments, keywords, imports) and every string
+# constant (f-strings' text included) is read. Allowed, and only these: docstrings; help texts (the `help=` and
+# `description=` of a call, and a `setting(...)`'s third argument), which may give env ids as examples; a string that is
+# exactly an env id gamesim registers (a preset's key, a bench's workload); the network name "snake-conv"
+# that users type; the names of the env options gamesim declares (`snake_size`, ...); and the import of
+# `ddq.benchmarks.snake` itself.
+ENV_WORDS = re.compile("apple|snake", re.IGNORECASE)
+OWN_WORDS = ("ddq.gamesim", "ddq.benchmarks.snake")
+
+
+def _allowed_words() -> set[str]:
+    from dataclasses import fields
+
+    from ddq.gamesim import SNAKE_ID
+    from ddq.gamesim.envs import EnvOptions
+
+    return {SNAKE_ID, "snake-conv", "ddq.benchmarks.snake", *(f.name for f in fields(EnvOptions))}
+
+
+def _skipped(tree: ast.AST) -> set[int]:
+    """ids of the string nodes that are docstrings or help texts."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skipped.add(id(first.value))
+        if isinstance(node, ast.Call):
+            helps = [k.value for k in node.keywords if k.arg in ("help", "description")]
+            if isinstance(node.func, ast.Name) and node.func.id == "setting" and len(node.args) >= 3:
+                helps.append(node.args[2])
+            skipped.update(id(part) for text in helps for part in ast.walk(text))
+    return skipped
+
+
+def env_words_of(name: str) -> list[str]:
+    tree = ast.parse(MODULES[name].read_text())
+    skipped, allowed, words = _skipped(tree), _allowed_words(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped:
+            words.append(node.value)
+        elif isinstance(node, ast.Name):
+            words.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            words.append(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            words.append(node.name)
+        elif isinstance(node, (ast.arg, ast.keyword)) and node.arg:
+            words.append(node.arg)
+        elif isinstance(node, ast.alias):
+            words.extend(filter(None, (node.name, node.asname)))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            words.append(node.module)
+    return [f"{name}: {word!r}" for word in words if ENV_WORDS.search(word) and word not in allowed]
+
+
+@pytest.mark.parametrize("name", [name for name in MODULES if not within(name, OWN_WORDS)])
+def test_only_gamesim_knows_snake_and_its_apples(name):
+    assert env_words_of(name) == []
+
+
+def test_the_dashboards_page_knows_no_env_by_name():
+    static = SRC / "ddq" / "dashboard" / "static"
+    for page in (static / "dashboard.js", static / "index.html"):
+        assert not ENV_WORDS.search(page.read_text()), page

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import run_ddq, summary_of
 from ddq.config import build_config
-from ddq.core.agent import env_shapes, epsilon_schedule, q_network
+from ddq.core.agent import env_spec, epsilon_schedule, q_network
 from ddq.core.replay import FrameStacker, ReplayMemory, state_shape
 from ddq.gamesim.envs import make_vector_env
 
@@ -39,7 +39,8 @@ def test_the_preset_is_the_papers_dqn():
     optim = agent.optim
     assert (optim.optimizer, optim.lr, optim.rms_decay, optim.eps, optim.centered) == ("rmsprop", 2.5e-4, 0.95, 0.01,
                                                                                      True)
-    frame_shape, dtype, actions = env_shapes(agent)
+    spec = env_spec(agent)
+    frame_shape, dtype, actions = spec.frame_shape, spec.frame_dtype, spec.num_actions
     assert frame_shape == (4, 10, 10) and dtype == np.dtype(bool) and actions == 3
     network = q_network(agent, frame_shape, actions)
     # conv 4->16 3x3 (592), fc 16*8*8 -> 128 (131,200), 128 -> 3 (387)
@@ -144,7 +145,7 @@ def test_bench_minatar_plays_the_full_action_set_when_asked():
     from ddq.gamesim.envs import minatar_id
 
     assert minatar_id("Breakout") == "MinAtar/Breakout-v1" and minatar_id("Breakout", "full") == "MinAtar/Breakout-v0"
-    assert env_shapes(build_config({"env": minatar_id("Breakout", "full")}).agent)[2] == 6
+    assert env_spec(build_config({"env": minatar_id("Breakout", "full")}).agent).num_actions == 6
     result = run_ddq("bench", "minatar", "--games", "Breakout", "--configs", "preset", "--seeds", "0", "--frames",
                      "1000", "--at", "1000", "--action-set", "full")
     assert result.returncode == 0, result.stderr[-3000:]

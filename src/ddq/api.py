@@ -248,7 +248,7 @@ class Agent:
 def load(path: str | Path, device: str = "cpu") -> Agent:
     """The agent saved in a run folder (its checkpoint.pt) or in a checkpoint file."""
     from ddq.core import checkpoint as ckpt
-    from ddq.core.agent import env_shapes, resolve_device
+    from ddq.core.agent import env_spec, resolve_device
     from ddq.core.replay import state_shape
 
     path = Path(path)
@@ -257,8 +257,8 @@ def load(path: str | Path, device: str = "cpu") -> Agent:
         raise FileNotFoundError(f"{path} holds no ddq checkpoint ({ckpt.CHECKPOINT_NAME})")
     saved = ckpt.load_checkpoint(file)
     config = ckpt.config_from_checkpoint(saved, str(file))
-    frame_shape, dtype, num_actions = env_shapes(config.agent)
+    spec = env_spec(config.agent)
     torch_device = resolve_device(device)
-    network = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.agent.frame_stack), num_actions,
-                                             torch_device)
-    return Agent(network, config, frame_shape, np.dtype(dtype), torch_device)
+    network = ckpt.q_network_from_checkpoint(saved, state_shape(spec.frame_shape, config.agent.frame_stack),
+                                             spec.num_actions, torch_device)
+    return Agent(network, config, spec.frame_shape, spec.frame_dtype, torch_device)

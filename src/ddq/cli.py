@@ -12,7 +12,6 @@ from pathlib import Path
 from ddq.benchmarks.commands import add_bench_commands
 from ddq.config import REDIS_URL_ENV, build_config, read_settings
 from ddq.flags import add_config_flags
-from ddq.gamesim import eats_apples
 from ddq.preflight import check_redis
 from ddq.processes import process_started_at
 
@@ -34,22 +33,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ddq.core import checkpoint as ckpt
-    from ddq.core.agent import env_shapes, resolve_device
+    from ddq.core.agent import env_spec, resolve_device
     from ddq.core.evaluate import evaluate
     from ddq.core.replay import state_shape
 
     saved = ckpt.load_checkpoint(args.checkpoint)
     config = ckpt.config_from_checkpoint(saved)
-    frame_shape, _, num_actions = env_shapes(config.agent)
+    spec = env_spec(config.agent)
     device = resolve_device(args.device)
-    net = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.agent.frame_stack), num_actions, device)
+    net = ckpt.q_network_from_checkpoint(saved, state_shape(spec.frame_shape, config.agent.frame_stack),
+                                         spec.num_actions, device)
     result = evaluate(net, config.agent.env, args.episodes, config.agent.frame_stack, config.agent.env_options,
                        seed=args.seed, epsilon=args.epsilon, device=device)
     report = {"env": config.agent.env, "episodes": args.episodes, "mean_return": result.mean_return,
               "std_return": float(np.std(result.returns)), "returns": result.returns,
               "mean_rewarded_steps": result.mean_rewarded_steps}
-    if eats_apples(config.agent.env):
-        report = {**report, "mean_apples": result.mean_rewarded_steps, "apples": result.rewarded_steps}
+    if spec.score.rewarded_steps:  # the env names its score: Snake's apples
+        report = {**report, f"mean_{spec.score.name}": result.mean_rewarded_steps,
+                  spec.score.name: result.rewarded_steps}
     if args.render:
         from ddq.core.animation import animate_checkpoint
 

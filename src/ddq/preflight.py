@@ -43,12 +43,11 @@ def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
     """(state shape, number of actions) of the configured env, or a SettingError naming the env."""
     import gymnasium as gym
 
-    from ddq.core.agent import env_shapes
+    from ddq.core.agent import env_spec
     from ddq.core.replay import state_shape
-    from ddq.gamesim.envs import board_action_moves
 
     try:
-        frame_shape, _, actions = env_shapes(config.agent)
+        spec = env_spec(config.agent)
     except gym.error.Error as error:
         known = [name for name in gym.registry if not name.startswith("ALE/")]
         close = difflib.get_close_matches(config.agent.env, known, n=3)
@@ -56,10 +55,12 @@ def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
         raise SettingError(f"--env {config.agent.env!r}: {str(error).splitlines()[0].rstrip('.')}{hint}") from error
     except (ValueError, RuntimeError) as error:
         raise SettingError(f"--env {config.agent.env!r}: {error}") from error
-    if config.agent.board_symmetries and board_action_moves(config.agent.env) is None:
-        raise SettingError(f"--board-symmetries: {config.agent.env} declares no board symmetries to train with "
-                           "(Snake does); leave it off for this env")
-    return state_shape(frame_shape, config.agent.frame_stack), actions
+    if config.agent.board_symmetries:
+        try:
+            spec.board_moves("--board-symmetries", " to train with")
+        except ValueError as error:
+            raise SettingError(f"{error}; leave it off for this env") from None
+    return state_shape(spec.frame_shape, config.agent.frame_stack), spec.num_actions
 
 
 def check_model(config: TrainConfig, state: tuple[int, ...], actions: int) -> None:

@@ -27,7 +27,7 @@ from torch import nn
 from ddq.barista.worker import HEARTBEAT_S, WORKER_SEED_STRIDE, StatsWindow, WorkerStats
 from ddq.config import TrainConfig
 from ddq.core.actor import Actor, Episode
-from ddq.core.agent import env_shapes, epsilon_schedule, q_network, seed_everything
+from ddq.core.agent import env_spec, epsilon_schedule, q_network, seed_everything
 from ddq.core.dqn import n_step_returns, per_actor_epsilon
 from ddq.core.prioritized import initial_td_errors
 from ddq.core.weights import WeightsSource
@@ -128,8 +128,8 @@ class ExperienceActor:
         seed = config.agent.seed + WORKER_SEED_STRIDE * (actor + 1) + 101 * attempt
         seed_everything(seed, config.agent.threads)
         self.device = torch.device("cpu")  # acting is small batches of inference; --device is the learner's
-        frame_shape, _, num_actions = env_shapes(config.agent)
-        self.network: nn.Module = q_network(config.agent, frame_shape, num_actions).to(self.device)
+        spec = env_spec(config.agent)
+        self.network: nn.Module = q_network(config.agent, spec.frame_shape, spec.num_actions).to(self.device)
         self.flat = FlatParameters(self.network)
         self.source = connect(self.flat)
         self.outbox = Outbox(config.agent.gamma if config.agent.prioritized else None, config.agent.n_step)

@@ -39,13 +39,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_snake(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.snake import run_ablation, table
-
-    print(table(run_ablation(args.rows, args.seeds, args.total_steps, args.config, args.jobs), args.total_steps))
-    return 0
-
-
 def cmd_bench_grad(args: argparse.Namespace) -> int:
     from ddq.benchmarks.grad import measure, table
 
@@ -155,20 +148,9 @@ def add_bench_commands(commands: Any) -> None:
     grad.add_argument("--no-mlp", dest="mlp", action="store_false",
                       help="leave out the MLP row (256x256 on CartPole's shapes)")
     grad.set_defaults(func=cmd_bench_grad)
-    from ddq.benchmarks.snake import DEFAULT_CONFIG, ROWS, describe_rows  # light: its rows name its flags
+    from ddq.benchmarks.snake import add_command  # the board game's own ablation bench; light: its rows name its flags
 
-    snake = kinds.add_parser("snake", help="the Snake ablation: make run's settings, then each with one change "
-                                           "undone; greedy apples at a fixed budget, several seeds side by side")
-    snake.add_argument("--rows", type=int, nargs="+", default=list(range(len(ROWS))),
-                       help=f"rows to run: {describe_rows()}")
-    snake.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of each row")
-    snake.add_argument("--total-steps", type=int, default=1_000_000,
-                       help="env steps of every run (default: 1000000)")
-    snake.add_argument("--config", default=DEFAULT_CONFIG,
-                       help=f"the settings rows start from (default: {DEFAULT_CONFIG})")
-    snake.add_argument("--jobs", type=int, default=None, help="runs at once, each pinned to its own core while "
-                                                              "there are enough (default: one per core)")
-    snake.set_defaults(func=cmd_bench_snake)
+    add_command(kinds)
     ps = kinds.add_parser("ps", help="parameter-server pull and push latency and updates/s by model size, "
                                      "beside the original's latency")
     ps.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128], help="DeepQ input sizes")

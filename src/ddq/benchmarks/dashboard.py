@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddq.benchmarks.scaling import worker_rates
+from ddq.gamesim.spec import BOARD_GAME
 
 PAGE_HEIGHT = 2600
 
@@ -93,5 +94,5 @@ def table(rows: list[WatchRow], total_steps: int, workers: int, eval_every_s: fl
                      f"{r.evaluations if r.watched else '—'} | {r.page_polls if r.watched else '—'} |")
     steps, pushes = (median(True, key) / median(False, key) for key in ("env_steps_per_s", "pushes_per_s"))
     lines.append(f"| **watched / bare (medians)** | **{steps:.1%}** | **{pushes:.1%}** | | |")
-    return (f"Downpour Snake, {workers} workers, {total_steps:,} env steps per run, Celery evaluating every "
+    return (f"Downpour {BOARD_GAME}, {workers} workers, {total_steps:,} env steps per run, Celery evaluating every "
             f"{eval_every_s:g} s, runs alternating\n\n" + "\n".join(lines))

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ddq.config import TrainConfig, build_config
-from ddq.core.agent import env_shapes, make_learner, make_replay, resolve_device, seed_everything
+from ddq.core.agent import env_spec, make_learner, make_replay, resolve_device, seed_everything
 from ddq.core.weights import LocalParameters, train_from_replay
 
 
@@ -30,7 +30,8 @@ class LearnerRow:
 
 def filled_memories(config: TrainConfig, frames: int) -> list:
     """One replay memory per actor, each holding `frames` vector steps of random frames and rewards."""
-    frame_shape, dtype, num_actions = env_shapes(config.agent)
+    spec = env_spec(config.agent)
+    frame_shape, dtype, num_actions = spec.frame_shape, spec.frame_dtype, spec.num_actions
     rng = np.random.default_rng(0)
     memories = []
     for actor in range(config.distributed.workers):
@@ -49,8 +50,8 @@ def filled_memories(config: TrainConfig, frames: int) -> list:
 def measure(config: TrainConfig, updates: int) -> LearnerRow:
     seed_everything(config.agent.seed, config.agent.threads)
     device = resolve_device(config.agent.device)
-    frame_shape, _, num_actions = env_shapes(config.agent)
-    learner = make_learner(config.agent, frame_shape, num_actions, device)
+    spec = env_spec(config.agent)
+    learner = make_learner(config.agent, spec.frame_shape, spec.num_actions, device)
     memories = filled_memories(config, 2_000)
     local = LocalParameters(learner)
     train_from_replay(learner, memories, local, 20, config.agent.batch_size)  # warm-up: kernels, allocator

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import build_config, flat_settings
-from ddq.gamesim import eats_apples
+from ddq.gamesim.spec import score_of
 from ddq.modes import run_training
 
 
@@ -35,7 +35,8 @@ def _median(values: list[float | None]) -> str:
 
 def serial_table(env_id: str, summaries: list[dict[str, Any]], settings: dict[str, Any] | None = None) -> str:
     """One row per seed and their medians; `settings`, what the runs set beyond the preset, in the title."""
-    rewarded = "final greedy apples" if eats_apples(env_id) else "final rewarded steps"
+    score = score_of(env_id)
+    rewarded = f"final greedy {score.name}" if score.rewarded_steps else "final rewarded steps"
     rows = ["| seed | steps to target | time to target (s) | env steps | updates | final greedy return | "
             f"{rewarded} |", "|---|---|---|---|---|---|---|"]
     for s in summaries:

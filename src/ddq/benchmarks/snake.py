@@ -12,6 +12,7 @@ fast they come, and its minutes are the run's own wall time.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -22,6 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ddq.gamesim import SNAKE_ID
 from ddq.processes import spawn
@@ -165,3 +167,24 @@ def table(trials: list[Trial], budget: int) -> str:
 
 def describe_rows() -> str:
     return "; ".join(f"{i}: {row.change} ({' '.join(row.flags) or 'as configured'})" for i, row in enumerate(ROWS))
+
+
+def _command_line(args: argparse.Namespace) -> int:
+    print(table(run_ablation(args.rows, args.seeds, args.total_steps, args.config, args.jobs), args.total_steps))
+    return 0
+
+
+def add_command(kinds: Any) -> None:
+    """Adds `ddq bench snake` to the `ddq bench` subparsers `kinds`."""
+    snake = kinds.add_parser("snake", help="the Snake ablation: make run's settings, then each with one change "
+                                           "undone; greedy apples at a fixed budget, several seeds side by side")
+    snake.add_argument("--rows", type=int, nargs="+", default=list(range(len(ROWS))),
+                       help=f"rows to run: {describe_rows()}")
+    snake.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of each row")
+    snake.add_argument("--total-steps", type=int, default=1_000_000,
+                       help="env steps of every run (default: 1000000)")
+    snake.add_argument("--config", default=DEFAULT_CONFIG,
+                       help=f"the settings rows start from (default: {DEFAULT_CONFIG})")
+    snake.add_argument("--jobs", type=int, default=None, help="runs at once, each pinned to its own core while "
+                                                              "there are enough (default: one per core)")
+    snake.set_defaults(func=_command_line)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddq.core.optimizer_settings import OptimizerConfig
-from ddq.gamesim import SNAKE_ID
+from ddq.gamesim import DEFAULT_ENV_ID
 from ddq.gamesim.envs import EnvOptions
 
 MODES = ("serial", "downpour", "actor-learner")
@@ -51,7 +51,7 @@ def _positive_or_none(config: Any, *names: str) -> None:
 class AgentConfig:
     """The DQN agent: its env, network, algorithm, exploration and arithmetic. All the core receives."""
 
-    env: str = setting(SNAKE_ID, "environment", "Gymnasium env id (ddq/Snake-v0, CartPole-v1, ALE/Pong-v5, ...)", True)
+    env: str = setting(DEFAULT_ENV_ID, "environment", "Gymnasium env id (ddq/Snake-v0, CartPole-v1, ALE/Pong-v5, ...)", True)
     num_envs: int = setting(8, "environment", "envs stepped together per actor")
     frame_stack: int = setting(1, "environment", "frames per state (stacked at sampling time)")
     env_options: EnvOptions = section(EnvOptions, "environment")

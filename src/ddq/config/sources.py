@@ -19,7 +19,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ddq.config.sections import AgentConfig, RunConfig, TrainConfig
-from ddq.gamesim import SNAKE_ID
 from ddq.gamesim.envs import is_atari, is_minatar
 
 SETTINGS_FORMAT = "ddq-settings"
@@ -38,7 +37,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         total_steps=60_000, num_envs=4, buffer_size=50_000, batch_size=64, learning_starts=1_000,
         train_frequency=16, replay_ratio=1.0, target_update=100, epsilon_steps=4_000,
         epsilon_end=0.04, eval_every=1_000, log_every=1_000, optim=dict(optimizer="adam", lr=1.5e-3)),
-    SNAKE_ID: dict(
+    "ddq/Snake-v0": dict(
         total_steps=300_000, num_envs=16, buffer_size=200_000, batch_size=64, learning_starts=5_000,
         train_frequency=64, replay_ratio=0.25, target_update=500, epsilon_steps=100_000,
         epsilon_end=0.05, eval_every=20_000, log_every=5_000, frame_stack=1, model="mlp",

@@ -14,10 +14,11 @@ from ddq.core.dqn import LinearSchedule, UpdateSchedule
 from ddq.core.learner import GradientStats, Learner
 from ddq.core.pqn import Rollout, train_on_rollout
 from ddq.core.prioritized import PrioritySettings, annealed_beta
-from ddq.core.replay import ReplayMemory, frame_layout, state_shape
+from ddq.core.replay import ReplayMemory, state_shape
 from ddq.core.symmetry import SymmetryAugmentation, board_symmetries
 from ddq.core.weights import ParameterSource, train_from_replay
-from ddq.gamesim.envs import board_action_moves, make_vector_env
+from ddq.gamesim.envs import make_vector_env
+from ddq.gamesim.spec import EnvSpec, read_env_spec
 from ddq.models import FlatParameters, build_q_network
 
 
@@ -38,16 +39,10 @@ def seed_everything(seed: int, threads: int) -> None:
     torch.set_flush_denormal(True)  # denormal optimizer state slows CPU arithmetic for no benefit
 
 
-def env_shapes(agent: AgentConfig) -> tuple[tuple[int, ...], np.dtype, int]:
-    """(frame shape, frame dtype, number of actions) of the configured env."""
-    probe = make_vector_env(agent.env, 1, agent.env_options)
-    try:
-        space, actions = probe.single_observation_space, probe.single_action_space
-        if not hasattr(actions, "n"):
-            raise ValueError(f"DQN needs a discrete action space; {agent.env} has {actions}")
-        return (*frame_layout(space), int(actions.n))
-    finally:
-        probe.close()
+def env_spec(agent: AgentConfig) -> EnvSpec:
+    """The configured env's spec (frame layout, actions, board moves, score): read once per process, then
+    from the cache (`ddq.gamesim.spec.read_env_spec`)."""
+    return read_env_spec(agent.env, agent.env_options)
 
 
 def q_network(agent: AgentConfig, frame_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
@@ -70,9 +65,7 @@ def make_learner(agent: AgentConfig, frame_shape: tuple[int, ...], num_actions: 
     learner = Learner(network, agent.optim, agent.gamma, agent.target_update,
                       agent.max_grad_norm, device, agent.double_dqn, agent.precision)
     if agent.board_symmetries:
-        moves = board_action_moves(agent.env)
-        if moves is None:
-            raise ValueError(f"board_symmetries: {agent.env} declares no board symmetries (Snake does)")
+        moves = env_spec(agent).board_moves("board_symmetries")
         stream = np.random.default_rng([agent.seed if seed is None else seed, 8])
         learner.augmentation = SymmetryAugmentation(board_symmetries(moves), stream)
     return learner
@@ -109,8 +102,8 @@ def update_schedule(agent: AgentConfig) -> UpdateSchedule:
 def model_parameters(agent: AgentConfig) -> FlatParameters:
     """The run's Q-network as flat parameters, initialised exactly as every process of the run does."""
     seed_everything(agent.seed, agent.threads)
-    frame_shape, _, num_actions = env_shapes(agent)
-    return FlatParameters(q_network(agent, frame_shape, num_actions))
+    spec = env_spec(agent)
+    return FlatParameters(q_network(agent, spec.frame_shape, spec.num_actions))
 
 
 @dataclass
@@ -156,9 +149,9 @@ def build_agent(agent: AgentConfig, seed: int, total_steps: int) -> DQNAgent:
     equal agents in every mode). `total_steps`: the run's (prioritized replay anneals over it)."""
     seed_everything(seed, agent.threads)
     device = resolve_device(agent.device)
-    frame_shape, dtype, num_actions = env_shapes(agent)
-    learner = make_learner(agent, frame_shape, num_actions, device, seed)
-    replay = make_replay(agent, frame_shape, dtype, seed, total_steps)
+    spec = env_spec(agent)
+    learner = make_learner(agent, spec.frame_shape, spec.num_actions, device, seed)
+    replay = make_replay(agent, spec.frame_shape, spec.frame_dtype, seed, total_steps)
     rng = np.random.default_rng(seed)
     envs = make_vector_env(agent.env, agent.num_envs, agent.env_options)
     rollout = Rollout(agent.rollout_steps, agent.num_envs, envs.single_observation_space) if agent.algo == "pqn" \

@@ -67,13 +67,14 @@ def animate_checkpoint(checkpoint: str | Path, output: str | Path, seed: int | N
                        device: torch.device | str = "cpu") -> Path:
     """A GIF of one greedy episode of a checkpoint's Q-network, written to `output`."""
     from ddq.core import checkpoint as ckpt
-    from ddq.core.agent import env_shapes
+    from ddq.core.agent import env_spec
     from ddq.core.replay import state_shape
 
     saved = ckpt.load_checkpoint(checkpoint)
     config = ckpt.config_from_checkpoint(saved)
-    frame_shape, _, num_actions = env_shapes(config.agent)
-    net = ckpt.q_network_from_checkpoint(saved, state_shape(frame_shape, config.agent.frame_stack), num_actions, device)
+    spec = env_spec(config.agent)
+    net = ckpt.q_network_from_checkpoint(saved, state_shape(spec.frame_shape, config.agent.frame_stack),
+                                         spec.num_actions, device)
     pictures = greedy_episode_pictures(net, config.agent.env, config.agent.frame_stack, config.agent.env_options,
                                        seed=config.agent.seed + 7 if seed is None else seed, device=device)
     return write_gif(pictures, output)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ddq.core.dqn import n_step_returns
 from ddq.core.prioritized import PrioritySettings, SumTree, importance_weights, priority
+from ddq.gamesim.spec import frame_layout
 
 
 def state_shape(frame_shape: tuple[int, ...], frame_stack: int) -> tuple[int, ...]:
@@ -253,17 +254,6 @@ def update_priorities(memories: Sequence[ReplayMemory], positions: np.ndarray, t
     for m in np.unique(positions[:, 0]):
         mine = positions[:, 0] == m
         memories[int(m)].update_priorities(positions[mine, 1], td_errors[mine])
-
-
-def frame_layout(space: Any) -> tuple[tuple[int, ...], np.dtype]:
-    """(shape, dtype) of one frame of a Gymnasium observation space; DQN needs both known (a Box).
-
-    A one-channel image (height, width, 1) is stored as (height, width): stacked frames are the
-    channels the network sees."""
-    if space.shape is None or space.dtype is None:
-        raise ValueError(f"DQN needs observations of a known shape and dtype; got {space}")
-    shape = tuple(space.shape)
-    return (shape[:2] if len(shape) == 3 and shape[2] == 1 else shape), np.dtype(space.dtype)
 
 
 def as_frames(observations: np.ndarray, frame_shape: tuple[int, ...]) -> np.ndarray:

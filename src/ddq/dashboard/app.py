@@ -36,7 +36,7 @@ API = {
                    "per-layer weight, gradient and update norms",
     "/api/workers": "one row per worker: state, env steps/s, pushes/s, last heartbeat, restarts",
     "/api/first-layer": "the first layer's weights as grayscale images (base64 bytes)",
-    "/api/replay": "the latest greedily evaluated Snake episode's frames (base64 bytes), or null",
+    "/api/replay": "the latest greedily evaluated board episode's frames (base64 bytes), or null",
     "/api/live?points=N": "run, returns, progress, server and workers in one answer (what the page polls)",
 }
 

@@ -8,6 +8,7 @@ since its last request, and answers with downsampled copies.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 import threading
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import numpy as np
 
 from ddq.config import TrainConfig, config_from_document
 from ddq.dashboard.series import Columns, downsample
-from ddq.gamesim import eats_apples
+from ddq.gamesim.spec import score_of
 from ddq.services.telemetry import merge_server, shard_reports, worker_rows
 from ddq.transport.keys import readable_names, shard_bounds
 from ddq.transport.redis_client import Connection
@@ -92,8 +93,8 @@ class RunReader:
         server = self.server(info)
         return {"run": self.run, "state": info.get("state"), "started": info.get("started"),
                 "finished": info.get("finished"), "run_dir": info.get("run_dir"),
-                "env": config.agent.env, "eats_apples": eats_apples(config.agent.env), "mode": config.run.mode,
-                "model": config.agent.model,
+                "env": config.agent.env, "score": dataclasses.asdict(score_of(config.agent.env)),
+                "mode": config.run.mode, "model": config.agent.model,
                 "workers": config.distributed.workers, "shards": config.distributed.server.shards,
                 "total_steps": config.run.total_steps, "target_return": config.run.target_return,
                 "env_steps": self.store.env_steps(), "pushes": self.store.pushes(), "updates": server["version"],
@@ -142,7 +143,7 @@ class RunReader:
         return worker_rows(self.store)
 
     def replay(self) -> dict | None:
-        """The latest evaluated Snake episode: its frames (base64 uint8, side x side each) and palette."""
+        """The latest evaluated board episode: its frames (base64 uint8, side x side each) and palette."""
         replay = self.store.replay()
         if replay is None or not isinstance(replay.get("frames"), str) or not isinstance(replay.get("side"), int):
             return None

@@ -3,11 +3,9 @@
 import gymnasium as gym
 
 SNAKE_ID = "ddq/Snake-v0"
+DEFAULT_ENV_ID = SNAKE_ID  # what a run plays when no env is named
 
 if SNAKE_ID not in gym.registry:
     gym.register(id=SNAKE_ID, entry_point="ddq.gamesim.snake:SnakeEnv")
 
 
-def eats_apples(env_id: str) -> bool:
-    """Whether an env's rewarded steps are apples eaten (Snake): then ddq reports them as apples."""
-    return env_id == SNAKE_ID

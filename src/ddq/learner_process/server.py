@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ddq.config import TrainConfig
-from ddq.core.agent import env_shapes, make_learner, make_replay, resolve_device, seed_everything, update_schedule
+from ddq.core.agent import env_spec, make_learner, make_replay, resolve_device, seed_everything, update_schedule
 from ddq.core.central_learner import CentralLearner, CentralSettings, LearnerState
 from ddq.learner_process.publisher import WeightsPublisher, weights_messages
 from ddq.lifecycle import RunControl
@@ -69,7 +69,8 @@ class LearnerServer:
         self.config, self.run = config, run
         self.redis = connect_redis(redis_url)
         self.channel = LearnerChannel(self.redis, run)
-        frame_shape, dtype, num_actions = env_shapes(config.agent)
+        spec = env_spec(config.agent)
+        frame_shape, dtype, num_actions = spec.frame_shape, spec.frame_dtype, spec.num_actions
         self.core = central_learner(config, self.channel.trained_steps(), frame_shape, np.dtype(dtype), num_actions)
         flat = self.core.learner.flat
         self.expect = ExpectExperience(run, frame_shape, np.dtype(dtype), num_actions)

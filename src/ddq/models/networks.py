@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from ddq.gamesim.snake_engine import APPLE, HEAD, NECK, TAIL, WALL
+from ddq.gamesim.spec import BOARD_GAME, BOARD_PLANES
 from ddq.models.layers import BoardPlanes, ChannelNorm, DuelingHead, ScaleBytes
 
 
@@ -94,11 +94,11 @@ def small_conv(channels: int, height: int, width: int, num_actions: int, layer_n
     )
 
 
-def snake_conv(height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
+def board_planes_conv(height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
     """The small conv net over Snake's board split into planes (walls, apple, head, body, the body's order):
     the first layer need not tell gray levels apart, and a long snake's order (a few levels a segment)
     is spread over [0, 1]."""
-    planes = BoardPlanes((WALL, APPLE, HEAD), (TAIL, NECK))
+    planes = BoardPlanes(*BOARD_PLANES)
     return small_conv(planes.planes, height, width, num_actions, layer_norm, inputs=planes)
 
 
@@ -198,8 +198,8 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
         return small_conv(channels, height, width, num_actions, layer_norm)
     if name == "snake-conv":
         if channels != 1:
-            raise ValueError(f"model 'snake-conv' reads one Snake board per state, got {channels} channels")
-        return snake_conv(height, width, num_actions, layer_norm)
+            raise ValueError(f"model {name!r} reads one {BOARD_GAME} board per state, got {channels} channels")
+        return board_planes_conv(height, width, num_actions, layer_norm)
     if name == "minatar":
         return minatar_dqn(channels, height, width, num_actions, layer_norm)
     return nature_dqn(channels, height, width, num_actions)

@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from ddq.config import TrainConfig, without_secrets
+from ddq.core.agent import env_spec
 from ddq.core.evaluate import Evaluation, evaluate
-from ddq.gamesim import eats_apples
+from ddq.gamesim.spec import Score
 from ddq.run_folder import RunLog
 
 
@@ -41,15 +42,17 @@ class RunCounters:
 
 def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int, float, float] | None, updates: int,
                 checkpoint: Path, reason: str | None) -> dict[str, Any]:
-    """The summary.json of a finished run, the same for every mode; `reason`: why it stopped. Snake's
-    also says how many apples the final greedy evaluation ate per episode."""
-    apples = {"final_eval_mean_apples": last_eval[2] if last_eval else None} if eats_apples(config.agent.env) else {}
+    """The summary.json of a finished run, the same for every mode; `reason`: why it stopped. An env whose
+    score counts rewarded steps also gets its final greedy evaluation's count by the score's name (Snake's
+    `final_eval_mean_apples`)."""
+    score = env_spec(config.agent).score
+    named = {f"final_eval_mean_{score.name}": last_eval[2] if last_eval else None} if score.rewarded_steps else {}
     return {
         "env": config.agent.env, "mode": config.run.mode, "seed": config.agent.seed, "stop_reason": reason,
         "wall_time_s": counters.wall_time_s, "env_steps": counters.env_steps,
         "updates": updates, "episodes": counters.episodes,
         "final_eval_return": last_eval[1] if last_eval else None,
-        "final_eval_rewarded_steps": last_eval[2] if last_eval else None, **apples,
+        "final_eval_rewarded_steps": last_eval[2] if last_eval else None, **named,
         "target_return": config.run.target_return,
         "reached_target": counters.steps_to_target is not None,
         "time_to_target_s": counters.time_to_target_s,
@@ -87,14 +90,15 @@ def note_evaluation(result: Evaluation, config: TrainConfig, log: RunLog, counte
 
 
 def progress_values(recent_return: float | None, epsilon: float,
-                    last_eval: tuple[int, float, float] | None, apples: bool = False) -> dict[str, str]:
+                    last_eval: tuple[int, float, float] | None, score: Score | None = None) -> dict[str, str]:
     """What a progress bar shows beside the steps: the recent training return, epsilon, and the newest
-    greedy evaluation with the env step it was taken at (for Snake, `apples`: its apples per episode)."""
+    greedy evaluation with the env step it was taken at (its `score` by name where that counts rewarded
+    steps: Snake's apples per episode)."""
     values = {"return": f"{recent_return:.1f}" if recent_return is not None else "-", "eps": f"{epsilon:.2f}"}
     if last_eval:
         values["greedy"] = f"{last_eval[1]:.1f}@{last_eval[0]:,}"
-        if apples:
-            values["greedy"] = f"{last_eval[2]:.1f} apples@{last_eval[0]:,}"
+        if score is not None and score.rewarded_steps:
+            values["greedy"] = f"{last_eval[2]:.1f} {score.name}@{last_eval[0]:,}"
     return values
 
 

@@ -27,9 +27,8 @@ from typing import Any
 from tqdm import tqdm
 
 from ddq.config import TrainConfig, encode_settings
-from ddq.core.agent import env_shapes, make_learner, resolve_device, seed_everything
+from ddq.core.agent import env_spec, make_learner, resolve_device, seed_everything
 from ddq.core.replay import state_shape
-from ddq.gamesim import eats_apples
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.bookkeeping import RunCounters, RunRecord, progress_values, run_summary
 from ddq.modes.evaluators import Evaluator, WeightsMirror
@@ -73,10 +72,10 @@ class Driver:
         self.run = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
         seed_everything(config.agent.seed, config.agent.threads)
         device = resolve_device(config.agent.device)
-        frame_shape, _, num_actions = env_shapes(config.agent)
-        self.state_shape = state_shape(frame_shape, config.agent.frame_stack)
-        self.mirror = WeightsMirror(config, make_learner(config.agent, frame_shape, num_actions, device), device,
-                                    self.run_dir)
+        self.env_spec = env_spec(config.agent)
+        self.state_shape = state_shape(self.env_spec.frame_shape, config.agent.frame_stack)
+        self.mirror = WeightsMirror(config, make_learner(config.agent, self.env_spec.frame_shape,
+                                                         self.env_spec.num_actions, device), device, self.run_dir)
         counters = RunCounters.from_dict(resume["counters"]) if resume else RunCounters()
         # the run's clock: from the command's start, less the earlier sessions of a resumed run
         self.record = RunRecord(config, RunLog(self.run_dir), counters, self.started_at - counters.wall_time_s)
@@ -208,7 +207,7 @@ class Driver:
                 epsilon = self.wiring.weights.workers_epsilon(steps)
                 s.reporter.record_progress(steps, epsilon)
                 recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
-                bar.set_postfix(progress_values(recent, epsilon, self.record.last_eval, eats_apples(c.agent.env)),
+                bar.set_postfix(progress_values(recent, epsilon, self.record.last_eval, self.env_spec.score),
                                 refresh=False)
                 reached = self.evaluator.periodic(steps, stopping) or reached
                 reason = stop_reason(None, c.run.total_steps, reached, c.run.time_budget_s, self.started_at,

@@ -17,11 +17,10 @@ from tqdm import tqdm
 
 from ddq.config import TrainConfig
 from ddq.core import checkpoint as ckpt
-from ddq.core.agent import build_agent, importance_beta
+from ddq.core.agent import build_agent, env_spec, importance_beta
 from ddq.core.dqn import next_mark
 from ddq.core.symmetry import SymmetryAugmentation
 from ddq.core.weights import LocalParameters
-from ddq.gamesim import eats_apples
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.bookkeeping import RunCounters, note_evaluation, play_evaluation, progress_values, run_summary
 from ddq.run_folder import RunLog
@@ -123,7 +122,7 @@ class SerialTrainer:
 
     def _bar_values(self) -> dict[str, str]:
         return progress_values(self._recent_return(), self.epsilon(self.actor.env_steps), self.last_eval,
-                               eats_apples(self.config.agent.env))
+                               env_spec(self.config.agent).score)
 
     def _evaluate_and_check(self) -> bool:
         """The run's periodic greedy evaluation on fresh seeds, logged; True once it reached the target."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ddq.gamesim import eats_apples
+from ddq.gamesim.spec import score_of
 from ddq.run_folder import read_metrics
 
 
@@ -19,15 +19,16 @@ def _env_of(run_dir: Path) -> str | None:
 
 
 def plot_run(run_dir: str | Path, output: str | Path | None = None, env_id: str | None = None) -> Path:
-    """The curve as `output` (default RUN_DIR/learning_curve.png). For Snake (`env_id`, else the run's
-    summary.json says) the greedy evaluations show apples eaten per episode."""
+    """The curve as `output` (default RUN_DIR/learning_curve.png). For an env whose score counts rewarded
+    steps (`env_id`, else the run's summary.json says; Snake's apples) the greedy evaluations show that
+    count per episode."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     run_dir = Path(run_dir)
-    apples = eats_apples(env_id or _env_of(run_dir) or "")
+    score = score_of(env_id or _env_of(run_dir) or "")
     points = read_metrics(run_dir)
     episodes = [p for p in points if p["kind"] == "episode"]
     evals = [p for p in points if p["kind"] == "eval"]
@@ -42,11 +43,11 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None, env_id: str 
         smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
         ax.plot(steps[window - 1:], smooth, color="tab:blue", label=f"training mean of {window}")
     if evals:
-        key, label = ("mean_rewarded_steps", "greedy apples per episode") if apples else \
+        key, label = ("mean_rewarded_steps", f"greedy {score.name} {score.unit}") if score.rewarded_steps else \
             ("mean_return", "greedy evaluation")
         ax.plot([p["env_steps"] for p in evals], [p[key] for p in evals], "o-", color="tab:red", label=label)
     ax.set_xlabel("env steps")
-    ax.set_ylabel("return; apples per greedy episode" if apples else "return")
+    ax.set_ylabel(f"return; {score.name} per greedy episode" if score.rewarded_steps else "return")
     ax.set_title(run_dir.name)
     ax.grid(alpha=0.3)
     ax.legend(loc="best")

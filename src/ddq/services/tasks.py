@@ -29,7 +29,6 @@ import torch
 from celery import Celery
 
 from ddq.config import TrainConfig, read_settings
-from ddq.gamesim.snake import board_palette
 from ddq.models import FlatParameters
 from ddq.services.telemetry import record_evaluation
 from ddq.transport import snapshots
@@ -40,7 +39,6 @@ from ddq.transport.run_store import RunStore
 from ddq.transport.wire import layout_bytes
 
 EPISODE_FRAMES_LIMIT = 2000  # frames kept of the recorded Snake episode
-PALETTE = board_palette()  # the board's gray levels as the dashboard paints them
 
 
 def celery_url(redis_url: str) -> str:
@@ -91,6 +89,7 @@ def newest_snapshot(client: Connection, run: str, config: TrainConfig, flat: Fla
 @app.task(name="ddq.tasks.evaluate_snapshot")
 def evaluate_snapshot(episodes: int | None = None) -> dict | None:
     """Greedy evaluation of the newest snapshot; the result is also appended to the run's list."""
+    from ddq.core.agent import env_spec
     from ddq.core.evaluate import evaluate
 
     client = connect_redis(REDIS_URL)
@@ -106,23 +105,25 @@ def evaluate_snapshot(episodes: int | None = None) -> dict | None:
     env_steps = store.env_steps()
     record = record_evaluation(store, "celery", version, env_steps, result.mean_return, result.returns,
                                mean_rewarded_steps=result.mean_rewarded_steps)
-    if CONFIG.agent.env.startswith("ddq/Snake"):
-        replay = _snake_episode(network, version)
+    palette = env_spec(CONFIG.agent).board_palette  # a board env's: its episode is replayed on the dashboard
+    if palette is not None:
+        replay = _board_episode(network, version, dict(palette))
         episode = {**replay, "version": version, "time": record["time"], "env_steps": env_steps,
                    "mean_return": result.mean_return}
         store.write_replay(version, episode)
     return record
 
 
-def _snake_episode(network: torch.nn.Module, seed: int) -> dict:
-    """One greedy Snake episode's board images (uint8 gray levels, base64), for the dashboard to replay."""
+def _board_episode(network: torch.nn.Module, seed: int, palette: dict[str, str]) -> dict:
+    """One greedy episode's board images (uint8 gray levels, base64) and the `palette` they are painted
+    with, for the dashboard to replay."""
     from ddq.core.evaluate import greedy_episode_frames
 
     options = dataclasses.replace(CONFIG.agent.env_options, step_latency_ms=0.0)  # a replay need not sleep
     frames = greedy_episode_frames(network, CONFIG.agent.env, CONFIG.agent.frame_stack, options, seed=seed,
                                    max_frames=EPISODE_FRAMES_LIMIT)
     return {"side": int(frames[0].shape[0]), "count": len(frames),
-            "frames": base64.b64encode(np.stack(frames).tobytes()).decode(), "palette": PALETTE}
+            "frames": base64.b64encode(np.stack(frames).tobytes()).decode(), "palette": palette}
 
 
 @app.task(name="ddq.tasks.archive_snapshot")
@@ -142,10 +143,10 @@ def archive_snapshot(folder: str | None = None) -> str | None:
 
 def _newest_learner(client: Connection):
     """(version, a learner holding the newest snapshot's weights and target), or None before the first."""
-    from ddq.core.agent import env_shapes, make_learner
+    from ddq.core.agent import env_spec, make_learner
 
-    frame_shape, _, num_actions = env_shapes(CONFIG.agent)
-    learner = make_learner(CONFIG.agent, frame_shape, num_actions, torch.device("cpu"))
+    spec = env_spec(CONFIG.agent)
+    learner = make_learner(CONFIG.agent, spec.frame_shape, spec.num_actions, torch.device("cpu"))
     version = newest_snapshot(client, RUN, CONFIG, learner.flat, learner.target_flat.data)
     if version is None:
         return None

@@ -117,16 +117,27 @@ function rightAxis(scale, label) {
   return { scale, side: 1, size: 52, grid: { show: false }, label, values: tickLabels };
 }
 
-function buildCharts() {
-  makeChart("returns", [
+// The returns, and the greedy count of rewarded steps where the env's score is that count (its name and
+// unit from the run's env spec): made once the run's score is known.
+function returnsChart(score) {
+  const existing = ddq.charts.returns;
+  if (existing && existing.scoreName === score.name) return existing;
+  if (existing) existing.destroy();
+  document.getElementById("chart-returns").replaceChildren();
+  const chart = makeChart("returns", [
     { label: "episode return (bucket mean)" },
     { label: "max", stroke: "rgba(37,99,235,0.25)", width: 1 },
     { label: "min", stroke: "rgba(37,99,235,0.25)", width: 1 },
     { label: "greedy evaluation", stroke: COLORS[1], width: 2, points: { show: true, size: 6 } },
-    { label: "greedy apples per episode", scale: "apples", stroke: COLORS[3], width: 2,
+    { label: `greedy ${score.name} ${score.unit}`, scale: "score", stroke: COLORS[3], width: 2,
       points: { show: true, size: 6 } },
   ], { bands: [{ series: [2, 3], fill: "rgba(37,99,235,0.10)" }], height: 260,
-       axes: [rightAxis("apples", "apples per greedy episode")] });
+       axes: [rightAxis("score", `${score.name} per greedy episode`)] });
+  chart.scoreName = score.name;
+  return chart;
+}
+
+function buildCharts() {
   makeChart("loss", [{ label: "loss" }], { scales: { y: { distr: 3, log: 10 } } });
   makeChart("q", [{ label: "mean max-Q" }, { label: "epsilon", scale: "eps", stroke: COLORS[2] }],
             { scales: { eps: { range: [0, 1] } }, axes: [rightAxis("eps", "epsilon")] });
@@ -172,15 +183,16 @@ function showRun(run) {
 
 function showReturns(returns) {
   const x = ddq.xAxis, e = returns.episodes, v = returns.evaluations;
-  const apples = Boolean(ddq.run && ddq.run.eats_apples);  // Snake: its rewarded steps are apples eaten
-  const chart = ddq.charts.returns;
-  if (chart.series[5].show !== apples) {
-    chart.axes[2].show = apples;  // the apples axis only where there are apples
-    chart.setSeries(5, { show: apples });
+  const score = (ddq.run && ddq.run.score) || { name: "return", unit: "per episode", rewarded_steps: false };
+  const counted = Boolean(score.rewarded_steps);  // the score counts rewarded steps, not the return
+  const chart = returnsChart(score);
+  if (chart.series[5].show !== counted) {
+    chart.axes[2].show = counted;  // the count's axis only where the score is a count
+    chart.setSeries(5, { show: counted });
   }
   chart.setData(align([
     { x: e[x], ys: [e.episode_return, e.episode_return_max, e.episode_return_min] },
-    { x: v[x], ys: [v.mean_return, apples && v.mean_rewarded_steps ? v.mean_rewarded_steps : v.mean_return.map(() => null)] },
+    { x: v[x], ys: [v.mean_return, counted && v.mean_rewarded_steps ? v.mean_rewarded_steps : v.mean_return.map(() => null)] },
   ]));
 }
 
@@ -304,7 +316,7 @@ const replay = { frames: null, side: 0, count: 0, index: 0, timer: null, palette
 
 function showReplay(episode) {
   const note = document.getElementById("replay-note");
-  if (!episode) { note.textContent = "no evaluated Snake episode yet (Celery evaluates snapshots)"; return; }
+  if (!episode) { note.textContent = "no evaluated episode yet (Celery evaluates snapshots)"; return; }
   if (episode.version === ddq.replayVersion) return;
   ddq.replayVersion = episode.version;
   Object.assign(replay, { frames: decodeBytes(episode.frames), side: episode.side, count: episode.count, index: 0,
