@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddq.core.optimizer_settings import OptimizerConfig
+from ddq.config.optimizer import OptimizerConfig
 from ddq.gamesim import SNAKE_ID
 from ddq.gamesim.envs import EnvOptions
 
