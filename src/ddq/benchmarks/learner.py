@@ -16,7 +16,8 @@ import torch
 
 from ddq.config import TrainConfig, build_config
 from ddq.core.agent import env_shapes, make_learner, make_replay, resolve_device, seed_everything
-from ddq.core.weights import LocalParameters, train_from_replay
+from ddq.core.algorithms.dqn import train_from_replay
+from ddq.core.weights import LocalParameters
 
 
 @dataclass
