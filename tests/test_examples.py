@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ddq.config import build_config
 from ddq.core.agent import env_shapes, make_learner
 from ddq.core.algorithms.dqn import replay_gradient
 from ddq.core.replay import ReplayMemory
+from ddq.core.settings import build_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "dqn.py"
 
