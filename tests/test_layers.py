@@ -86,3 +86,36 @@ def test_rooms_stay_small():
                for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
     assert {name: n for name, n in classes.items() if n > 210} == {}
     assert sizes["ddq.modes.downpour"] <= 80 and sizes["ddq.modes.actor_learner"] <= 80
+
+
+def _names_in(node: ast.AST) -> list[str]:
+    """The string constants `node` is, or holds as a tuple, list or set of them (`x in ("dqn", "pqn")`)."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [item.value for item in items if isinstance(item, ast.Constant) and isinstance(item.value, str)]
+
+
+def test_only_the_algorithms_know_their_names():
+    """No module outside `core/algorithms/` branches on an algorithm's name: none compares a value with one
+    (`algo == "pqn"`, `in`, `case "pqn":`) or keys a dict by one, or looks one up by it (`table["pqn"]`); it
+    holds the algorithm the settings name and asks it. Help text, defaults and bench labels may name them."""
+    from ddq.core.algorithms import ALGORITHMS
+
+    names = set(ALGORITHMS)
+    found = []
+    for name, path in MODULES.items():
+        if within(name, ("ddq.core.algorithms",)):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+            elif isinstance(node, ast.Dict):
+                operands = [key for key in node.keys if key is not None]
+            elif isinstance(node, ast.Subscript):
+                operands = [node.slice]
+            elif isinstance(node, ast.MatchValue):
+                operands = [node.value]
+            else:
+                continue
+            if any(word.lower() in names for operand in operands for word in _names_in(operand)):
+                found.append(f"{name}, line {node.lineno}: {ast.unparse(node)[:100]}")
+    assert found == []
