@@ -5,7 +5,7 @@ the loss on a minibatch, the training step, and what the rest of ddq asks of an 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -42,30 +42,36 @@ def replay_gradient(learner: Learner, batch: Batch) -> GradientStats:
     return stats
 
 
+BatchGradient = Callable[[Learner, Batch], GradientStats]  # a replayed minibatch's loss, into learner.flat.grad
+
+
 def train_from_replay(learner: Learner, replay: ReplayMemory | Sequence[ReplayMemory], source: ParameterSource,
-                      updates: int, batch_size: int, beta: float = 1.0) -> list[GradientStats]:
+                      updates: int, batch_size: int, beta: float = 1.0,
+                      gradient: BatchGradient = replay_gradient) -> list[GradientStats]:
     """`updates` rounds of: sample a minibatch (shown through `learner.augmentation`, if the run has one),
-    compute its gradient against the current weights, push it to `source`, sync (and, with prioritized
+    compute its `gradient` against the current weights, push it to `source`, sync (and, with prioritized
     replay, give the batch the priorities of its new TD errors; `beta` is the importance weights' exponent
-    now). DQN's one training step in every mode (the actor-learner learner's too); returns each gradient's
-    statistics."""
+    now). DQN's one training step in every mode (the actor-learner learner's too), and that of any
+    algorithm that trains from replay with a loss of its own; returns each gradient's statistics."""
     memories = [replay] if isinstance(replay, ReplayMemory) else replay
     stats = []
     for _ in range(updates):
         batch = sample_batch(memories, batch_size, beta)
         if learner.augmentation is not None:
             batch = learner.augmentation(batch)
-        gradient = replay_gradient(learner, batch)
-        source.push(learner.flat.grad, samples=batch_size, loss=gradient.loss)
+        computed = gradient(learner, batch)
+        source.push(learner.flat.grad, samples=batch_size, loss=computed.loss)
         source.sync()
-        if batch.positions is not None and gradient.td_errors is not None:
-            update_priorities(memories, batch.positions, gradient.td_errors)
-        stats.append(gradient)
+        if batch.positions is not None and computed.td_errors is not None:
+            update_priorities(memories, batch.positions, computed.td_errors)
+        stats.append(computed)
     return stats
 
 
 class DQN(Algorithm):
-    """Transitions into the replay memory (which checkpoints keep), updates at the replay ratio; every mode."""
+    """Transitions into the replay memory (which checkpoints keep), updates at the replay ratio; every mode.
+    An algorithm that differs only in its network and loss (C51, QR-DQN) subclasses it and overrides
+    `network` and `gradient`."""
 
     name = "dqn"
     keeps_replay = True
@@ -77,7 +83,12 @@ class DQN(Algorithm):
     def collector(self, agent: AgentConfig, replay: ReplayMemory, observation_space: Any) -> TransitionSink:
         return replay
 
+    def gradient(self, learner: Learner, batch: Batch) -> GradientStats:
+        """Its loss on a replayed minibatch, its gradient into `learner.flat.grad`."""
+        return replay_gradient(learner, batch)
+
     def train(self, parts: AgentParts, source: ParameterSource, new_steps: int,
               beta: float = 1.0) -> list[GradientStats]:
         updates = parts.schedule.due(new_steps, parts.actor.env_steps)
-        return train_from_replay(parts.learner, parts.replay, source, updates, parts.settings.batch_size, beta)
+        return train_from_replay(parts.learner, parts.replay, source, updates, parts.settings.batch_size, beta,
+                                 self.gradient)
