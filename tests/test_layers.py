@@ -48,6 +48,12 @@ def test_the_core_knows_no_wire_service_mode_or_cli(name):
     assert sorted(i for i in imports_of(name) if within(i, ABOVE_THE_CORE)) == []
 
 
+
+@pytest.mark.parametrize("name", [name for name in MODULES if within(name, ("ddq.config", "ddq.models"))])
+def test_settings_and_networks_sit_below_the_core(name):
+    """config/ and models/ are what core/ builds from: they import nothing from it (core imports them)."""
+    assert sorted(i for i in imports_of(name) if within(i, ("ddq.core",))) == []
+
 @pytest.mark.parametrize("name", [name for name in MODULES if within(name, ("ddq.barista", "ddq.dashboard"))])
 def test_workers_and_dashboard_do_not_import_the_parameter_server(name):
     assert sorted(i for i in imports_of(name) if within(i, ("ddq.param_server",))) == []
