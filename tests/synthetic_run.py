@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
-from ddq.config import build_config, settings_document
+from ddq.config import settings_document
 from ddq.core.agent import env_spec, model_parameters
 from ddq.core.replay import state_shape
+from ddq.core.settings import build_config
 from ddq.services.telemetry import network_info
 from ddq.transport.keys import RunKeys, shard_bounds
 from ddq.transport.wire import WEIGHTS, Header, encode, layout_bytes

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from conftest import run_ddq
-from ddq.config import build_config
+from ddq.core.settings import build_config
 from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis

@@ -26,7 +26,7 @@ def _agent_of(config_file: Path, flags: tuple[str, ...]) -> dict:
     from dataclasses import asdict
 
     from ddq.cli import build_parser
-    from ddq.config import build_config
+    from ddq.core.settings import build_config
 
     args = build_parser().parse_args(["train", "--config", str(config_file), *flags])
     values = {k: v for k, v in vars(args).items()  # as `ddq train` passes them on

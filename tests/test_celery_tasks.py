@@ -15,8 +15,9 @@ import pytest
 import redis
 
 from conftest import run_ddq
-from ddq.config import build_config, write_settings
+from ddq.config import write_settings
 from ddq.core.agent import model_parameters
+from ddq.core.settings import build_config
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
 from ddq.services.tasks import celery_url

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from ddq.config import TrainConfig, build_config
+from ddq.config import TrainConfig
+from ddq.core.settings import build_config
 from ddq.flags import add_config_flags
 
 

@@ -96,6 +96,7 @@ def test_bf16_precision_gives_the_fp32_gradient_to_bfloat16_accuracy():
 
     from torch import nn
 
+    from ddq.core.algorithms.dqn import replay_gradient
     from ddq.core.learner import Learner
     from ddq.core.optimizers import OptimizerConfig
     from ddq.core.replay import Batch
@@ -109,7 +110,7 @@ def test_bf16_precision_gives_the_fp32_gradient_to_bfloat16_accuracy():
     gradients = {}
     for precision in ("fp32", "bf16"):
         learner = Learner(copy.deepcopy(network), OptimizerConfig(), 0.9, 10, precision=precision)
-        learner.compute_gradient(batch)
+        replay_gradient(learner, batch)
         gradients[precision] = learner.flat.grad.clone()
     assert not torch.equal(gradients["fp32"], gradients["bf16"])
     assert torch.nn.functional.cosine_similarity(gradients["fp32"], gradients["bf16"], dim=0) > 0.99
@@ -118,6 +119,7 @@ def test_bf16_precision_gives_the_fp32_gradient_to_bfloat16_accuracy():
 def test_the_learner_measures_its_telemetry_every_kth_gradient_and_clips_every_one():
     from torch import nn
 
+    from ddq.core.algorithms.dqn import replay_gradient
     from ddq.core.learner import Learner
     from ddq.core.optimizers import OptimizerConfig
     from ddq.core.replay import Batch
@@ -131,7 +133,7 @@ def test_the_learner_measures_its_telemetry_every_kth_gradient_and_clips_every_o
                       statistics_every=3)
     measured = []
     for _ in range(7):
-        stats = learner.compute_gradient(batch)
+        stats = replay_gradient(learner, batch)
         measured.append(stats.mean_max_q is not None and stats.grad_norm is not None)
         assert float(learner.flat.grad.norm()) == pytest.approx(0.5)  # rewards of ~50: every gradient is clipped
     assert measured == [True, False, False, True, False, False, True]

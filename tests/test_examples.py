@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ddq.config import build_config
 from ddq.core.agent import env_spec, make_learner
+from ddq.core.algorithms.dqn import replay_gradient
 from ddq.core.replay import ReplayMemory
+from ddq.core.settings import build_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "dqn.py"
 
@@ -50,7 +51,7 @@ def test_the_example_computes_serial_modes_targets_loss_and_gradient():
 
     targets, loss = example.targets_and_loss(q_net, target_net, batch, config.agent.gamma)
     loss.backward()
-    stats = learner.compute_gradient(batch)
+    stats = replay_gradient(learner, batch)
 
     with torch.no_grad():  # Double DQN's target by hand, with serial mode's own networks
         next_states = torch.from_numpy(batch.next_states)

@@ -50,6 +50,12 @@ def test_the_core_knows_no_wire_service_mode_or_cli(name):
     assert sorted(i for i in imports_of(name) if within(i, ABOVE_THE_CORE)) == []
 
 
+
+@pytest.mark.parametrize("name", [name for name in MODULES if within(name, ("ddq.config", "ddq.models"))])
+def test_settings_and_networks_sit_below_the_core(name):
+    """config/ and models/ are what core/ builds from: they import nothing from it (core imports them)."""
+    assert sorted(i for i in imports_of(name) if within(i, ("ddq.core",))) == []
+
 @pytest.mark.parametrize("name", [name for name in MODULES if within(name, ("ddq.barista", "ddq.dashboard"))])
 def test_workers_and_dashboard_do_not_import_the_parameter_server(name):
     assert sorted(i for i in imports_of(name) if within(i, ("ddq.param_server",))) == []
@@ -163,3 +169,36 @@ def test_the_dashboards_page_knows_no_env_by_name():
     static = SRC / "ddq" / "dashboard" / "static"
     for page in (static / "dashboard.js", static / "index.html"):
         assert not ENV_WORDS.search(page.read_text()), page
+
+
+def _names_in(node: ast.AST) -> list[str]:
+    """The string constants `node` is, or holds as a tuple, list or set of them (`x in ("dqn", "pqn")`)."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [item.value for item in items if isinstance(item, ast.Constant) and isinstance(item.value, str)]
+
+
+def test_only_the_algorithms_know_their_names():
+    """No module outside `core/algorithms/` branches on an algorithm's name: none compares a value with one
+    (`algo == "pqn"`, `in`, `case "pqn":`) or keys a dict by one, or looks one up by it (`table["pqn"]`); it
+    holds the algorithm the settings name and asks it. Help text, defaults and bench labels may name them."""
+    from ddq.core.algorithms import ALGORITHMS
+
+    names = set(ALGORITHMS)
+    found = []
+    for name, path in MODULES.items():
+        if within(name, ("ddq.core.algorithms",)):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+            elif isinstance(node, ast.Dict):
+                operands = [key for key in node.keys if key is not None]
+            elif isinstance(node, ast.Subscript):
+                operands = [node.slice]
+            elif isinstance(node, ast.MatchValue):
+                operands = [node.value]
+            else:
+                continue
+            if any(word.lower() in names for operand in operands for word in _names_in(operand)):
+                found.append(f"{name}, line {node.lineno}: {ast.unparse(node)[:100]}")
+    assert found == []

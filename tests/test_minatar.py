@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import run_ddq, summary_of
-from ddq.config import build_config
 from ddq.core.agent import env_spec, epsilon_schedule, q_network
 from ddq.core.replay import FrameStacker, ReplayMemory, state_shape
+from ddq.core.settings import build_config
 from ddq.gamesim.envs import make_vector_env
 
 

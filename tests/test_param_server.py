@@ -19,9 +19,9 @@ import redis
 import torch
 
 from conftest import run_ddq
-from ddq.config import build_config
 from ddq.core.agent import model_parameters
 from ddq.core.optimizers import FlatOptimizer
+from ddq.core.settings import build_config
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
 from ddq.transport.keys import RunKeys, readable_names
@@ -282,7 +282,7 @@ def test_metrics_hold_the_babysitting_numbers(redis_server, tmp_path):
 
 
 def test_shards_exit_when_the_driver_dies(redis_server, tmp_path):
-    code = (f"import sys, time; from pathlib import Path; from ddq.config import build_config; "
+    code = (f"import sys, time; from pathlib import Path; from ddq.core.settings import build_config; "
             f"from ddq.param_server.launch import start_shards; "
             f"c = build_config({{'env': 'CartPole-v1', 'server': {{'shards': 2}}}}); "
             f"ps = start_shards(c, {redis_server.url!r}, 'orphans', Path({str(tmp_path)!r})); "

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddq.config import build_config
+from ddq.core.settings import build_config
 from ddq.modes import placement as placement_module
 from ddq.modes.placement import LOOPBACK, placement
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from ddq.core.algorithms.dqn import replay_gradient
 from ddq.core.dqn import per_actor_epsilon, td_loss
 from ddq.core.learner import Learner
 from ddq.core.optimizers import OptimizerConfig
@@ -123,5 +124,5 @@ def test_weights_scale_the_loss_and_td_errors_come_back():
     memory = _memory(streams=1)
     _fill(memory, 4, td=lambda t: np.array([1.0]))
     learner = Learner(nn.Sequential(nn.Linear(1, 2)), OptimizerConfig(), 0.9, 10)
-    stats = learner.compute_gradient(memory.sample(4, beta=0.5))
+    stats = replay_gradient(learner, memory.sample(4, beta=0.5))
     assert stats.td_errors is not None and stats.td_errors.shape == (4,) and (stats.td_errors >= 0).all()

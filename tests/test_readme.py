@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddq.config import build_config
+from ddq.core.settings import build_config
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 README = (REPOSITORY / "README.md").read_text()

@@ -135,13 +135,14 @@ def test_n_step_transitions_sum_discounted_rewards_within_their_episode():
 def test_the_learner_bootstraps_with_each_transitions_discount():
     from torch import nn
 
+    from ddq.core.algorithms.dqn import replay_gradient
     from ddq.core.learner import Learner
     from ddq.core.optimizers import OptimizerConfig
 
     def gradient(**batch_fields):
         torch.manual_seed(0)
         learner = Learner(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), OptimizerConfig(), 0.9, 10)
-        learner.compute_gradient(Batch(**batch_fields))
+        replay_gradient(learner, Batch(**batch_fields))
         return learner.flat.grad.clone()
 
     states = np.arange(16, dtype=np.float32).reshape(4, 2, 2) / 16

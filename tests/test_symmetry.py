@@ -88,9 +88,10 @@ def test_augmentation_shows_states_and_next_states_through_one_symmetry_per_tran
 
 
 def test_a_snake_agent_with_board_symmetries_trains_on_every_minibatch_through_them():
-    from ddq.config import build_config
     from ddq.core.agent import build_agent
-    from ddq.core.weights import LocalParameters, train_from_replay
+    from ddq.core.algorithms.dqn import train_from_replay
+    from ddq.core.settings import build_config
+    from ddq.core.weights import LocalParameters
 
     config = build_config({"mode": "serial", "env": "ddq/Snake-v0", "board_symmetries": True, "num_envs": 4,
                            "model": "mlp", "hidden": [16]})
@@ -129,8 +130,8 @@ def test_a_regression_minibatch_shows_each_state_and_its_action_through_one_symm
 
 
 def test_a_pqn_snake_agent_with_board_symmetries_regresses_on_turned_boards():
-    from ddq.config import build_config
     from ddq.core.agent import build_agent
+    from ddq.core.settings import build_config
     from ddq.core.weights import LocalParameters
 
     config = build_config({"mode": "serial", "env": "ddq/Snake-v0", "algo": "pqn", "board_symmetries": True,

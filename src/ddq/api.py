@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ddq.config import REDIS_URL_ENV, TrainConfig, build_config, flat_settings, has_masked_secret, load_toml
+from ddq.config import REDIS_URL_ENV, TrainConfig, flat_settings, has_masked_secret, load_toml
 from ddq.lifecycle import StopReason
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     """The run's settings, checked before anything starts (a mistake costs one line), and the checkpoint
     it resumes from, if any."""
     from ddq.core import checkpoint as ckpt
+    from ddq.core.settings import build_config
     from ddq.preflight import check_run
 
     saved = None

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ddq.benchmarks.commands import add_bench_commands
-from ddq.config import REDIS_URL_ENV, build_config, read_settings
+from ddq.config import REDIS_URL_ENV, read_settings
 from ddq.flags import add_config_flags
 from ddq.preflight import check_redis
 from ddq.processes import process_started_at
@@ -111,6 +111,8 @@ def cmd_package(args: argparse.Namespace) -> int:
 
 def _config_from(args: argparse.Namespace, own: tuple[str, ...]):
     """The run settings of a command that also takes `ddq train`'s flags."""
+    from ddq.core.settings import build_config  # it asks the algorithms, which load torch
+
     skip = ("func", "config", "command", "started_at", *own)
     return build_config({k: v for k, v in vars(args).items() if k not in skip}, args.config)
 

@@ -11,13 +11,31 @@ import argparse
 import dataclasses
 import typing
 from collections.abc import Iterator
+from functools import cache
 from typing import Any
 
-from ddq.config import PQN_PRESETS, PRESETS, TrainConfig, field_type
+from ddq.config import PRESETS, TrainConfig, field_type
 
-_PRESETS = [*PRESETS.values(), *PQN_PRESETS.values()]
-_PRESET_KEYS = {"algo"} | {key for preset in _PRESETS for key in preset} | {
-    key for preset in _PRESETS for section in preset.values() if isinstance(section, dict) for key in section}
+
+@cache
+def _preset_keys() -> frozenset[str]:
+    """Every setting some preset sets: an env's, or an algorithm's over it."""
+    from ddq.core.algorithms import ALGORITHMS  # loads torch: only when help is shown
+
+    presets = [*PRESETS.values(), *(preset for kind in ALGORITHMS.values() for preset in kind.presets.values())]
+    return frozenset({"algo"} | {key for preset in presets for key in preset} | {
+        key for preset in presets for section in preset.values() if isinstance(section, dict) for key in section})
+
+
+class _PresetNote:
+    """", or the env's preset" after a setting's default where a preset sets it, worked out when help is
+    shown (`%(preset)s` in the help): the algorithms' presets load torch, which parsing flags does without."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __str__(self) -> str:
+        return ", or the env's preset" if self.name in _preset_keys() else ""
 
 
 @dataclasses.dataclass
@@ -59,16 +77,17 @@ def add_config_flags(parser: argparse.ArgumentParser, brief: bool = False) -> No
         f = s.field
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         shown = "none" if default is None else " ".join(map(str, default)) if s.is_list else default
-        preset = ", or the env's preset" if f.name in _PRESET_KEYS else ""
         help_text = f.metadata.get("help", "")
         if "default" not in help_text:  # some say it in their own words
-            help_text += f" (default: {shown}{preset})"
+            help_text += f" (default: {shown}%(preset)s)"
         if brief and not f.metadata.get("brief"):
             help_text = argparse.SUPPRESS
         flag = "--" + f.name.replace("_", "-")
         if s.kind is bool:
-            groups[key].add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                     default=argparse.SUPPRESS, help=help_text)
+            action = groups[key].add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                                              default=argparse.SUPPRESS, help=help_text)
         else:
-            groups[key].add_argument(flag, dest=f.name, type=_parse_optional(s.kind), nargs="+" if s.is_list else None,
-                                     default=argparse.SUPPRESS, help=help_text, metavar=f.name.upper())
+            action = groups[key].add_argument(flag, dest=f.name, type=_parse_optional(s.kind),
+                                              nargs="+" if s.is_list else None, default=argparse.SUPPRESS,
+                                              help=help_text, metavar=f.name.upper())
+        action.preset = _PresetNote(f.name)  # read by `%(preset)s` in its help

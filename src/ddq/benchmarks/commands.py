@@ -25,7 +25,8 @@ def parse_setting(text: str) -> tuple[str, Any]:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from ddq.benchmarks.serial import run_seeds, serial_table
-    from ddq.config import build_config, merge
+    from ddq.config import merge
+    from ddq.core.settings import build_config
 
     # Checked alone first, so a bad --set is named as one (not as a flag of that name) before any run.
     merge(build_config({"env": args.env}), dict(args.settings), "--set")

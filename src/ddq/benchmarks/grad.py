@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from ddq.core.algorithms.dqn import replay_gradient
 from ddq.core.learner import Learner
 from ddq.core.optimizers import OptimizerConfig
 from ddq.core.replay import Batch
@@ -116,7 +117,7 @@ def _ddq_step(size: int, batch: Batch, precision: str,
     layout = layout_bytes(learner.flat.layout_hash())
 
     def step() -> tuple[bytes, memoryview]:
-        stats = learner.compute_gradient(batch)
+        stats = replay_gradient(learner, batch)
         header = pack_header(Header(GRADIENT, layout, 0, learner.flat.size, samples=BATCH, loss=stats.loss))
         return header, learner.flat.grad.cpu().numpy().data.cast("B")
     return step, learner

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ddq.config import TrainConfig, build_config
+from ddq.config import TrainConfig
 from ddq.core.agent import env_spec, make_learner, make_replay, resolve_device, seed_everything
-from ddq.core.weights import LocalParameters, train_from_replay
+from ddq.core.algorithms.dqn import train_from_replay
+from ddq.core.settings import build_config
+from ddq.core.weights import LocalParameters
 
 
 @dataclass

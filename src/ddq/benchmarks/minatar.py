@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddq.config import build_config
+from ddq.core.settings import build_config
 from ddq.gamesim.envs import MINATAR_ACTION_SETS, minatar_id
 from ddq.modes import run_training
 from ddq.run_folder import read_metrics

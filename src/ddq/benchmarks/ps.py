@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ddq.config import TrainConfig, build_config
+from ddq.config import TrainConfig
 from ddq.core.agent import model_parameters
+from ddq.core.settings import build_config
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
 from ddq.transport.redis_client import connect as connect_redis

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddq.config import build_config, flat_settings
+from ddq.config import flat_settings
+from ddq.core.settings import build_config
 from ddq.gamesim.spec import score_of
 from ddq.modes import run_training
 

@@ -25,13 +25,11 @@ from ddq.config.sections import (
     TrainConfig,
 )
 from ddq.config.sources import (
-    PQN_PRESETS,
     PRESETS,
     SECTIONS,
     SETTINGS,
     SETTINGS_FORMAT,
     SETTINGS_VERSION,
-    build_config,
     config_of,
     field_type,
     flat_settings,
@@ -41,8 +39,8 @@ from ddq.config.sources import (
     setting_path,
 )
 
-__all__ = ["MASKED", "MODES", "PQN_PRESETS", "PRECISIONS", "PRESETS", "REDIS_URL_ENV", "SECTIONS", "SETTINGS",
+__all__ = ["MASKED", "MODES", "PRECISIONS", "PRESETS", "REDIS_URL_ENV", "SECTIONS", "SETTINGS",
            "SETTINGS_FORMAT", "SETTINGS_VERSION", "AgentConfig", "DistributedConfig", "RunConfig", "ServerConfig",
-           "ServicesConfig", "TrainConfig", "build_config", "config_from_document", "config_of", "decode_settings",
+           "ServicesConfig", "TrainConfig", "config_from_document", "config_of", "decode_settings",
            "encode_settings", "field_type", "flat_settings", "has_masked_secret", "load_toml", "masked_url", "merge",
            "preset_for", "read_settings", "settings_document", "setting_path", "without_secrets", "write_settings"]

@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddq.core.optimizer_settings import OptimizerConfig
+from ddq.config.optimizer import OptimizerConfig
 from ddq.gamesim import DEFAULT_ENV_ID
 from ddq.gamesim.envs import EnvOptions
 
 MODES = ("serial", "downpour", "actor-learner")
-ALGORITHMS = ("dqn", "pqn")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -90,10 +89,6 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
-        if self.algo not in ALGORITHMS:
-            raise ValueError(f"unknown algo {self.algo!r}; choose one of {', '.join(ALGORITHMS)}")
-        if self.algo == "pqn" and self.frame_stack != 1:
-            raise ValueError(f"algo pqn plays single frames: frame_stack must be 1, got {self.frame_stack}")
         _positive(self, "rollout_steps", "epochs", "minibatches")
         _fraction(self, "q_lambda")
         _positive(self, "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update", "buffer_size",
@@ -200,9 +195,6 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.distributed.sync and self.run.mode != "actor-learner":
             raise ValueError(f"sync rounds are a way of actor-learner training, not of {self.run.mode} mode")
-        if self.run.mode == "actor-learner" and self.agent.algo == "pqn":
-            raise ValueError("algo pqn trains in serial and downpour mode: actor-learner's learner draws from a "
-                             "replay memory of the actors' transitions, and PQN keeps none")
         if self.run.mode == "actor-learner" and self.distributed.server.shards != 1:
             raise ValueError(f"shards must be 1 in actor-learner mode (its one learner owns the weights), "
                              f"got {self.distributed.server.shards}")

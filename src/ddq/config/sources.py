@@ -1,6 +1,7 @@
 """Where settings come from and how they combine: defaults, the env's preset, a TOML file (or a run's
-settings document), a Caffe solver, then flags. Later sources override earlier ones; every setting's
-name is unique, so a file may name it inside its section's table or alone."""
+settings document), then flags. Later sources override earlier ones; every setting's name is unique, so
+a file may name it inside its section's table or alone. The whole order, with the algorithm's preset and
+a Caffe solver, is `ddq.core.settings.build_config`: it asks the algorithm, which sits above config."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ddq.config.sections import AgentConfig, RunConfig, TrainConfig
+from ddq.config.sections import TrainConfig
 from ddq.gamesim.envs import is_atari, is_minatar
 
 SETTINGS_FORMAT = "ddq-settings"
@@ -61,56 +62,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-# The algorithm an env trains with when none is named, where it is not DQN, and that algorithm's own
-# settings over the env's preset: chosen by measurement (docs/benchmarks.md). CartPole with PQN: a 64x64
-# MLP and Adam at 3e-3 reached 475 in a median 2.5 s over 10 serial seeds, against 4.8 s with the
-# preset's 256x256 MLP and 1.5e-3, and 18 s with DQN. LunarLander with PQN's own defaults (8 envs, a
-# 256x256 MLP, Adam at 1e-3) reached a greedy 200 in a median 39.7 s over 10 serial seeds, where DQN's
-# defaults took 64 s over 6. PQN needs more env steps: 150k-350k in serial mode, 234k-702k in downpour
-# (10 seeds each), so its budget is 1M (DQN's: 200k).
-DEFAULT_ALGORITHMS: dict[str, str] = {"CartPole-v1": "pqn", "LunarLander-v3": "pqn"}
-PQN_PRESETS: dict[str, dict[str, Any]] = {
-    "CartPole-v1": dict(hidden=[64, 64], optim=dict(lr=3e-3)),
-    "LunarLander-v3": dict(total_steps=1_000_000),
-    # MinAtar with PQN: the PQN paper's MinAtar settings (128 envs, rollouts of 32 steps, 2 passes of 32
-    # minibatches, lambda 0.65, Adam 5e-4, gradients clipped at 10), with epsilon falling over the first
-    # 250k frames where the paper's falls over 1M of its 10M, and a fixed rate where the paper's falls
-    # linearly to 0. No epsilon delay: the DQN preset's random frames warm its replay memory up, and PQN
-    # has none (its MinAtar runs were measured without one).
-    "minatar": dict(
-        num_envs=128, rollout_steps=32, epochs=2, minibatches=32, q_lambda=0.65, epsilon_end=0.05,
-        epsilon_steps=250_000, epsilon_delay=0, max_grad_norm=10.0,
-        optim=dict(optimizer="adam", lr=5e-4, eps=None, centered=False)),
-}
-
-
-def _preset_key(env_id: str) -> str:
+def preset_key(env_id: str) -> str:
+    """What presets are keyed by: the env's id, or its family ("atari", "minatar")."""
     return "atari" if is_atari(env_id) else "minatar" if is_minatar(env_id) else env_id
 
 
 def preset_for(env_id: str) -> dict[str, Any]:
-    return PRESETS.get(_preset_key(env_id), {})
-
-
-# Settings only DQN reads (its replay memory, target network, frame stacks and update schedule): naming one
-# asks for DQN, where no algorithm is named.
-DQN_SETTINGS = frozenset({"frame_stack", "buffer_size", "batch_size", "n_step", "learning_starts", "train_frequency",
-                          "replay_ratio", "target_update", "double_dqn", "prioritized", "priority_alpha",
-                          "priority_beta"})
-
-
-def default_algorithm(env_id: str, mode: str, named: set[str] | frozenset[str] = frozenset()) -> str:
-    """What a run trains with when no algorithm is named: the env's measured choice, DQN where there is
-    none, always DQN in actor-learner mode (its learner draws from a replay memory), and DQN where one
-    of the `named` settings is DQN's alone (a settings document of a run from before PQN names them all)."""
-    if mode == "actor-learner" or named & DQN_SETTINGS:
-        return "dqn"
-    return DEFAULT_ALGORITHMS.get(_preset_key(env_id), "dqn")
-
-
-def algorithm_preset_for(env_id: str, algo: str) -> dict[str, Any]:
-    """The settings `algo` needs over the env's preset, with the algorithm itself."""
-    return {"algo": algo, **(PQN_PRESETS.get(_preset_key(env_id), {}) if algo == "pqn" else {})}
+    return PRESETS.get(preset_key(env_id), {})
 
 
 def _sections(cls: type, path: tuple[str, ...] = ()) -> dict[str, tuple[str, ...]]:
@@ -255,12 +213,12 @@ def _where(source: str, key: str) -> str:
     return f"in {source}"
 
 
-def _named(values: dict[str, Any], name: str) -> Any:
+def named_setting(values: dict[str, Any], name: str) -> Any:
     """Setting `name` in `values`, named alone or inside its sections' tables; None when absent."""
     if name in values:
         return values[name]
     for key, value in values.items():
-        if key in SECTIONS and isinstance(value, dict) and (found := _named(value, name)) is not None:
+        if key in SECTIONS and isinstance(value, dict) and (found := named_setting(value, name)) is not None:
             return found
     return None
 
@@ -279,28 +237,6 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     if isinstance(values, dict) and values.get("format") == SETTINGS_FORMAT:
         return document_values(values, str(path))
     return values
-
-
-def build_config(cli_values: dict[str, Any], config_file: str | None = None,
-                 base: TrainConfig | None = None, solver_file: str | None = None) -> TrainConfig:
-    """Defaults (or `base`, for a resume), then the env's preset and its algorithm's (the one named, or
-    the env's measured choice), the file, a Caffe solver, then the flags."""
-    file_values = load_toml(config_file) if config_file else {}
-    if base is not None:
-        config = base
-    else:
-        env_id = cli_values.get("env") or _named(file_values, "env") or AgentConfig.env
-        mode = cli_values.get("mode") or _named(file_values, "mode") or RunConfig.mode
-        named = set(cli_values) | set(flat_settings(file_values))
-        algo = cli_values.get("algo") or _named(file_values, "algo") or default_algorithm(env_id, mode, named)
-        config = merge(TrainConfig(), preset_for(env_id), f"the preset for {env_id}")
-        config = merge(config, algorithm_preset_for(env_id, algo), f"the {algo} preset for {env_id}")
-    config = merge(config, file_values, config_file or "the config file")
-    if solver_file:
-        from ddq.models.caffe import load_solver
-
-        config = merge(config, load_solver(solver_file).as_settings(), solver_file)
-    return merge(config, cli_values, "the command line")
 
 
 def field_type(annotation: Any) -> tuple[type, bool]:

@@ -9,17 +9,17 @@ import numpy as np
 import torch
 
 from ddq.config import AgentConfig
-from ddq.core.actor import Actor
+from ddq.core.actor import Actor, TransitionSink
+from ddq.core.algorithms import Algorithm, algorithm_for
 from ddq.core.dqn import LinearSchedule, UpdateSchedule
 from ddq.core.learner import GradientStats, Learner
-from ddq.core.pqn import Rollout, train_on_rollout
 from ddq.core.prioritized import PrioritySettings, annealed_beta
 from ddq.core.replay import ReplayMemory, state_shape
 from ddq.core.symmetry import SymmetryAugmentation, board_symmetries
-from ddq.core.weights import ParameterSource, train_from_replay
+from ddq.core.weights import ParameterSource
 from ddq.gamesim.envs import make_vector_env
 from ddq.gamesim.spec import EnvSpec, read_env_spec
-from ddq.models import FlatParameters, build_q_network
+from ddq.models import FlatParameters
 
 
 def resolve_device(name: str) -> torch.device:
@@ -51,10 +51,9 @@ def q_network(agent: AgentConfig, frame_shape: tuple[int, ...], num_actions: int
 
 
 def network_for_states(agent: AgentConfig, states: tuple[int, ...], num_actions: int) -> torch.nn.Module:
-    """The agent's Q-network (model, hidden widths, dueling heads; LayerNorm for PQN) for states of shape
-    `states` (frames stacked first)."""
-    return build_q_network(agent.model, states, num_actions, agent.hidden, agent.dueling,
-                           layer_norm=agent.algo == "pqn")
+    """The agent's Q-network (model, hidden widths, dueling heads; what its algorithm needs, such as PQN's
+    LayerNorm) for states of shape `states` (frames stacked first)."""
+    return algorithm_for(agent.algo).network(agent, states, num_actions)
 
 
 def make_learner(agent: AgentConfig, frame_shape: tuple[int, ...], num_actions: int,
@@ -108,9 +107,10 @@ def model_parameters(agent: AgentConfig) -> FlatParameters:
 
 @dataclass
 class DQNAgent:
-    """The parts one DQN agent trains with, made together (Acme's builder): its learner (online and target
+    """The parts one agent trains with, made together (Acme's builder): its learner (online and target
     networks, optimizer), replay memory and actor over its own vector envs, the exploration and
-    update schedules. A mode adds only where the weights live (`ddq.core.weights`) and how it reports."""
+    update schedules, and the algorithm that trains them (`ddq.core.algorithms`). A mode adds only where
+    the weights live (`ddq.core.weights`) and how it reports."""
 
     device: torch.device
     learner: Learner
@@ -120,28 +120,20 @@ class DQNAgent:
     epsilon: LinearSchedule
     schedule: UpdateSchedule
     settings: AgentConfig
-    rollout: Rollout | None = None  # PQN's: the actor's transitions go here, not to the replay memory
+    algorithm: Algorithm
+    sink: TransitionSink  # what the actor collects into, as its algorithm says: the replay memory, or a rollout
 
     @property
     def replays(self) -> bool:
-        """Whether training draws from the replay memory (DQN), so that checkpoints should keep it; PQN's
-        stays empty."""
-        return self.rollout is None
+        """Whether the algorithm trains from the replay memory (DQN), so that checkpoints should keep it;
+        PQN's stays empty."""
+        return self.algorithm.keeps_replay
 
     def train(self, source: ParameterSource, new_steps: int, beta: float = 1.0) -> list[GradientStats]:
-        """The training due after the actor's `new_steps`, each gradient pushed to `source`: DQN's updates
-        at the replay ratio (prioritized replay's importance exponent now `beta`), or, for PQN, its epochs
-        on the rollout once the rollout is full. Every mode trains through this."""
-        a, rollout = self.settings, self.rollout
-        if rollout is None:
-            return train_from_replay(self.learner, self.replay, source, self.schedule.due(new_steps,
-                                     self.actor.env_steps), a.batch_size, beta)
-        if not rollout.full:
-            return []
-        stats = train_on_rollout(self.learner, rollout, source, a.gamma, a.q_lambda, a.epochs, a.minibatches,
-                                 self.rng)
-        rollout.clear()
-        return stats
+        """The training due after the actor's `new_steps`, as its algorithm says, each gradient pushed to
+        `source` (prioritized replay's importance exponent now `beta`): DQN's updates at the replay ratio,
+        PQN's epochs on the rollout once the rollout is full. Every mode trains through this."""
+        return self.algorithm.train(self, source, new_steps, beta)
 
 
 def build_agent(agent: AgentConfig, seed: int, total_steps: int) -> DQNAgent:
@@ -154,8 +146,8 @@ def build_agent(agent: AgentConfig, seed: int, total_steps: int) -> DQNAgent:
     replay = make_replay(agent, spec.frame_shape, spec.frame_dtype, seed, total_steps)
     rng = np.random.default_rng(seed)
     envs = make_vector_env(agent.env, agent.num_envs, agent.env_options)
-    rollout = Rollout(agent.rollout_steps, agent.num_envs, envs.single_observation_space) if agent.algo == "pqn" \
-        else None
-    actor = Actor(envs, rollout or replay, agent.frame_stack, rng, device)
+    algorithm = algorithm_for(agent.algo)
+    sink = algorithm.collector(agent, replay, envs.single_observation_space)
+    actor = Actor(envs, sink, agent.frame_stack, rng, device)
     return DQNAgent(device, learner, replay, actor, rng, epsilon_schedule(agent), update_schedule(agent), agent,
-                    rollout)
+                    algorithm, sink)

@@ -1,9 +1,9 @@
-"""The learner: a Q-network and its target, turning minibatches into flat gradients and updates.
+"""The learner: a Q-network and its target, turning an algorithm's loss into flat gradients and updates.
 
-Every mode calls `compute_gradient` and hands `flat.grad` to its parameter
-source (`ddq.core.weights`): in serial mode that source is this learner's own
-optimizer (`apply_gradient`); in downpour, the parameter server's shards,
-which apply the same `FlatOptimizer`. Either way the arithmetic is the core's.
+An algorithm (`ddq.core.algorithms`) computes its loss with the learner's networks and hands it to
+`gradient_of`; every mode then hands `flat.grad` to its parameter source (`ddq.core.weights`): in serial
+mode that source is this learner's own optimizer (`apply_gradient`); in downpour, the parameter server's
+shards, which apply the same `FlatOptimizer`. Either way the arithmetic is the core's.
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ddq.config import PRECISIONS
-from ddq.core.dqn import double_dqn_targets, dqn_targets, target_refresh_due, td_errors, td_loss
+from ddq.core.dqn import target_refresh_due
 from ddq.core.optimizers import FlatOptimizer, OptimizerConfig
-from ddq.core.replay import Batch
 from ddq.core.symmetry import SymmetryAugmentation
 from ddq.models import FlatParameters
 
@@ -72,38 +70,9 @@ class Learner:
     def to_tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)
 
-    def compute_gradient(self, batch: Batch) -> GradientStats:
-        """(Double-)DQN Huber loss on `batch`; its (clipped) gradient lands in `self.flat.grad`."""
-        states, next_states = self.to_tensor(batch.states), self.to_tensor(batch.next_states)
-        actions, rewards = self.to_tensor(batch.actions), self.to_tensor(batch.rewards)
-        terminated = self.to_tensor(batch.terminated)
-        gamma = self.gamma if batch.discounts is None else self.to_tensor(batch.discounts)  # n-step: gamma^m
-        with torch.no_grad(), self._autocast():
-            next_target_q = self.target(next_states).float()
-            if self.double_dqn:
-                targets = double_dqn_targets(rewards, terminated, self.online(next_states).float(),
-                                             next_target_q, gamma)
-            else:
-                targets = dqn_targets(rewards, terminated, next_target_q, gamma)
-        with self._autocast():
-            q_values = self.online(states).float()
-        weights = None if batch.weights is None else self.to_tensor(batch.weights)
-        stats = self._gradient_of(td_loss(q_values, actions, targets, weights), q_values)
-        if weights is not None:
-            stats.td_errors = td_errors(q_values.detach(), actions, targets).cpu().numpy()
-        return stats
-
-    def compute_regression_gradient(self, states: torch.Tensor, actions: torch.Tensor,
-                                    returns: torch.Tensor) -> GradientStats:
-        """PQN's loss: the squared error between Q(s, a) and fixed returns (`ddq.core.pqn`); its (clipped)
-        gradient lands in `self.flat.grad`. The target network plays no part."""
-        with self._autocast():
-            q_values = self.online(states).float()
-        chosen = q_values.gather(1, actions.unsqueeze(1)).squeeze(1)
-        return self._gradient_of(F.mse_loss(chosen, returns.detach()), q_values)
-
-    def _gradient_of(self, loss: torch.Tensor, q_values: torch.Tensor) -> GradientStats:
-        """Backpropagates `loss` into `self.flat.grad`, clips its norm, and measures what is due."""
+    def gradient_of(self, loss: torch.Tensor, q_values: torch.Tensor) -> GradientStats:
+        """Backpropagates an algorithm's `loss` (computed from `q_values`, the online network's on the
+        minibatch) into `self.flat.grad`, clips its norm, and measures what is due."""
         self.flat.zero_grad()
         loss.backward()
         measured = self.gradients % self.statistics_every == 0
@@ -114,7 +83,8 @@ class Learner:
         mean_max_q = float(q_values.detach().max(dim=1).values.mean()) if measured else None
         return GradientStats(float(loss.detach()), mean_max_q, grad_norm if measured else None)
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Where an algorithm runs the networks forward: bfloat16 autocast under precision bf16."""
         # A disabled torch.autocast still costs about 10 us to enter and leave: a tenth of a small MLP's update.
         if self.precision != "bf16":
             return contextlib.nullcontext()

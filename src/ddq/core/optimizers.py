@@ -14,7 +14,7 @@ from dataclasses import asdict
 
 import torch
 
-from ddq.core.optimizer_settings import OPTIMIZERS, OptimizerConfig
+from ddq.config.optimizer import OPTIMIZERS, OptimizerConfig
 
 __all__ = ["OPTIMIZERS", "FlatOptimizer", "OptimizerConfig"]
 

@@ -4,7 +4,7 @@ In the spirit of Acme's VariableSource / VariableClient. A worker holds a
 learner (an online and a target network over flat parameters) and a
 `ParameterSource`; it trains by
 
-    stats = learner.compute_gradient(batch)   # the gradient lands in learner.flat.grad
+    stats = replay_gradient(learner, batch)   # the algorithm's loss: its gradient lands in learner.flat.grad
     source.push(learner.flat.grad, ...)       # somebody applies it
     source.sync()                             # the newest weights (and target) are now in the learner
 
@@ -15,14 +15,12 @@ server's client (downpour: shards apply it and publish the weights).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 import torch
 
-from ddq.core.learner import GradientStats, Learner
-from ddq.core.replay import ReplayMemory, sample_batch, update_priorities
+from ddq.core.learner import Learner
 
 
 class WeightsSource(Protocol):
@@ -74,23 +72,3 @@ class LocalParameters:
     def close(self) -> None:
         pass
 
-
-def train_from_replay(learner: Learner, replay: ReplayMemory | Sequence[ReplayMemory], source: ParameterSource,
-                      updates: int, batch_size: int, beta: float = 1.0) -> list[GradientStats]:
-    """`updates` rounds of: sample a minibatch (shown through `learner.augmentation`, if the run has one),
-    compute its gradient against the current weights, push it to `source`, sync (and, with prioritized
-    replay, give the batch the priorities of its new TD errors; `beta` is the importance weights' exponent
-    now). The one training step of every mode; returns each gradient's statistics."""
-    memories = [replay] if isinstance(replay, ReplayMemory) else replay
-    stats = []
-    for _ in range(updates):
-        batch = sample_batch(memories, batch_size, beta)
-        if learner.augmentation is not None:
-            batch = learner.augmentation(batch)
-        gradient = learner.compute_gradient(batch)
-        source.push(learner.flat.grad, samples=batch_size, loss=gradient.loss)
-        source.sync()
-        if batch.positions is not None and gradient.td_errors is not None:
-            update_priorities(memories, batch.positions, gradient.td_errors)
-        stats.append(gradient)
-    return stats

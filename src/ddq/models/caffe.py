@@ -17,7 +17,7 @@ from pathlib import Path
 
 from torch import nn
 
-from ddq.core.optimizers import OptimizerConfig
+from ddq.config.optimizer import OptimizerConfig
 from ddq.models.caffe_layers import Layer, build_sequential
 from ddq.models.prototxt import Message, PrototxtError, parse
 

@@ -1,0 +1,44 @@
+"""The algorithms ddq trains with, each one module behind one interface (`base.Algorithm`), named once here
+(SB3's small registry): the rest of ddq holds the algorithm the settings name and asks it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddq.core.algorithms.base import AgentParts, Algorithm
+from ddq.core.algorithms.dqn import DQN
+from ddq.core.algorithms.pqn import PQN
+
+ALGORITHMS: dict[str, type[Algorithm]] = {"dqn": DQN, "pqn": PQN}
+DEFAULT = DQN  # what a run trains where nothing asks for another (`default_algorithm`)
+
+
+def algorithm_for(name: str) -> Algorithm:
+    """The algorithm `--algo` names."""
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algo {name!r}; choose one of {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]()
+
+
+def default_algorithm(preset_key: str, mode: str, named: set[str] | frozenset[str] = frozenset()) -> Algorithm:
+    """What a run trains with when no algorithm is named: the env's measured choice (by its preset key), DQN
+    where there is none; DQN too where the choice cannot train in `mode` (PQN in actor-learner mode, whose
+    learner draws from a replay memory), or where one of the `named` settings is read only by another
+    algorithm (a settings document of a run from before PQN names all of DQN's)."""
+    for kind in ALGORITHMS.values():
+        if preset_key in kind.chosen_for and mode in kind.modes and not named & _read_only_by_others(kind):
+            return kind()
+    return DEFAULT()
+
+
+def _read_only_by_others(kind: type[Algorithm]) -> frozenset[str]:
+    return frozenset().union(*(other.reads_alone for other in ALGORITHMS.values() if other is not kind))
+
+
+def algorithm_preset(algorithm: Algorithm, preset_key: str) -> dict[str, Any]:
+    """The settings `algorithm` needs over the env's preset, with the algorithm itself."""
+    return {"algo": algorithm.name, **algorithm.presets.get(preset_key, {})}
+
+
+__all__ = ["ALGORITHMS", "DEFAULT", "AgentParts", "Algorithm", "algorithm_for", "algorithm_preset",
+           "default_algorithm"]

@@ -1,0 +1,38 @@
+"""A run's settings from all their sources, in order: defaults (or a resumed run's), the env's preset, its
+algorithm's preset (the one named, or the env's measured choice: `ddq.core.algorithms`), a TOML file, a
+Caffe solver, then flags; then the algorithm checks that it can train with them. The sources themselves,
+and how two combine, are `ddq.config`'s; this order lives here, above config, because it asks the algorithm."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddq.config import AgentConfig, RunConfig, TrainConfig, flat_settings, load_toml, merge, preset_for
+from ddq.config.sources import named_setting, preset_key
+from ddq.core.algorithms import algorithm_for, algorithm_preset, default_algorithm
+
+
+def build_config(cli_values: dict[str, Any], config_file: str | None = None,
+                 base: TrainConfig | None = None, solver_file: str | None = None) -> TrainConfig:
+    """Defaults (or `base`, for a resume), then the env's preset and its algorithm's (the one named, or
+    the env's measured choice), the file, a Caffe solver, then the flags; checked by the algorithm."""
+    file_values = load_toml(config_file) if config_file else {}
+    if base is not None:
+        config = base
+    else:
+        env_id = cli_values.get("env") or named_setting(file_values, "env") or AgentConfig.env
+        mode = cli_values.get("mode") or named_setting(file_values, "mode") or RunConfig.mode
+        named = set(cli_values) | set(flat_settings(file_values))
+        algo = cli_values.get("algo") or named_setting(file_values, "algo")
+        key = preset_key(env_id)
+        algorithm = algorithm_for(algo) if algo else default_algorithm(key, mode, named)
+        config = merge(TrainConfig(), preset_for(env_id), f"the preset for {env_id}")
+        config = merge(config, algorithm_preset(algorithm, key), f"the {algorithm.name} preset for {env_id}")
+    config = merge(config, file_values, config_file or "the config file")
+    if solver_file:
+        from ddq.models.caffe import load_solver
+
+        config = merge(config, load_solver(solver_file).as_settings(), solver_file)
+    config = merge(config, cli_values, "the command line")
+    algorithm_for(config.agent.algo).check(config)
+    return config
