@@ -65,7 +65,7 @@ def test_dummy_client_drives_a_barista(tmp_path):
 def test_the_heartbeat_window_means_the_mean_max_q_the_learner_measured():
     """The learner reads the mean max-Q on 1 gradient in 8: the window averages the readings it got, every
     gradient's loss, and keeps the last reading through a window that got none."""
-    from ddq.barista.worker import StatsWindow, WorkerStats
+    from ddq.workers.barista import StatsWindow, WorkerStats
 
     stats, window = WorkerStats(worker=0, attempt=0), StatsWindow()
     for loss, max_q in ((1.0, 5.0), (2.0, None), (3.0, None), (6.0, 7.0)):

@@ -94,7 +94,7 @@ def test_a_redis_password_is_masked_wherever_settings_are_written():
     assert "s3cret" not in json.dumps(settings_document(config)) and config.distributed.redis_url.endswith("s3cret@host/0")
     from pathlib import Path
 
-    from ddq.modes.bookkeeping import RunCounters, run_summary
+    from ddq.bookkeeping import RunCounters, run_summary
 
     assert "s3cret" not in json.dumps(run_summary(config, RunCounters(), None, 0, Path("c.pt"), None))
 

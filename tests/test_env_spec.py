@@ -6,12 +6,12 @@ import random
 import numpy as np
 import pytest
 
-from ddq.config import build_config
+from ddq.bookkeeping import progress_values
 from ddq.core.agent import env_spec
+from ddq.core.settings import build_config
 from ddq.gamesim import spec as spec_module
 from ddq.gamesim.envs import EnvOptions, board_action_moves
 from ddq.gamesim.spec import EnvSpec, Score, read_env_spec, score_of
-from ddq.modes.bookkeeping import progress_values
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import redis
 import torch
 from torch import nn
 
+from ddq.bookkeeping import play_evaluation
 from ddq.config import config_of
 from ddq.models import FlatParameters
 from ddq.modes.background_eval import BackgroundEvaluations
-from ddq.modes.bookkeeping import play_evaluation
 from ddq.transport.eval_points import EvaluationPoint, PointReader, publish_point
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.wire import WEIGHTS, Header, encode, layout_bytes

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from ddq.barista.experience_actor import Outbox
 from ddq.config import config_of
 from ddq.core.actor import Actor
 from ddq.core.replay import ReplayMemory
 from ddq.gamesim.envs import make_vector_env
 from ddq.models import build_q_network
 from ddq.transport.experience import HEADER, ExpectExperience, Experience, ExperienceError, decode, encode
+from ddq.workers.actor import Outbox
 
 SHAPE = (4, 5)
 EXPECT = ExpectExperience("run-a", SHAPE, np.dtype(np.uint8), num_actions=3)

@@ -16,7 +16,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 CORE = ("ddq.core", "ddq.gamesim", "ddq.models", "ddq.config")
-ABOVE_THE_CORE = ("ddq.param_server", "ddq.barista", "ddq.modes", "ddq.services", "ddq.dashboard", "ddq.cli",
+ABOVE_THE_CORE = ("ddq.param_server", "ddq.workers", "ddq.modes", "ddq.services", "ddq.dashboard", "ddq.cli",
                   "ddq.transport", "ddq.lifecycle", "ddq.benchmarks", "pyspark", "celery", "flask", "redis")
 
 
@@ -51,12 +51,53 @@ def test_the_core_knows_no_wire_service_mode_or_cli(name):
 
 
 
-@pytest.mark.parametrize("name", [name for name in MODULES if within(name, ("ddq.config", "ddq.models"))])
-def test_settings_and_networks_sit_below_the_core(name):
-    """config/ and models/ are what core/ builds from: they import nothing from it (core imports them)."""
-    assert sorted(i for i in imports_of(name) if within(i, ("ddq.core",))) == []
+# The layers, top to bottom, as docs/architecture.md draws them. A module imports only from its own package
+# and from rows below its own; packages on one row are peers and import nothing from each other (the
+# algorithm's core and the transport know nothing of each other: the processes above put them together).
+ROWS = [
+    ("ddq", "ddq.__main__", "ddq.spark_submit"),  # the package's front door, and the command's entries
+    ("ddq.cli",),
+    ("ddq.api", "ddq.benchmarks", "ddq.flags"),
+    ("ddq.modes",),
+    ("ddq.dashboard",),
+    ("ddq.services",),
+    ("ddq.workers", "ddq.central_learner", "ddq.param_server", "ddq.preflight", "ddq.shipping", "ddq.bookkeeping"),
+    ("ddq.lifecycle",),
+    ("ddq.core", "ddq.transport"),
+    ("ddq.models",),
+    ("ddq.config",),
+    ("ddq.gamesim",),
+    ("ddq.processes", "ddq.run_folder"),
+]
 
-@pytest.mark.parametrize("name", [name for name in MODULES if within(name, ("ddq.barista", "ddq.dashboard"))])
+
+def package_of(name: str) -> str:
+    """The row entry `name` belongs to: its package (ddq.core.agent: ddq.core), or itself (ddq.api)."""
+    if name == "ddq":
+        return name
+    return next(entry for entry in sorted((e for row in ROWS for e in row if e != "ddq"), key=len, reverse=True)
+                if within(name, (entry,)))
+
+
+def row_of(name: str) -> int:
+    return next(index for index, row in enumerate(ROWS) if package_of(name) in row)
+
+
+def test_every_module_has_a_row():
+    unplaced = [name for name in MODULES if name != "ddq" and not any(within(name, (entry,)) for row in ROWS
+                                                                      for entry in row if entry != "ddq")]
+    assert unplaced == [], "place each new package in ROWS and in docs/architecture.md's table"
+
+
+@pytest.mark.parametrize("name", [name for name in MODULES if name not in ("ddq", "ddq.__main__")])
+def test_layers_point_down(name):
+    """Each module imports only its own package and rows below its own: the whole rule, every package."""
+    upward = sorted(target for target in imports_of(name) if target in MODULES or target == "ddq"
+                    if package_of(target) != package_of(name) and row_of(target) <= row_of(name))
+    assert upward == [], f"{name} (row {row_of(name)}) imports from its own row or above"
+
+
+@pytest.mark.parametrize("name", [name for name in MODULES if within(name, ("ddq.workers", "ddq.dashboard"))])
 def test_workers_and_dashboard_do_not_import_the_parameter_server(name):
     assert sorted(i for i in imports_of(name) if within(i, ("ddq.param_server",))) == []
 

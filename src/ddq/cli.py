@@ -81,7 +81,7 @@ def cmd_param_server(args: argparse.Namespace) -> int:
 def cmd_learner(args: argparse.Namespace) -> int:
     import logging
 
-    from ddq.learner_process.server import LearnerServer
+    from ddq.central_learner.server import LearnerServer
 
     logging.basicConfig(level=logging.INFO, format=f"ddq learner[{args.run}]: %(message)s")
     config = read_settings(args.settings)  # what the driver resolved: used as it is
@@ -94,7 +94,7 @@ def cmd_learner(args: argparse.Namespace) -> int:
 def cmd_package(args: argparse.Namespace) -> int:
     """Writes what spark-submit needs: ddq.zip (--py-files), ddq_submit.py (the script it runs) and the
     environment archive (--archives), then prints the command."""
-    from ddq.modes.shipping import PackagingError, write_package
+    from ddq.shipping import PackagingError, write_package
 
     if args.no_env and args.env:
         print("ddq package: --env and --no-env contradict each other: give one", file=sys.stderr)
@@ -118,9 +118,9 @@ def _config_from(args: argparse.Namespace, own: tuple[str, ...]):
 
 
 def cmd_barista_serve(args: argparse.Namespace) -> int:
-    from ddq.barista.server import BaristaServer
-    from ddq.barista.worker import Barista
     from ddq.param_server.client import remote_source
+    from ddq.workers.barista import Barista
+    from ddq.workers.barista_server import BaristaServer
 
     config = _config_from(args, ("run", "worker", "port", "url_file", "action"))
     if not config.distributed.redis_url:

@@ -20,10 +20,10 @@ import threading
 import torch
 from torch import nn
 
+from ddq.bookkeeping import play_evaluation
 from ddq.config import TrainConfig
 from ddq.core.evaluate import Evaluation
 from ddq.models import FlatParameters
-from ddq.modes.bookkeeping import play_evaluation
 from ddq.transport.eval_points import EvaluationPoint
 
 MAX_THREADS = 16

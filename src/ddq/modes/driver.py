@@ -26,21 +26,21 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ddq.bookkeeping import RunCounters, RunRecord, progress_values, run_summary
 from ddq.config import TrainConfig, encode_settings
 from ddq.core.agent import env_spec, make_learner, resolve_device, seed_everything
 from ddq.core.replay import state_shape
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
-from ddq.modes.bookkeeping import RunCounters, RunRecord, progress_values, run_summary
 from ddq.modes.evaluators import Evaluator, WeightsMirror
 from ddq.modes.placement import placement
 from ddq.modes.run_services import RunServices
-from ddq.modes.shipping import package_zip
 from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask, launched_by_spark_submit, local_master, spark_context
 from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor
 from ddq.run_folder import RunLog
 from ddq.services.archive import save_telemetry
 from ddq.services.telemetry import lost_and_redone, network_info, newest_rows, worker_rows
+from ddq.shipping import package_zip
 from ddq.transport.redis_client import StoreError
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks

@@ -12,12 +12,12 @@ from typing import Protocol
 
 import torch
 
+from ddq.bookkeeping import RunRecord, play_evaluation
 from ddq.config import TrainConfig
 from ddq.core import checkpoint as ckpt
 from ddq.core.dqn import next_mark
 from ddq.core.learner import Learner
 from ddq.modes.background_eval import BackgroundEvaluations
-from ddq.modes.bookkeeping import RunRecord, play_evaluation
 from ddq.modes.run_services import RunServices
 from ddq.param_server.client import ParameterClient
 from ddq.services.telemetry import record_evaluation

@@ -5,7 +5,7 @@ On a laptop (`local[N]`) everything stays on this host: Spark's driver binds 127
 Redis a unix socket. With a cluster master (spark://, yarn, k8s://), executors run elsewhere: the driver
 advertises the address of this host that reaches the master, the private Redis listens there (TLS, a
 password made for the run; unless the run names its own Redis), and the job carries ddq itself as a zip
-(`SparkContext.addPyFile`, `ddq.modes.shipping`), so executors need only ddq's dependencies.
+(`SparkContext.addPyFile`, `ddq.shipping`), so executors need only ddq's dependencies.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ddq.bookkeeping import RunCounters, note_evaluation, play_evaluation, progress_values, run_summary
 from ddq.config import TrainConfig
 from ddq.core import checkpoint as ckpt
 from ddq.core.agent import build_agent, env_spec, importance_beta
@@ -22,7 +23,6 @@ from ddq.core.dqn import next_mark
 from ddq.core.symmetry import SymmetryAugmentation
 from ddq.core.weights import LocalParameters
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
-from ddq.modes.bookkeeping import RunCounters, note_evaluation, play_evaluation, progress_values, run_summary
 from ddq.run_folder import RunLog
 
 

@@ -22,8 +22,8 @@ def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run
     `settings` is the driver's `encode_settings` text, used as it is."""
     from pyspark import TaskContext
 
-    from ddq.barista.worker import Barista
     from ddq.param_server.client import remote_source
+    from ddq.workers.barista import Barista
 
     context = TaskContext.get()
     attempt = context.attemptNumber() if context else 0
@@ -38,8 +38,8 @@ def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: 
     tasks form a barrier stage, and the actors meet at its barrier between rounds."""
     from pyspark import BarrierTaskContext, TaskContext
 
-    from ddq.barista.experience_actor import ExperienceActor
     from ddq.param_server.client import ParameterClient
+    from ddq.workers.actor import ExperienceActor
 
     config = decode_settings(settings, "the driver's settings")
     context = BarrierTaskContext.get() if config.distributed.sync else TaskContext.get()

@@ -26,9 +26,7 @@ class PackagingError(ValueError):
 
 def package_zip(folder: Path) -> Path:
     """folder/ddq.zip: the ddq package as Spark's --py-files (and `addPyFile`) take it."""
-    import ddq
-
-    package = Path(ddq.__file__).parent
+    package = Path(__file__).resolve().parent  # this module sits at the package's top
     folder.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(folder / "ddq.zip", "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(package.rglob("*")):

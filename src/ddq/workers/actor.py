@@ -1,4 +1,4 @@
-"""An actor of actor-learner training: a Barista that only plays, sending its experience to the learner.
+"""An actor of actor-learner training: a worker that only plays, sending its experience to the central learner.
 
 Its loop: play a vector step epsilon-greedily with the newest weights it has,
 keep the step in its outbox, and every `send_every` steps send the outbox to
@@ -24,7 +24,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from ddq.barista.worker import HEARTBEAT_S, WORKER_SEED_STRIDE, StatsWindow, WorkerStats
 from ddq.config import TrainConfig
 from ddq.core.actor import Actor, Episode
 from ddq.core.agent import env_spec, epsilon_schedule, q_network, seed_everything
@@ -36,6 +35,7 @@ from ddq.models import FlatParameters
 from ddq.transport.experience import Experience, encode
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.worker_channel import WorkerChannel
+from ddq.workers.barista import HEARTBEAT_S, WORKER_SEED_STRIDE, StatsWindow, WorkerStats
 
 # Builds an actor's weights source around its network's flat parameters (kept current by `sync`).
 WeightsFactory = Callable[[FlatParameters], WeightsSource]

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ddq.barista.worker import Barista
+from ddq.workers.barista import Barista
 
 MAX_REQUEST_BYTES = 4096
 MAX_STEPS_PER_REQUEST = 10_000_000
