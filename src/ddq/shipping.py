@@ -75,7 +75,7 @@ def write_package(folder: Path, environment: Path | None, compress_level: int = 
     if environment is not None:
         check_environment(environment)
     package_zip(folder)
-    shutil.copy(Path(__file__).parent.parent / "spark_submit.py", folder / SUBMIT_SCRIPT)
+    shutil.copy(Path(__file__).parent / "spark_submit.py", folder / SUBMIT_SCRIPT)
     command = ["spark-submit", "--master", "URL", "--py-files", str(folder / "ddq.zip")]
     if environment is not None:
         environment_archive(environment, folder, compress_level)
