@@ -153,3 +153,39 @@ def test_the_learner_bootstraps_with_each_transitions_discount():
                           gradient(**common, terminated=np.ones(4, bool)))
     assert torch.allclose(gradient(**common, terminated=np.zeros(4, bool), discounts=np.full(4, 0.9, np.float32)),
                           gradient(**common, terminated=np.zeros(4, bool)))
+
+
+
+SAVE_UNDER_A_SIZE_LIMIT = """
+import resource, signal, sys
+import numpy as np
+from ddq.core.replay import ReplayMemory
+memory = ReplayMemory(32_000, 1, (2, 2), np.uint8, 1, seed=0)
+memory.load(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))  # a disk that fills mid-write
+try:
+    memory.save(sys.argv[1])
+except OSError as error:
+    print("failed:", error.strerror)
+"""
+
+
+def test_a_save_that_fails_mid_write_leaves_the_previous_replay_file_whole(tmp_path):
+    """The replay memory is written whole or not at all: a save that stops part-way (a full disk, a kill)
+    leaves the file of the save before it loadable. Written in place, it was a truncated zip that --resume
+    could not read."""
+    import subprocess
+    import sys
+
+    memory = ReplayMemory(32_000, 1, (2, 2), np.uint8, 1, seed=0)  # about 0.6 MB of arrays a save
+    run_episode_stream(memory, {50, 120}, 200)
+    path = tmp_path / "replay.npz"
+    memory.save(str(path))
+    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_SIZE_LIMIT, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert "failed: File too large" in done.stdout, (done.stdout, done.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["replay.npz"]  # no temporary file left behind
+    restored = ReplayMemory(32_000, 1, (2, 2), np.uint8, 1, seed=0)
+    restored.load(str(path))
+    assert restored.written == memory.written  # the first save's memory, whole

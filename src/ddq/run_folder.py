@@ -6,19 +6,24 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
-def write_whole(path: str | Path, data: bytes) -> Path:
-    """Writes `data` to `path` whole or not at all: into a temporary file beside it, flushed to disk, then
-    renamed over `path` (a rename is atomic within a file system), and the folder's entry flushed too. A
-    crash, a kill or a full disk leaves the previous file as it was."""
+def write_whole(path: str | Path, data: bytes | Callable[[BinaryIO], object]) -> Path:
+    """Writes `data` (bytes, or a function that writes to the open binary file it is given) to `path`
+    whole or not at all: into a temporary file beside it, flushed to disk, then renamed over `path` (a
+    rename is atomic within a file system), and the folder's entry flushed too. A crash, a kill or a full
+    disk leaves the previous file as it was, and no temporary file behind."""
     path = Path(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as file:
-            file.write(data)
+            if isinstance(data, bytes):
+                file.write(data)
+            else:
+                data(file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)

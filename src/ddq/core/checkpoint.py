@@ -10,7 +10,6 @@ default `weights_only=True` opens it, and nothing in it is executable.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from ddq.core.agent import network_for_states
 from ddq.core.learner import Learner
 from ddq.models import model_definition
 from ddq.models.networks import network_from_definition, with_dueling_head
+from ddq.run_folder import write_whole
 
 CHECKPOINT_NAME = "checkpoint.pt"
 REPLAY_NAME = "replay.npz"
@@ -28,7 +28,8 @@ REPLAY_NAME = "replay.npz"
 
 def save_checkpoint(path: str | Path, config: TrainConfig, learner: Learner,
                     counters: dict[str, Any], rng_states: dict[str, Any]) -> Path:
-    """Write atomically (temp file, then rename) so a crash never leaves half a checkpoint."""
+    """Written whole or not at all (`ddq.run_folder.write_whole`): a crash or a full disk never leaves half a
+    checkpoint."""
     path = Path(path)
     payload = {
         "format": "ddq-checkpoint-1",
@@ -41,10 +42,7 @@ def save_checkpoint(path: str | Path, config: TrainConfig, learner: Learner,
     definition = model_definition(config.agent.model)
     if definition is not None:  # so the checkpoint still loads where that file is not
         payload["model_definition"] = definition.read_text()
-    tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-    return path
+    return write_whole(path, lambda file: torch.save(payload, file))
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import numpy as np
 from ddq.core.dqn import n_step_returns
 from ddq.core.prioritized import PrioritySettings, SumTree, importance_weights, priority
 from ddq.gamesim.spec import frame_layout
+from ddq.run_folder import write_whole
 
 
 def state_shape(frame_shape: tuple[int, ...], frame_stack: int) -> tuple[int, ...]:
@@ -182,10 +183,11 @@ class ReplayMemory:
     _ARRAYS = ("frames", "actions", "rewards", "terminated", "first", "has_next")
 
     def save(self, path: str) -> None:
-        """Write the whole memory to an .npz file of plain arrays (np.load refuses object arrays)."""
+        """Write the whole memory to an .npz file of plain arrays (np.load refuses object arrays), whole or
+        not at all: a kill or a full disk mid-write leaves the previous file as it was."""
         extra: dict[str, Any] = {"priorities": self.tree.nodes, "max_priority": self.max_priority} if self.tree else {}
-        np.savez(path, written=np.int64(self.written), **extra,
-                 **{name: getattr(self, name) for name in self._ARRAYS})
+        write_whole(path, lambda file: np.savez(file, written=np.int64(self.written), **extra,
+                                                **{name: getattr(self, name) for name in self._ARRAYS}))
 
     def load(self, path: str) -> None:
         with np.load(path) as saved:

@@ -133,11 +133,12 @@ class SerialTrainer:
 
     # ----------------------------------------------------------- checkpoints
     def save(self) -> Path:
-        path = ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
-                                    self.counters.as_dict(), self._rng_states())
+        # The replay memory first: each file is written whole, so a full disk that stops the larger one
+        # leaves the previous checkpoint beside the previous replay memory.
         if self.config.run.save_replay and self.agent.replays:
             self.replay.save(str(self.run_dir / ckpt.REPLAY_NAME))
-        return path
+        return ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
+                                    self.counters.as_dict(), self._rng_states())
 
     def _rng_states(self) -> dict[str, Any]:
         states = {"actor": self.rng.bit_generator.state, "replay": self.replay.rng.bit_generator.state,

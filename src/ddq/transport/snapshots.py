@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ddq.run_folder import write_whole
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import Connection
 from ddq.transport.wire import WEIGHTS, Header, WireError, decode, encode, weights_expectation
@@ -51,10 +51,8 @@ def save(client: Connection, key: str, path: Path | None, state: ShardState, lay
     pipe.hset(key, mapping=fields)
     pipe.execute()
     if path is not None:
-        tmp = path.with_suffix(".tmp")
-        torch.save({"format": "ddq-shard-1", "layout": layout.hex(), "bounds": list(bounds),
-                    **dataclasses.asdict(state)}, tmp)
-        os.replace(tmp, path)
+        payload = {"format": "ddq-shard-1", "layout": layout.hex(), "bounds": list(bounds), **dataclasses.asdict(state)}
+        write_whole(path, lambda file: torch.save(payload, file))
 
 
 def from_redis(client: Connection, key: str, layout: bytes, bounds: tuple[int, int],
