@@ -267,6 +267,30 @@ def test_restart_resumes_from_the_newest_snapshot(redis_server, tmp_path):
         assert saved["version"] == 5 and torch.equal(saved["weights"], resumed.flat.data)
 
 
+def test_a_gradient_its_snapshot_holds_is_refused_after_a_shard_restart(redis_server, tmp_path):
+    """Exactly once across a crash: the shard's snapshot keeps which gradients its weights hold, so a
+    restarted shard refuses one of them delivered again (as a queue restored from an older RDB would) and
+    applies one that came after the snapshot and was rolled back with it."""
+    with harness(redis_server, tmp_path, server={"snapshot_every": 3}) as h:
+        key = RunKeys(h.run).shard(0)
+        grad = gradients(h.flat.size, 1)[0]
+        numbered = {n: encode(Header(GRADIENT, h.client.layout, 0, h.flat.size, sender=9, sequence=n), grad)
+                    for n in range(1, 6)}
+        for n in range(1, 5):
+            h.admin.lpush(key.grads, numbered[n])
+        wait_for(lambda: h.metrics().get("applied") == 4, 30, "four applied")
+        assert h.admin.hget(key.snapshot, "version") == b"3"  # the snapshot holds 1, 2 and 3
+        h.processes[0].send_signal(signal.SIGKILL)  # a crash: update 4 is lost with the process
+        h.processes[0].wait()
+        h.processes = h.start()
+        h.admin.lpush(key.grads, numbered[2])  # held by the snapshot: a repeat
+        h.admin.lpush(key.grads, numbered[4])  # rolled back with the crash: new to the restored shard
+        wait_for(lambda: h.metrics().get("rejected_total") == 1 and h.metrics().get("applied") == 1, 30,
+                 "the repeat refused, the lost one applied")
+        assert h.metrics()["rejected"] == {"repeat": 1}
+        h.wait_version(4)
+
+
 def test_metrics_hold_the_babysitting_numbers(redis_server, tmp_path):
     with harness(redis_server, tmp_path, optim={"optimizer": "sgd", "lr": 0.001}) as h:
         for i, grad in enumerate(gradients(h.flat.size, 20)):

@@ -83,3 +83,19 @@ def test_its_state_round_trips_into_a_new_shard():
     for twin in (shard, restored):
         twin.take(0, 2, 1, twin.version, grad(0.3))
     assert torch.equal(restored.params, shard.params)  # the optimizer's moments came along
+
+
+def test_a_restored_shard_refuses_what_its_snapshot_already_holds():
+    """The sender ledger travels with the state: gradients the snapshot's weights hold are repeats after a
+    restore (a queue restored from an older Redis snapshot pops them again), those after it are new."""
+    shard = make()
+    for sequence in (1, 2, 3):
+        shard.take(0, 5, sequence, shard.version, grad())
+    saved = shard.state()
+    restored = make()
+    restored.load_state(**saved)
+    before = restored.params.clone()
+    again = restored.take(0, 5, 2, restored.version, grad())
+    assert again.repeat and restored.version == 3 and torch.equal(restored.params, before)
+    assert restored.senders.repeats == 1
+    assert restored.take(0, 5, 4, restored.version, grad()).applied and restored.version == 4

@@ -36,3 +36,15 @@ class SenderLedger:
     def follows(self, sender: int, attempt: int, number: int) -> bool:
         """Whether the message is the one right after the sender's last one taken: none was lost between."""
         return self.last_taken.get(sender) == (attempt, number - 1)
+
+    def state(self) -> list[list[int]]:
+        """The newest number taken from each (sender, incarnation), as [sender, attempt, number] rows: what a
+        snapshot keeps with the state it describes, so that a receiver restored from it refuses what the
+        snapshot already holds."""
+        return [[sender, attempt, number] for (sender, attempt), number in sorted(self.newest.items())]
+
+    def load_state(self, rows: list[list[int]], repeats: int = 0) -> None:
+        """Goes on from `state`'s rows (the repeats counted before, too)."""
+        self.newest = {(int(sender), int(attempt)): int(number) for sender, attempt, number in rows}
+        self.last_taken = {}
+        self.repeats = repeats

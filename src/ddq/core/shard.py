@@ -10,7 +10,8 @@ learner decoded experience. The rules it keeps:
   the policy it is given drops old ones or scales their learning rate;
 - **the target refreshes every C updates** (`target_refresh_due`), and a
   snapshot is due every `snapshot_every` updates;
-- its state (version, target, optimizer) saves and restores whole.
+- its state (version, target, optimizer, and the sender ledger that says which
+  gradients the state holds) saves and restores whole, in one step.
 """
 
 from __future__ import annotations
@@ -77,15 +78,21 @@ class Shard:
                      snapshot_due=self.version % self.snapshot_every == 0)
 
     def state(self) -> dict[str, Any]:
-        """What a snapshot keeps, by name: version, target_version, weights, target and optimizer (its
-        `state_dict`). The tensors are the shard's own: save them before the next update."""
+        """What a snapshot keeps, by name: version, target_version, weights, target, optimizer (its
+        `state_dict`), and the sender ledger's rows and repeats: which gradients the weights hold, so that
+        a shard restored from the snapshot refuses them if they come again (a queue restored from an
+        older Redis snapshot, a push sent again). The tensors are the shard's own: save them before the
+        next update."""
         return {"version": self.version, "target_version": self.target_version, "weights": self.params,
-                "target": self.target, "optimizer": self.optimizer.state_dict()}
+                "target": self.target, "optimizer": self.optimizer.state_dict(), "senders": self.senders.state(),
+                "repeats": self.senders.repeats}
 
     def load_state(self, version: int, target_version: int, weights: torch.Tensor, target: torch.Tensor,
-                   optimizer: dict) -> None:
-        """Goes on from a snapshot's state (`state`'s names; the sender ledger is not part of it)."""
+                   optimizer: dict, senders: list[list[int]] | None = None, repeats: int = 0) -> None:
+        """Goes on from a snapshot's state (`state`'s names; a snapshot from before the ledger was kept has
+        no `senders`)."""
         self.params.copy_(weights)
         self.target.copy_(target)
         self.optimizer.load_state_dict(optimizer)
         self.version, self.target_version = version, target_version
+        self.senders.load_state(senders or [], repeats)

@@ -29,6 +29,8 @@ class ShardState:
     weights: torch.Tensor
     target: torch.Tensor
     optimizer: dict  # FlatOptimizer.state_dict()
+    senders: list[list[int]] = dataclasses.field(default_factory=list)  # SenderLedger.state(): what it holds
+    repeats: int = 0
 
 
 def _message(layout: bytes, bounds: tuple[int, int], version: int, values: torch.Tensor) -> bytes:
@@ -43,7 +45,8 @@ def save(client: Connection, key: str, path: Path | None, state: ShardState, lay
                     "optimizer": json.dumps({"config": optimizer["config"], "steps": optimizer["steps"],
                                              "state": sorted(optimizer["state"])}),
                     "weights": _message(layout, bounds, state.version, state.weights),
-                    "target": _message(layout, bounds, state.target_version, state.target)}
+                    "target": _message(layout, bounds, state.target_version, state.target),
+                    "senders": json.dumps(state.senders), "repeats": state.repeats}
     for name, tensor in optimizer["state"].items():
         fields[f"state:{name}"] = _message(layout, bounds, state.version, tensor)
     pipe = client.pipeline(transaction=True)  # never half a snapshot
@@ -74,8 +77,18 @@ def from_redis(client: Connection, key: str, layout: bytes, bounds: tuple[int, i
         meta = json.loads(fields[b"optimizer"])
         state = {"config": meta["config"], "steps": int(meta["steps"]),
                  "state": {name: tensor(f"state:{name}") for name in meta["state"]}}
+    senders = json.loads(fields[b"senders"]) if optimizer and b"senders" in fields else []
+    repeats = int(fields[b"repeats"]) if optimizer and b"repeats" in fields else 0
     return ShardState(int(fields[b"version"]), int(fields[b"target_version"]), tensor("weights"),
-                      tensor("target"), state)
+                      tensor("target"), state, _ledger_rows(senders), repeats)
+
+
+def _ledger_rows(rows: object) -> list[list[int]]:
+    """A snapshot's sender ledger, checked: [sender, attempt, number] rows of integers."""
+    if not isinstance(rows, list) or not all(isinstance(row, list) and len(row) == 3 and
+                                             all(isinstance(n, int) for n in row) for row in rows):
+        raise ValueError("a snapshot's sender ledger is not [sender, attempt, number] rows")
+    return rows
 
 
 def shard_weights(client: Connection, run: str, shard: int, layout: bytes,
@@ -92,7 +105,7 @@ def _from_file(path: Path | None, layout: bytes, bounds: tuple[int, int]) -> Sha
     if saved.get("format") != "ddq-shard-1" or saved["layout"] != layout.hex() or tuple(saved["bounds"]) != bounds:
         raise ValueError(f"{path} is a snapshot of another model or shard layout")
     return ShardState(saved["version"], saved["target_version"], saved["weights"], saved["target"],
-                      saved["optimizer"])
+                      saved["optimizer"], _ledger_rows(saved.get("senders", [])), int(saved.get("repeats", 0)))
 
 
 def load_newest(client: Connection, key: str, path: Path | None, layout: bytes,
