@@ -17,6 +17,11 @@ def test_help_lists_every_subcommand():
     assert result.returncode == 0
     for command in ("train", "evaluate", "plot"):
         assert command in result.stdout
+    # the processes ddq starts itself are listed apart, after the user's commands
+    commands, plumbing = result.stdout.split("processes ddq starts itself")
+    listed = {line.split()[0] for line in commands.splitlines() if line.startswith("    ") and line.split()}
+    assert {"train", "evaluate", "dashboard", "bench"} <= listed and not listed & {"param-server", "learner", "barista"}
+    assert all(f"\n  {name}" in plumbing for name in ("param-server", "learner", "barista serve"))
 
 
 def test_train_help_is_short_and_help_all_lists_every_setting_grouped_with_defaults():

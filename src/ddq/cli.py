@@ -206,10 +206,18 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+PLUMBING = """processes ddq starts itself (each has its own --help):
+  param-server  one shard of a run's parameter server (downpour)
+  learner       the central learner of an actor-learner run
+  barista serve a long-lived Barista over HTTP, for the dummy client or Spark tasks
+
+Give --debug (anywhere) to see the traceback of an error."""
+
+
 def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     """The `ddq` command line; `full_help`: `ddq train --help` lists every setting, not the common ones."""
     parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.",
-                                     epilog="Give --debug (anywhere) to see the traceback of an error.")
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=PLUMBING)
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -226,7 +234,9 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     add_config_flags(train, brief=not full_help)
     train.set_defaults(func=cmd_train)
 
-    barista = commands.add_parser("barista", help="a long-lived worker: `barista serve`")
+    # The processes ddq starts itself are parsers without a `help`: argparse leaves them out of the list of
+    # commands, and the epilog (PLUMBING) names them apart.
+    barista = commands.add_parser("barista", description="A long-lived worker: `barista serve`.")
     barista_kinds = barista.add_subparsers(dest="action", metavar="ACTION", required=True)
     serve = barista_kinds.add_parser("serve", help="serve one worker over HTTP on 127.0.0.1 (JSON: /status, "
                                                    "/step, /shutdown) for the dummy client or Spark tasks")
@@ -261,7 +271,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     dummy.add_argument("--timeout", type=float, default=600, help="seconds to wait for the answer")
     dummy.set_defaults(func=cmd_dummy_client)
 
-    server = commands.add_parser("param-server", help="serve one shard of a run's parameters from Redis",
+    server = commands.add_parser("param-server",
                              description="A parameter-server shard: applies the gradients workers push to Redis "
                                          "and publishes the weights. `ddq train` starts these itself; run one "
                                          "by hand against any --redis-url. It exits when the run's control key "
@@ -274,7 +284,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     add_config_flags(server)
     server.set_defaults(func=cmd_param_server)
 
-    learner = commands.add_parser("learner", help="the learner of an actor-learner run (ddq train starts it)",
+    learner = commands.add_parser("learner",
                                   description="The learner of `ddq train --mode actor-learner`: trains on the "
                                               "experience actors send to Redis and publishes the weights. It reads "
                                               "the run's Redis URL from $DDQ_REDIS_URL and exits when the run's "
