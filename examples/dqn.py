@@ -24,8 +24,9 @@ from torch import nn
 import ddq  # noqa: F401  (registers ddq/Snake-v0 with Gymnasium)
 from ddq.core.dqn import LinearSchedule, UpdateSchedule, double_dqn_targets, epsilon_greedy, td_loss
 from ddq.core.evaluate import evaluate
-from ddq.core.replay import Batch, ReplayMemory, frame_layout
+from ddq.core.replay import Batch, ReplayMemory
 from ddq.gamesim.envs import make_vector_env
+from ddq.gamesim.spec import frame_layout
 from ddq.models import build_q_network
 
 

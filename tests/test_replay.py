@@ -175,6 +175,7 @@ def test_a_save_that_fails_mid_write_leaves_the_previous_replay_file_whole(tmp_p
     """The replay memory is written whole or not at all: a save that stops part-way (a full disk, a kill)
     leaves the file of the save before it loadable. Written in place, it was a truncated zip that --resume
     could not read."""
+    import os
     import subprocess
     import sys
 
@@ -182,6 +183,9 @@ def test_a_save_that_fails_mid_write_leaves_the_previous_replay_file_whole(tmp_p
     run_episode_stream(memory, {50, 120}, 200)
     path = tmp_path / "replay.npz"
     memory.save(str(path))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # readable as any file the run writes
     done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_SIZE_LIMIT, str(path)], capture_output=True,
                           text=True, timeout=120)
     assert "failed: File too large" in done.stdout, (done.stdout, done.stderr)

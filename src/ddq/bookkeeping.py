@@ -14,9 +14,8 @@ import torch
 from torch import nn
 
 from ddq.config import TrainConfig, without_secrets
-from ddq.core.agent import env_spec
 from ddq.core.evaluate import Evaluation, evaluate
-from ddq.gamesim.spec import Score
+from ddq.gamesim.spec import Score, score_of
 from ddq.run_folder import RunLog
 
 
@@ -45,7 +44,7 @@ def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int
     """The summary.json of a finished run, the same for every mode; `reason`: why it stopped. An env whose
     score counts rewarded steps also gets its final greedy evaluation's count by the score's name (Snake's
     `final_eval_mean_apples`)."""
-    score = env_spec(config.agent).score
+    score = score_of(config.agent.env)
     named = {f"final_eval_mean_{score.name}": last_eval[2] if last_eval else None} if score.rewarded_steps else {}
     return {
         "env": config.agent.env, "mode": config.run.mode, "seed": config.agent.seed, "stop_reason": reason,

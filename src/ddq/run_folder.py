@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -19,6 +20,7 @@ def write_whole(path: str | Path, data: bytes | Callable[[BinaryIO], object]) ->
     path = Path(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(handle, 0o666 & ~_UMASK)  # mkstemp's file is its owner's alone: give it open()'s mode
         with os.fdopen(handle, "wb") as file:
             if isinstance(data, bytes):
                 file.write(data)
@@ -30,12 +32,22 @@ def write_whole(path: str | Path, data: bytes | Callable[[BinaryIO], object]) ->
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    with contextlib.suppress(OSError):  # some network and FUSE file systems refuse to sync a folder
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # read once: umask can only be read by setting it
 
 
 def plain(value: Any) -> Any:

@@ -25,6 +25,8 @@ import numpy as np
 from ddq.central_learner.publisher import WeightsPublisher, weights_messages
 from ddq.config import TrainConfig
 from ddq.core.agent import env_spec, make_learner, make_replay, resolve_device, seed_everything, update_schedule
+from ddq.core.algorithms import algorithm_for
+from ddq.core.algorithms.dqn import DQN
 from ddq.core.central_learner import CentralLearner, CentralSettings, LearnerState
 from ddq.lifecycle import RunControl
 from ddq.processes import tune_malloc
@@ -57,7 +59,12 @@ def central_learner(config: TrainConfig, trained_before: int, frame_shape: tuple
     settings = CentralSettings(agent.batch_size, agent.replay_ratio, distributed.publish_every,
                                distributed.server.snapshot_every, config.run.eval_every, agent.target_update,
                                agent.priority_beta, config.run.total_steps, distributed.sync)
-    return CentralLearner(learner, memories, update_schedule(config.agent), settings, trained_before)
+    algorithm = algorithm_for(config.agent.algo)
+    if not isinstance(algorithm, DQN):  # its `modes` keep others out of actor-learner; this says why
+        raise ValueError(f"the central learner trains from replay, as DQN and its kind do; algo {algorithm.name} "
+                         "does not")
+    return CentralLearner(learner, memories, update_schedule(config.agent), settings, trained_before,
+                          algorithm.gradient)
 
 
 class LearnerServer:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ddq.core.algorithms.dqn import train_from_replay
+from ddq.core.algorithms.dqn import BatchGradient, replay_gradient, train_from_replay
 from ddq.core.dqn import UpdateSchedule, next_mark, target_refresh_due
 from ddq.core.experience import Experience
 from ddq.core.learner import GradientStats, Learner
@@ -72,9 +72,11 @@ class CentralLearner:
     """Trains one learner on what every actor sent, at the replay ratio."""
 
     def __init__(self, learner: Learner, memories: list[ReplayMemory], schedule: UpdateSchedule,
-                 settings: CentralSettings, trained_before: int = 0):
-        """`trained_before`: env steps trained on by earlier learner processes of the run (a restart)."""
+                 settings: CentralSettings, trained_before: int = 0, gradient: BatchGradient = replay_gradient):
+        """`trained_before`: env steps trained on by earlier learner processes of the run (a restart);
+        `gradient`: the run's algorithm's loss on a replayed minibatch (DQN's, or a subclass's own)."""
         self.learner, self.memories, self.schedule, self.settings = learner, memories, schedule, settings
+        self.gradient = gradient
         self.local = LocalParameters(learner)  # the learner's own optimizer applies each gradient
         self.owed = 0  # updates the experience taken so far has earned and that are not done yet
         self.ingested = 0  # env steps received by this learner
@@ -119,7 +121,7 @@ class CentralLearner:
         """One gradient step on replay; the target refreshes every C updates, as the learner's rule says."""
         s = self.settings
         beta = annealed_beta(self.trained_steps, s.priority_beta, s.total_steps)
-        stats = train_from_replay(self.learner, self.memories, self.local, 1, s.batch_size, beta)[0]
+        stats = train_from_replay(self.learner, self.memories, self.local, 1, s.batch_size, beta, self.gradient)[0]
         self.owed -= 1  # before publishing: the weights go out with the env steps they were trained on
         updates = self.learner.updates
         refreshed = target_refresh_due(updates, s.target_update)
