@@ -61,7 +61,7 @@ ROWS = [
     ("ddq.modes",),
     ("ddq.dashboard",),
     ("ddq.services",),
-    ("ddq.workers", "ddq.central_learner", "ddq.param_server", "ddq.preflight", "ddq.shipping", "ddq.bookkeeping"),
+    ("ddq.workers", "ddq.learner_server", "ddq.param_server", "ddq.preflight", "ddq.shipping", "ddq.bookkeeping"),
     ("ddq.lifecycle",),
     ("ddq.core", "ddq.transport"),
     ("ddq.models",),

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import redis
 
-from ddq.central_learner.server import INBOX_MESSAGES, LearnerServer
 from ddq.config import config_of
+from ddq.learner_server.server import INBOX_MESSAGES, LearnerServer
 from ddq.transport.experience import Experience, encode
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis

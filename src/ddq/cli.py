@@ -81,7 +81,7 @@ def cmd_param_server(args: argparse.Namespace) -> int:
 def cmd_learner(args: argparse.Namespace) -> int:
     import logging
 
-    from ddq.central_learner.server import LearnerServer
+    from ddq.learner_server.server import LearnerServer
 
     logging.basicConfig(level=logging.INFO, format=f"ddq learner[{args.run}]: %(message)s")
     config = read_settings(args.settings)  # what the driver resolved: used as it is

@@ -106,7 +106,7 @@ def model_parameters(agent: AgentConfig) -> FlatParameters:
 
 
 @dataclass
-class DQNAgent:
+class TrainingAgent:
     """The parts one agent trains with, made together (Acme's builder): its learner (online and target
     networks, optimizer), replay memory and actor over its own vector envs, the exploration and
     update schedules, and the algorithm that trains them (`ddq.core.algorithms`). A mode adds only where
@@ -136,7 +136,7 @@ class DQNAgent:
         return self.algorithm.train(self, source, new_steps, beta)
 
 
-def build_agent(agent: AgentConfig, seed: int, total_steps: int) -> DQNAgent:
+def build_agent(agent: AgentConfig, seed: int, total_steps: int) -> TrainingAgent:
     """Seeds everything with `seed`, then builds the agent's parts in a fixed order (so equal seeds give
     equal agents in every mode). `total_steps`: the run's (prioritized replay anneals over it)."""
     seed_everything(seed, agent.threads)
@@ -149,5 +149,5 @@ def build_agent(agent: AgentConfig, seed: int, total_steps: int) -> DQNAgent:
     algorithm = algorithm_for(agent.algo)
     sink = algorithm.collector(agent, replay, envs.single_observation_space)
     actor = Actor(envs, sink, agent.frame_stack, rng, device)
-    return DQNAgent(device, learner, replay, actor, rng, epsilon_schedule(agent), update_schedule(agent), agent,
+    return TrainingAgent(device, learner, replay, actor, rng, epsilon_schedule(agent), update_schedule(agent), agent,
                     algorithm, sink)

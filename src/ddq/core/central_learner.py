@@ -1,6 +1,6 @@
 """The one learner of actor-learner training (Ape-X's, and Grandio's MPI learner): its state and arithmetic.
 
-No threads, no Redis, no wire: whoever drives it (`ddq.central_learner`)
+No threads, no Redis, no wire: whoever drives it (`ddq.learner_server`)
 hands it decoded experience and asks it to train. The rules it keeps:
 
 - **the replay ratio holds however many actors send**: each env step received

@@ -1,7 +1,7 @@
 """One parameter-server shard's arithmetic: its slice of the weights, the target and the optimizer state.
 
 No threads, no Redis, no wire: whoever drives it (`ddq.param_server.server`)
-hands it decoded gradients, as `ddq.central_learner` hands the central
+hands it decoded gradients, as `ddq.learner_server` hands the central
 learner decoded experience. The rules it keeps:
 
 - **no gradient is applied twice**: a (worker, sender, sequence) at or below

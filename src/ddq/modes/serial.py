@@ -100,7 +100,7 @@ class SerialTrainer:
         self.counters.env_steps = self.actor.env_steps
 
     def _train(self, new_steps: int) -> None:
-        """What the agent's rule says is due (`DQNAgent.train`), applied by the learner's own optimizer."""
+        """What the agent's rule says is due (`TrainingAgent.train`), applied by the learner's own optimizer."""
         done = self.agent.train(self.weights, new_steps, importance_beta(self.config.agent, self.counters.env_steps,
                                                                          self.config.run.total_steps))
         for stats in done:

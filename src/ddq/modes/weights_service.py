@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ddq.central_learner.launch import start_learner
 from ddq.core.dqn import LinearSchedule, per_actor_epsilon
+from ddq.learner_server.launch import start_learner
 from ddq.param_server.launch import start_shard, stop_servers, wait_until_serving
 from ddq.processes import Supervisor, Watched
 from ddq.transport.redis_client import Connection

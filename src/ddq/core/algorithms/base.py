@@ -25,7 +25,7 @@ from ddq.models import build_q_network
 
 
 class AgentParts(Protocol):
-    """The parts of one agent an algorithm trains with (`ddq.core.agent.DQNAgent` has them all)."""
+    """The parts of one agent an algorithm trains with (`ddq.core.agent.TrainingAgent` has them all)."""
 
     learner: Learner
     replay: ReplayMemory

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ddq.central_learner.publisher import WeightsPublisher, weights_messages
 from ddq.config import TrainConfig
 from ddq.core.agent import env_spec, make_learner, make_replay, resolve_device, seed_everything, update_schedule
 from ddq.core.algorithms import algorithm_for
 from ddq.core.algorithms.dqn import DQN
 from ddq.core.central_learner import CentralLearner, CentralSettings, LearnerState
+from ddq.learner_server.publisher import WeightsPublisher, weights_messages
 from ddq.lifecycle import RunControl
 from ddq.processes import tune_malloc
 from ddq.transport.experience import ExpectExperience, Experience, ExperienceError, decode
