@@ -200,6 +200,25 @@ def _typed(cls: type, key: str, value: Any, source: str) -> Any:
     return [one(item) for item in value] if is_list else one(value)
 
 
+class SettingRefused(ValueError):
+    """A setting's value that is allowed alone but not beside the others (an algorithm's refusal); `setting`
+    names it, so that the message can say where it came from (`where_given`)."""
+
+    def __init__(self, setting: str, message: str):
+        super().__init__(message)
+        self.setting = setting
+
+
+def where_given(key: str, cli_values: dict[str, Any], file_values: dict[str, Any], config_file: str | None) -> str:
+    """Where setting `key` got its value, the later source first: 'given as --key', 'in FILE, line N', or
+    'the default or the preset'."""
+    if key in cli_values:
+        return _where("the command line", key)
+    if config_file and named_setting(file_values, key) is not None:
+        return _where(config_file, key)
+    return "the default or the env's preset"
+
+
 def _where(source: str, key: str) -> str:
     """'given as --key', 'in FILE, line N', or 'in SOURCE'."""
     if source == "the command line":

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddq.config import AgentConfig, RunConfig, TrainConfig, flat_settings, load_toml, merge, preset_for
-from ddq.config.sources import named_setting, preset_key
+from ddq.config.sources import SettingRefused, named_setting, preset_key, where_given
 from ddq.core.algorithms import algorithm_for, algorithm_preset, default_algorithm
 
 
@@ -25,7 +25,10 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
         named = set(cli_values) | set(flat_settings(file_values))
         algo = cli_values.get("algo") or named_setting(file_values, "algo")
         key = preset_key(env_id)
-        algorithm = algorithm_for(algo) if algo else default_algorithm(key, mode, named)
+        try:
+            algorithm = algorithm_for(algo) if algo else default_algorithm(key, mode, named)
+        except ValueError as error:  # an unknown name: say where it was given
+            raise ValueError(f"{error} ({where_given('algo', cli_values, file_values, config_file)})") from None
         config = merge(TrainConfig(), preset_for(env_id), f"the preset for {env_id}")
         config = merge(config, algorithm_preset(algorithm, key), f"the {algorithm.name} preset for {env_id}")
     config = merge(config, file_values, config_file or "the config file")
@@ -34,5 +37,8 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
 
         config = merge(config, load_solver(solver_file).as_settings(), solver_file)
     config = merge(config, cli_values, "the command line")
-    algorithm_for(config.agent.algo).check(config)
+    try:
+        algorithm_for(config.agent.algo).check(config)
+    except SettingRefused as refusal:
+        raise ValueError(f"{refusal} ({where_given(refusal.setting, cli_values, file_values, config_file)})") from None
     return config

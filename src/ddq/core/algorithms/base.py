@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ddq.config import MODES, AgentConfig, TrainConfig
+from ddq.config.sources import SettingRefused
 from ddq.core.actor import Actor, TransitionSink
 from ddq.core.dqn import UpdateSchedule
 from ddq.core.learner import GradientStats, Learner
@@ -54,9 +55,10 @@ class Algorithm(ABC):
     refusal: ClassVar[str] = ""  # why it trains in no mode but `modes` (for `check`'s message)
 
     def check(self, config: TrainConfig) -> None:
-        """Raises ValueError, in one line, for settings this algorithm cannot train with."""
+        """Raises SettingRefused (a ValueError naming the setting), in one line, for settings this algorithm
+        cannot train with."""
         if config.run.mode not in self.modes:
-            raise ValueError(f"algo {self.name} trains in {' and '.join(self.modes)} mode: {self.refusal}")
+            raise SettingRefused("mode", f"algo {self.name} trains in {' and '.join(self.modes)} mode: {self.refusal}")
 
     def network(self, agent: AgentConfig, states: tuple[int, ...], num_actions: int) -> torch.nn.Module:
         """The Q-network it learns, for states of shape `states` (the settings' model, widths and heads;

@@ -16,6 +16,7 @@ import torch
 from torch.nn import functional as F
 
 from ddq.config import AgentConfig, TrainConfig
+from ddq.config.sources import SettingRefused
 from ddq.core.actor import TransitionSink
 from ddq.core.algorithms.base import AgentParts, Algorithm
 from ddq.core.learner import GradientStats, Learner
@@ -167,7 +168,8 @@ class PQN(Algorithm):
     def check(self, config: TrainConfig) -> None:
         super().check(config)
         if config.agent.frame_stack != 1:
-            raise ValueError(f"algo pqn plays single frames: frame_stack must be 1, got {config.agent.frame_stack}")
+            raise SettingRefused("frame_stack",
+                                 f"algo pqn plays single frames: frame_stack must be 1, got {config.agent.frame_stack}")
 
     def collector(self, agent: AgentConfig, replay: ReplayMemory, observation_space: Any) -> TransitionSink:
         return Rollout(agent.rollout_steps, agent.num_envs, observation_space)
