@@ -148,3 +148,15 @@ def test_settings_written_before_sections_are_still_read():
     config = config_from_document(old, "an older run's config.json")
     assert (config.agent.env, config.run.mode, config.distributed.workers, config.agent.optim.lr) == (
         "CartPole-v1", "serial", 3, 0.01)
+
+
+def test_every_preset_names_a_registered_env_or_family():
+    """A preset keyed by an env id that no longer exists would stop applying silently."""
+    import gymnasium as gym
+
+    import ddq  # noqa: F401  (registers ddq's own envs)
+    from ddq.config import PRESETS
+    from ddq.core.algorithms import ALGORITHMS
+
+    keys = set(PRESETS) | {key for kind in ALGORITHMS.values() for key in (*kind.presets, *kind.chosen_for)}
+    assert {key for key in keys if key not in ("atari", "minatar") and key not in gym.registry} == set()
