@@ -136,7 +136,7 @@ def finish(process: subprocess.Popen, log: Path, timeout: float = 300) -> tuple[
 def test_ctrl_c_stops_cleanly_and_resume_finishes_the_budget(tmp_path, start):
     run_dir = tmp_path / "run"
     process, log = start(run_dir, 40_000, services=True)  # Celery and the dashboard must go too
-    wait_for_progress(run_dir, process, log, 3_000)
+    wait_for_progress(run_dir, process, log, 1_500)  # training (it starts at 1,000 steps), the dashboard up
     assert (run_dir / "dashboard.url").exists()
     process.send_signal(signal.SIGINT)
     code, _ = finish(process, log, timeout=60)
@@ -226,7 +226,7 @@ def test_a_redis_that_keeps_dying_ends_the_run_with_a_summary_and_nothing_left(t
 def test_sigterm_stops_the_run_the_way_a_spent_budget_does(tmp_path, start):
     run_dir = tmp_path / "run"
     process, log = start(run_dir, 200_000)
-    wait_for_progress(run_dir, process, log, 3_000)
+    wait_for_progress(run_dir, process, log, 1_500)  # past learning_starts (1,000): the shard has applied updates
     process.send_signal(signal.SIGTERM)
     code, out = finish(process, log, timeout=60)
     assert code == 143, log.read_text()[-3000:]
