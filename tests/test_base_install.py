@@ -24,9 +24,11 @@ def base_venv(tmp_path_factory) -> Path:
     hard-linked in: the same files as its wheel's, without a minute of unpacking 750 MB), then
     `pip install` of the repository with no extra, which resolves and installs everything else."""
     venv = tmp_path_factory.mktemp("base") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # without a pip of its own (ensurepip unpacks one: seconds); this environment's pip installs into it
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     link_distributions(next((venv / "lib").glob("python*/site-packages")), [TORCH], set())
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
+           "--disable-pip-version-check"]
     installed = subprocess.run([*pip, str(REPOSITORY)], capture_output=True, text=True, timeout=900)
     assert installed.returncode == 0, installed.stderr[-3000:]
     return venv

@@ -1,6 +1,8 @@
 """Serial training end to end: outputs, checkpoints, resume, evaluate, plot, and learning."""
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,9 +38,16 @@ def test_train_help_is_short_and_help_all_lists_every_setting_grouped_with_defau
     assert "--epsilon-steps" in full.stdout and "(default: 0.99, or the env's preset)" in " ".join(full.stdout.split())  # gamma
 
 
-def test_short_run_writes_metrics_checkpoint_summary_and_curve(tmp_path):
-    run_dir = tmp_path / "run"
-    result = run_ddq("train", *SHORT, "--total-steps", "3000", "--run-dir", str(run_dir))
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One short run (3,000 steps), checked for its outputs and then evaluated from its checkpoint: a run of
+    its own for `ddq evaluate` would prove nothing more."""
+    run_dir = tmp_path_factory.mktemp("short") / "run"
+    return run_ddq("train", *SHORT, "--total-steps", "3000", "--run-dir", str(run_dir)), run_dir
+
+
+def test_short_run_writes_metrics_checkpoint_summary_and_curve(short_run):
+    result, run_dir = short_run
     assert result.returncode == 0, result.stderr
     summary = summary_of(run_dir)
     for key in ("wall_time_s", "env_steps", "updates", "final_eval_return", "reached_target",
@@ -79,9 +88,9 @@ def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path):
     assert saved["learner"]["optimizer"]["steps"] == after["updates"]
 
 
-def test_evaluate_prints_the_greedy_mean_return(tmp_path):
-    run_dir = tmp_path / "run"
-    assert run_ddq("train", *SHORT, "--total-steps", "1000", "--run-dir", str(run_dir)).returncode == 0
+def test_evaluate_prints_the_greedy_mean_return(short_run):
+    trained, run_dir = short_run
+    assert trained.returncode == 0, trained.stderr
     result = run_ddq("evaluate", str(run_dir / "checkpoint.pt"), "--episodes", "3", "--seed", "1")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
