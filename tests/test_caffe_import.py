@@ -37,6 +37,8 @@ def test_text_format_reads_nesting_repeats_and_scalars():
     ('a: 1\nb: $\n', 2, "unexpected character"),
     ('a: 1\nb 2\n', 2, "expected ':' or '{'"),
     ('a: 1\n}\n', 2, "expected a field name"),
+    ('a: 1\nb: [[1]]\n', 2, "expected a value or a message in a list"),  # would recurse without bound
+    ('x {\n' * 65, 65, "messages nested more than 64 deep"),
 ])
 def test_text_format_errors_name_the_line(text, line, words):
     with pytest.raises(PrototxtError, match=rf"net:{line}: .*{words}"):

@@ -42,7 +42,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     spec = env_spec(config.agent)
     device = resolve_device(args.device)
     net = ckpt.q_network_from_checkpoint(saved, state_shape(spec.frame_shape, config.agent.frame_stack),
-                                         spec.num_actions, device)
+                                         spec.num_actions, device, str(args.checkpoint))
     result = evaluate(net, config.agent.env, args.episodes, config.agent.frame_stack, config.agent.env_options,
                        seed=args.seed, epsilon=args.epsilon, device=device)
     report = {"env": config.agent.env, "episodes": args.episodes, "mean_return": result.mean_return,

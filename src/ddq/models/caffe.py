@@ -18,8 +18,8 @@ from pathlib import Path
 from torch import nn
 
 from ddq.config.optimizer import OptimizerConfig
-from ddq.models.caffe_layers import Layer, build_sequential
-from ddq.models.prototxt import Message, PrototxtError, parse
+from ddq.models.caffe_layers import Layer, block, build_sequential, whole
+from ddq.models.prototxt import Message, PrototxtError, parse, read_definition
 
 NETWORK_KINDS = ("Convolution", "InnerProduct", "ReLU", "Pooling", "Dropout", "Flatten")
 DATA_KINDS = ("MemoryData", "Input", "Data", "DummyData", "HDF5Data")
@@ -50,7 +50,7 @@ class ImportedNet:
         if not outputs:
             raise PrototxtError("the Q-network has no InnerProduct layer to give one value per action",
                                 self.q_layers[-1].line if self.q_layers else None, self.source)
-        return int(outputs[-1].spec.get("inner_product_param", Message()).get("num_output"))
+        return whole(outputs[-1], block(outputs[-1], "inner_product_param", self.source), "num_output", self.source)
 
     def build(self) -> nn.Sequential:
         """The Q-network as a torch module, taking uint8 frames or floats."""
@@ -61,9 +61,13 @@ def _layers(net: Message, source: str) -> list[Layer]:
     layers = []
     for spec in net.messages("layers") + net.messages("layer"):
         kind = spec.get("type", "")
+        for f in spec.fields:
+            if f.name in ("name", "type", "bottom", "top") and not isinstance(f.value, (str, int)):
+                raise PrototxtError(f"a layer's {f.name} must be a name, got a message", f.line, source)
         canonical = _canonical(kind)
         layers.append(Layer(spec.get("name", f"<unnamed, line {spec.line}>"), canonical or str(kind),
-                            list(spec.all("bottom")), list(spec.all("top")), spec.line, spec, canonical is not None))
+                            [str(b) for b in spec.all("bottom")], [str(t) for t in spec.all("top")], spec.line, spec,
+                            canonical is not None))
     layers.sort(key=lambda layer: layer.line)  # a file may mix both spellings; Caffe runs them in order
     for layer in layers:
         if not layer.known:
@@ -76,19 +80,24 @@ def _layers(net: Message, source: str) -> list[Layer]:
 def _data_shapes(net: Message, layers: list[Layer], source: str) -> dict[str, tuple[int, ...]]:
     """Per-sample shapes of the blobs that data layers (or net-level `input`s) declare, in order."""
     shapes: dict[str, tuple[int, ...]] = {}
-    dims = [int(d) for d in net.all("input_dim")]
-    declared = [tuple(int(d) for d in s.all("dim")) for s in net.messages("input_shape")]
+    net_input = Layer("input", "Input", [], [], net.line, net)  # the net-level `input`s, named in errors
+
+    def dims(layer: Layer, message: Message, name: str = "dim") -> tuple[int, ...]:
+        return tuple(whole(layer, Message(f.line, [f]), name, source) for f in message.fields if f.name == name)
+
+    flat = dims(net_input, net, "input_dim")
+    declared = [dims(net_input, s) for s in net.messages("input_shape")]
     for i, blob in enumerate(net.all("input")):
-        shape = declared[i] if i < len(declared) else tuple(dims[4 * i:4 * i + 4])
-        shapes[blob] = shape[1:]
+        shape = declared[i] if i < len(declared) else flat[4 * i:4 * i + 4]
+        shapes[str(blob)] = shape[1:]
     for layer in layers:
         if layer.kind == "MemoryData" and layer.tops:
-            p = layer.spec.get("memory_data_param", Message())
-            shapes[layer.tops[0]] = tuple(int(p.get(k, 1)) for k in ("channels", "height", "width"))
+            p = block(layer, "memory_data_param", source)
+            shapes[layer.tops[0]] = tuple(whole(layer, p, k, source, 1) for k in ("channels", "height", "width"))
         elif layer.kind in ("Input", "DummyData"):
-            p = layer.spec.get("input_param") or layer.spec.get("dummy_data_param") or Message()
-            for blob, shape in zip(layer.tops, p.messages("shape")):
-                shapes[blob] = tuple(int(d) for d in shape.all("dim"))[1:]
+            p = block(layer, "input_param" if layer.spec.has("input_param") else "dummy_data_param", source)
+            for blob, declared_shape in zip(layer.tops, p.messages("shape")):
+                shapes[blob] = dims(layer, declared_shape)[1:]
         elif layer.kind in ("Data", "HDF5Data"):
             raise PrototxtError(f"data layer {layer.name!r} reads a database whose shape the file does not state; "
                                 "use MemoryData or Input with explicit dimensions", layer.line, source)
@@ -145,7 +154,7 @@ def import_net(text: str, source: str = "prototxt") -> ImportedNet:
 
 def load_net(path: str | Path) -> ImportedNet:
     path = Path(path)
-    return import_net(path.read_text(), str(path))
+    return import_net(read_definition(path), str(path))
 
 
 # ------------------------------------------------------------------ solver
@@ -213,5 +222,5 @@ def import_solver(text: str, source: str = "solver") -> ImportedSolver:
 
 def load_solver(path: str | Path) -> ImportedSolver:
     path = Path(path)
-    return import_solver(path.read_text(), str(path))
+    return import_solver(read_definition(path), str(path))
 
