@@ -249,7 +249,9 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     dashboard.add_argument("--redis-url", help=f"the run's Redis (redis://, rediss://, unix://; default "
                                                f"${REDIS_URL_ENV}, which keeps a password off the command line)")
     dashboard.add_argument("--run", help="run id (as `ddq train` printed it; default: the only run there)")
-    dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    dashboard.add_argument("--host", default="127.0.0.1",
+                           help="address to bind (default 127.0.0.1); beyond loopback, such as 0.0.0.0, every "
+                                "request needs a token shown once on your terminal")
     dashboard.add_argument("--port", type=int, default=0, help="port (default: a free one)")
     dashboard.add_argument("--url-file", help="also write the URL it serves on into this file")
     dashboard.set_defaults(func=cmd_dashboard)
