@@ -199,23 +199,37 @@ def import_solver(text: str, source: str = "solver") -> ImportedSolver:
                             line_of("lr_policy"), source)
     if str(solver.get("regularization_type", "L2")) != "L2":
         raise PrototxtError("only L2 weight decay is supported", line_of("regularization_type"), source)
-    momentum = float(solver.get("momentum", 0.0))
-    optim = OptimizerConfig(
-        optimizer=optimizer, lr=float(solver.get("base_lr", 0.01)),
-        momentum=0.0 if optimizer == "adam" else momentum,
-        weight_decay=float(solver.get("weight_decay", 0.0)),
-        rms_decay=float(solver.get("rms_decay", 0.99)),
-        beta1=momentum if optimizer == "adam" else 0.9, beta2=float(solver.get("momentum2", 0.999)),
-        eps=float(solver.get("delta", 1e-8)), lr_policy=policy,
-        lr_gamma=float(solver.get("gamma", 0.1)), lr_stepsize=int(solver.get("stepsize", 100_000)))
-    clip = solver.get("clip_gradients")
+
+    def number(key: str, default: float, whole: bool = False) -> float:
+        """A numeric setting, or an error naming its line (`base_lr: fast` is not one)."""
+        value = solver.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) or value != value \
+                or abs(value) == float("inf"):
+            raise PrototxtError(f"solver setting {key}: {value!r} is not a {'whole ' if whole else ''}number",
+                                line_of(key), source)
+        return value
+
+    momentum = number("momentum", 0.0)
+    try:  # the optimizer's own ranges (lr and stepsize positive, ...), said with the solver's file
+        optim = OptimizerConfig(
+            optimizer=optimizer, lr=number("base_lr", 0.01),
+            momentum=0.0 if optimizer == "adam" else momentum,
+            weight_decay=number("weight_decay", 0.0), rms_decay=number("rms_decay", 0.99),
+            beta1=momentum if optimizer == "adam" else 0.9, beta2=number("momentum2", 0.999),
+            eps=number("delta", 1e-8), lr_policy=policy,
+            lr_gamma=number("gamma", 0.1), lr_stepsize=int(number("stepsize", 100_000, whole=True)))
+    except PrototxtError:
+        raise
+    except ValueError as error:
+        raise PrototxtError(str(error), None, source) from error
+    clip = number("clip_gradients", 0.0) if solver.has("clip_gradients") else None
     known = {"type", "solver_type", "lr_policy", "regularization_type", "momentum", "base_lr", "weight_decay",
              "rms_decay", "momentum2", "delta", "gamma", "stepsize", "max_iter", "clip_gradients"}
     ignored = sorted({f.name for f in solver.fields} - known)
     unknown = [name for name in ignored if name not in _IGNORED_SOLVER_KEYS]
     if unknown:
         raise PrototxtError(f"solver setting {unknown[0]!r} has no ddq counterpart", line_of(unknown[0]), source)
-    max_iter = solver.get("max_iter")
+    max_iter = number("max_iter", 0, whole=True) if solver.has("max_iter") else None
     return ImportedSolver(optim, int(max_iter) if max_iter is not None else None,
                           float(clip) if clip is not None and float(clip) > 0 else None, ignored)
 
