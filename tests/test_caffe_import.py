@@ -198,3 +198,13 @@ def test_solver_numbers_that_are_not_name_the_file_and_line(text, where):
     with pytest.raises(PrototxtError) as refused:
         import_solver(text)
     assert str(refused.value).startswith(where)
+
+
+def test_a_definition_over_a_mebibyte_is_not_read(tmp_path):
+    """A net definition holds no weights (ResNet-152's is about 300 kB); tokenizing far more costs memory."""
+    with pytest.raises(PrototxtError, match=r"net: 1,048,577 characters; ddq reads definitions of up to 1,048,576"):
+        parse("#" * (2**20 + 1), source="net")
+    big = tmp_path / "big.prototxt"
+    big.write_bytes(b"#" * (2**20 + 1))
+    with pytest.raises(PrototxtError, match=rf"{big}: 1,048,577 bytes"):
+        load_net(big)

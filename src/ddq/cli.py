@@ -178,7 +178,7 @@ def cmd_dummy_client(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from ddq.models import BUILDERS, model_definition, shipped_models
-    from ddq.models.caffe import import_net
+    from ddq.models.caffe import load_net
 
     if args.model is None:
         print("builders:  " + ", ".join(BUILDERS))
@@ -187,7 +187,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     definition = model_definition(args.model)
     if definition is None:
         raise ValueError(f"{args.model} is a builder: its shape follows the env; give a definition or file")
-    imported = import_net(definition.read_text(), str(definition))
+    imported = load_net(definition)
     network = imported.build()
     print(f"{imported.name}: input {imported.input_blob} {'x'.join(map(str, imported.input_shape))}, "
           f"{imported.num_actions} actions, {sum(p.numel() for p in network.parameters()):,} parameters")
