@@ -1,6 +1,7 @@
 """A long-lived Barista driven by the dummy client, against a real Redis and parameter server."""
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -46,7 +47,8 @@ def test_dummy_client_drives_a_barista(tmp_path):
             again = json.loads(run_ddq("dummy-client", url, "step", "--steps", "200").stdout)
             assert again["env_steps"] >= stats["env_steps"] + 200  # same worker, same replay memory
             assert int(admin.get(RunKeys("hand").env_steps)) == again["env_steps"]
-            bad = urllib.request.Request(f"{url}/step", data=b'{"steps": "many"}', method="POST")
+            bad = urllib.request.Request(f"{url}/step", data=b'{"steps": "many"}', method="POST",
+                                         headers={"Content-Type": "application/json"})
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(bad, timeout=10)
             assert refused.value.code == 400 and "steps must be an integer" in refused.value.read().decode()
@@ -75,3 +77,75 @@ def test_the_heartbeat_window_means_the_mean_max_q_the_learner_measured():
     window.add_gradient(4.0, None)
     window.close(stats)
     assert stats.loss == 4.0 and stats.mean_max_q == 6.0
+
+
+def _exchange(port: int, request: bytes, wait_s: float = 3.0) -> tuple[int, str, socket.socket]:
+    """Sends raw request bytes and reads the answer without closing our side (a stalled client's socket stays
+    open); returns the status, the body and the socket."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=wait_s)
+    sock.sendall(request)
+    answer = b""
+    try:
+        while chunk := sock.recv(65536):
+            answer += chunk
+    except TimeoutError:
+        pass
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1]) if head.startswith(b"HTTP/") else 0  # 0: no answer within wait_s
+    return status, body.decode(errors="replace"), sock
+
+
+def _post(port: int, path: str, headers: dict[str, str], body: bytes = b"{}") -> bytes:
+    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}"] + [f"{k}: {v}" for k, v in headers.items()]
+    if "Content-Length" not in headers:
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def test_a_web_page_cannot_drive_the_barista_and_bad_lengths_are_refused_at_once(tmp_path):
+    """Issue 40's defect 9: any page the user opens can POST to 127.0.0.1 (a no-cors fetch sends text/plain
+    with its own Origin); a negative Content-Length used to hold a handler thread, and the shutdown after it."""
+    with EmbeddedRedis() as server:
+        url_file = tmp_path / "barista.url"
+        barista = subprocess.Popen([sys.executable, "-m", "ddq", "barista", "serve", "--redis-url", server.url,
+                                    "--run", "web", "--worker", "0", "--url-file", str(url_file), *FLAGS],
+                                   stderr=subprocess.PIPE, text=True)
+        held = []
+        try:
+            deadline = time.monotonic() + 60
+            while not url_file.exists():
+                assert barista.poll() is None and time.monotonic() < deadline, barista.stderr.read()
+                time.sleep(0.1)
+            port = int(url_file.read_text().rsplit(":", 1)[1])
+            json_type = {"Content-Type": "application/json"}
+            refusals = [  # (request, status, words in the answer)
+                (_post(port, "/shutdown", {"Content-Type": "text/plain;charset=UTF-8",
+                                           "Origin": "https://evil.example"}), 403, "origin 'https://evil.example'"),
+                (_post(port, "/shutdown", {"Content-Type": "text/plain;charset=UTF-8"}), 415, "application/json only"),
+                (_post(port, "/step", {**json_type, "Origin": "null"}, b'{"steps": 5}'), 403, "origin 'null'"),
+                (_post(port, "/shutdown", json_type).replace(b"127.0.0.1:", b"rebound.example:"), 403,
+                 "does not name this server"),
+                (b"GET /status HTTP/1.1\r\nHost: rebound.example\r\n\r\n", 403, "does not name this server"),
+                (_post(port, "/step", {**json_type, "Content-Length": "-1"}), 400, "Content-Length '-1'"),
+                (_post(port, "/step", {**json_type, "Content-Length": str(10**12)}, b""), 413, "at most 4096"),
+                (_post(port, "/step", json_type, b"[" * 4000), 400, "nests too deep"),
+            ]
+            for request, status, words in refusals:
+                answer, body, sock = _exchange(port, request)
+                held.append(sock)  # left open, as a stalled client leaves it
+                assert (answer, words in body) == (status, True), (request[:120], body)
+            ok, body, sock = _exchange(port, _post(port, "/step", {**json_type, "Origin": f"http://127.0.0.1:{port}"},
+                                                   b'{"steps": "many"}'))
+            assert ok == 400 and "steps must be an integer" in body  # its own origin passes the checks
+            stalled = socket.create_connection(("127.0.0.1", port))  # promises 100 bytes, sends 2
+            stalled.sendall(_post(port, "/step", {**json_type, "Content-Length": "100"}, b"{}"))
+            held += [sock, stalled]
+            assert barista.poll() is None  # nothing above stopped it
+            answer, body, _ = _exchange(port, _post(port, "/shutdown", json_type))
+            assert answer == 200
+            assert barista.wait(20) == 0  # promptly, though sockets are still held open
+        finally:
+            for sock in held:
+                sock.close()
+            if barista.poll() is None:
+                barista.kill()

@@ -37,6 +37,8 @@ def test_text_format_reads_nesting_repeats_and_scalars():
     ('a: 1\nb: $\n', 2, "unexpected character"),
     ('a: 1\nb 2\n', 2, "expected ':' or '{'"),
     ('a: 1\n}\n', 2, "expected a field name"),
+    ('a: 1\nb: [[1]]\n', 2, "expected a value or a message in a list"),  # would recurse without bound
+    ('x {\n' * 65, 65, "messages nested more than 64 deep"),
 ])
 def test_text_format_errors_name_the_line(text, line, words):
     with pytest.raises(PrototxtError, match=rf"net:{line}: .*{words}"):
@@ -185,3 +187,24 @@ def test_per_blob_multipliers_match_torch_parameter_groups(name, options):
         reference.step()
         ours.step(flat, grad)
     torch.testing.assert_close(flat, torch.cat([p.detach() for p in reference_params]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("text, where", [
+    ("type: \"RMSProp\"\nbase_lr: fast\n", "solver:2: solver setting base_lr: 'fast' is not a number"),
+    ("stepsize: 1.5\n", "solver:1: solver setting stepsize: 1.5 is not a whole number"),
+    ("lr_policy: \"step\"\nstepsize: 0\n", "solver: lr and lr_stepsize must be positive"),
+])
+def test_solver_numbers_that_are_not_name_the_file_and_line(text, where):
+    with pytest.raises(PrototxtError) as refused:
+        import_solver(text)
+    assert str(refused.value).startswith(where)
+
+
+def test_a_definition_over_a_mebibyte_is_not_read(tmp_path):
+    """A net definition holds no weights (ResNet-152's is about 300 kB); tokenizing far more costs memory."""
+    with pytest.raises(PrototxtError, match=r"net: 1,048,577 characters; ddq reads definitions of up to 1,048,576"):
+        parse("#" * (2**20 + 1), source="net")
+    big = tmp_path / "big.prototxt"
+    big.write_bytes(b"#" * (2**20 + 1))
+    with pytest.raises(PrototxtError, match=rf"{big}: 1,048,577 bytes"):
+        load_net(big)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import base64
+import http.client
 import json
+import os
+import pty
+import select
 import subprocess
 import sys
 import time
@@ -14,6 +18,7 @@ import numpy as np
 import pytest
 import redis
 
+from conftest import command_lines_holding
 from ddq.dashboard.app import create_app
 from ddq.dashboard.series import bucket_starts
 from ddq.transport.redis_server import EmbeddedRedis
@@ -165,3 +170,101 @@ def test_dashboard_process_keeps_serving_when_redis_goes_away(tmp_path):
             process.wait(10)
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ who may read it (issue 40, defect 9)
+def _request(port: int, path: str, headers: dict[str, str]) -> tuple[int, dict, str]:
+    """A GET with exactly these headers (Host included); the status, the JSON answer and any Set-Cookie."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request("GET", path, headers=headers)
+    response = connection.getresponse()
+    body = response.read()
+    connection.close()
+    return response.status, json.loads(body) if path.startswith("/api") else {}, response.getheader("Set-Cookie", "")
+
+
+def _start_dashboard(url_file, redis_url: str, *flags: str, stderr=subprocess.PIPE) -> subprocess.Popen:
+    # its own session: no controlling terminal, so only a stderr that is one can show a token
+    return subprocess.Popen([sys.executable, "-m", "ddq", "dashboard", "--redis-url", redis_url, "--url-file",
+                             str(url_file), *flags], stderr=stderr, start_new_session=True)
+
+
+def _wait_for(url_file, process: subprocess.Popen) -> int:
+    deadline = time.monotonic() + 60
+    while not url_file.exists():
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    return int(url_file.read_text().rstrip("/").rsplit(":", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def small_redis():
+    with EmbeddedRedis() as server:
+        write_synthetic_run(redis.Redis.from_url(server.url), "small-2", updates=100, workers=1, episodes=10,
+                            progress_points=5, evaluations=1)
+        yield server.url
+
+
+def test_a_loopback_dashboard_answers_only_requests_that_name_it(small_redis, tmp_path):
+    """DNS rebinding: a page at rebound.example whose name comes to resolve to 127.0.0.1 can send requests and
+    read the answers; the browser still names rebound.example in the Host header."""
+    url_file = tmp_path / "url"
+    process = _start_dashboard(url_file, small_redis)
+    try:
+        port = _wait_for(url_file, process)
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+            status, overview, _ = _request(port, "/api/run", {"Host": host})
+            assert status == 200 and overview["run"] == "small-2", host  # no token on loopback, as before
+        for host in (f"rebound.example:{port}", "rebound.example", f"10.1.2.3:{port}", ""):
+            status, answer, _ = _request(port, "/api/run", {"Host": host})
+            assert status == 403 and "is not a name of this dashboard" in answer["error"], host
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_beyond_loopback_every_request_needs_the_token_shown_once_on_the_terminal(small_redis, tmp_path):
+    controller, terminal = pty.openpty()
+    url_file = tmp_path / "url"
+    process = _start_dashboard(url_file, small_redis, "--host", "0.0.0.0", stderr=terminal)
+    os.close(terminal)
+    try:
+        port = _wait_for(url_file, process)
+        shown, deadline = b"", time.monotonic() + 10
+        while (b"token=" not in shown or not shown.endswith(b"\n")) and time.monotonic() < deadline:
+            if select.select([controller], [], [], 0.1)[0]:
+                shown += os.read(controller, 4096)
+        lines = shown.decode().splitlines()
+        token = next(line for line in lines if "?token=" in line).split("?token=")[1].split(" ")[0]
+        assert len(token) >= 40 and shown.decode().count(token) == 1
+        host = {"Host": f"127.0.0.1:{port}"}
+        for headers, path in (({}, "/api/run"), ({}, "/"), ({"X-DDQ-Token": "guess"}, "/api/run"),
+                              ({}, "/api/run?token=guess"), ({"Cookie": "ddq_token=guess"}, "/api/workers")):
+            status, answer, cookie = _request(port, path, {**host, **headers})
+            assert status == 401 and cookie == "", (headers, path)
+            if path.startswith("/api"):
+                assert "needs the token" in answer["error"] and len(answer["error"].splitlines()) == 1
+        status, overview, cookie = _request(port, f"/api/run?token={token}", host)
+        assert status == 200 and overview["run"] == "small-2"
+        assert cookie.startswith(f"ddq_token={token}") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert _request(port, "/", {**host, "Cookie": f"ddq_token={token}"})[0] == 200  # the page's own requests
+        assert _request(port, "/api/workers", {**host, "X-DDQ-Token": token})[0] == 200
+        assert _request(port, "/api/run", {"Host": f"192.0.2.7:{port}", "X-DDQ-Token": token})[0] == 200
+        assert _request(port, "/api/run", {"Host": f"rebound.example:{port}", "X-DDQ-Token": token})[0] == 403
+        assert command_lines_holding(token) == []
+        assert not any(token.encode() in path.read_bytes() for path in tmp_path.rglob("*") if path.is_file())
+    finally:
+        process.terminate()
+        process.wait(10)
+        os.close(controller)
+
+
+def test_beyond_loopback_without_a_terminal_for_the_token_is_one_line(small_redis, tmp_path):
+    url_file = tmp_path / "url"
+    process = _start_dashboard(url_file, small_redis, "--host", "0.0.0.0")
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()  # one that served instead of refusing
+    assert process.returncode == 2 and not url_file.exists()
+    assert err.decode().startswith("ddq: error: --host 0.0.0.0 reaches beyond this host") and err.count(b"\n") == 1

@@ -4,6 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 from conftest import run_ddq, summary_of
@@ -60,3 +61,62 @@ def test_bench_grad_prints_ours_beside_the_original():
     assert rows["MLP 4-256-256-2"][1] == "67,586" and rows["MLP 4-256-256-2"][10] == "—"  # no original figure
     for row in rows.values():
         assert float(row[5]) > 0 and float(row[6]) > 0 and row[7].endswith("%")
+
+
+# ------------------------------------------------------------------ malformed definitions (issue 40, defect 8)
+INPUT = 'layer { name: "state" type: "Input" top: "state" input_param { shape { dim: 1 dim: 4 } } }\n'
+
+
+def _fc(name: str, bottom: str, settings: str) -> str:
+    return f'layer {{ name: "{name}" type: "InnerProduct" bottom: "{bottom}" top: "{name}"\n' \
+           f'  inner_product_param {{ {settings} }} }}\n'
+
+
+MALFORMED = {  # name: (definition, where it is refused, what the line says)
+    "deep": ("a {\n" * 2000 + "}\n" * 2000, ":65: ", "messages nested more than 64 deep"),
+    "no-outputs": (INPUT + _fc("fc1", "state", ""), ":2: ", "layer 'fc1' needs num_output"),
+    "stride-0": (INPUT.replace("dim: 4", "dim: 1 dim: 12 dim: 12")
+                 + 'layer { name: "c" type: "Convolution" bottom: "state" top: "c"\n'
+                   '  convolution_param { num_output: 8 kernel_size: 3 stride: 0 } }\n'
+                 + _fc("q", "c", "num_output: 4"), ":3: ", "layer 'c': stride: 0 is not allowed"),
+    "wide": (INPUT + _fc("fc1", "state", "num_output: 2000000000") + _fc("q", "fc1", "num_output: 2"),
+             ":2: ", "layer 'fc1' outputs 2,000,000,000 values a state"),
+    "too-many-parameters": (INPUT + _fc("fc1", "state", "num_output: 4000000") + _fc("fc2", "fc1", "num_output: 4000")
+                            + _fc("q", "fc2", "num_output: 2"), ":4: ",
+                            "layer 'fc2' has 16,000,004,000 parameters, 16,020,004,000 with the layers before it; "
+                            "ddq builds networks of at most 100,000,000"),
+}
+ENVS = {"stride-0": "ddq/Snake-v0"}  # a convolution needs image states: Snake's 12x12 board
+
+
+def _one_line(result) -> str:
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr and result.stdout == ""
+    assert not any(kind in result.stderr for kind in ("RecursionError", "TypeError", "ZeroDivisionError",
+                                                      "allocate", "--debug"))
+    return result.stderr
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+def test_a_malformed_definition_is_one_line_naming_file_and_line(name, tmp_path):
+    text, line, words = MALFORMED[name]
+    model = tmp_path / f"{name}.prototxt"
+    model.write_text(text)
+    result = run_ddq("train", "--mode", "serial", "--env", ENVS.get(name, "CartPole-v1"), "--model", str(model),
+                     "--run-dir", str(tmp_path / "run"), env={"DDQ_REDIS_URL": ""})
+    assert f"ddq: error: --model '{model}': {model}{line}{words}" in _one_line(result)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+def test_a_checkpoint_embedding_a_malformed_definition_is_refused_in_one_line(name, tmp_path):
+    from ddq.config import TrainConfig, settings_document
+
+    config = TrainConfig()
+    config.agent.env, config.agent.model = ENVS.get(name, "CartPole-v1"), f"/elsewhere/{name}.prototxt"
+    text, line, words = MALFORMED[name]
+    torch.save({"format": "ddq-checkpoint-1", "settings": settings_document(config), "q_network": {},
+                "model_definition": text}, tmp_path / "checkpoint.pt")
+    result = run_ddq("evaluate", str(tmp_path), "--episodes", "1")
+    where = f"{tmp_path}, model /elsewhere/{name}.prototxt as kept there{line}"
+    assert f"ddq: error: {where}{words}" in _one_line(result)

@@ -42,7 +42,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     spec = env_spec(config.agent)
     device = resolve_device(args.device)
     net = ckpt.q_network_from_checkpoint(saved, state_shape(spec.frame_shape, config.agent.frame_stack),
-                                         spec.num_actions, device)
+                                         spec.num_actions, device, str(args.checkpoint))
     result = evaluate(net, config.agent.env, args.episodes, config.agent.frame_stack, config.agent.env_options,
                        seed=args.seed, epsilon=args.epsilon, device=device)
     report = {"env": config.agent.env, "episodes": args.episodes, "mean_return": result.mean_return,
@@ -178,7 +178,7 @@ def cmd_dummy_client(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from ddq.models import BUILDERS, model_definition, shipped_models
-    from ddq.models.caffe import import_net
+    from ddq.models.caffe import load_net
 
     if args.model is None:
         print("builders:  " + ", ".join(BUILDERS))
@@ -187,7 +187,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     definition = model_definition(args.model)
     if definition is None:
         raise ValueError(f"{args.model} is a builder: its shape follows the env; give a definition or file")
-    imported = import_net(definition.read_text(), str(definition))
+    imported = load_net(definition)
     network = imported.build()
     print(f"{imported.name}: input {imported.input_blob} {'x'.join(map(str, imported.input_shape))}, "
           f"{imported.num_actions} actions, {sum(p.numel() for p in network.parameters()):,} parameters")
@@ -259,7 +259,9 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     dashboard.add_argument("--redis-url", help=f"the run's Redis (redis://, rediss://, unix://; default "
                                                f"${REDIS_URL_ENV}, which keeps a password off the command line)")
     dashboard.add_argument("--run", help="run id (as `ddq train` printed it; default: the only run there)")
-    dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    dashboard.add_argument("--host", default="127.0.0.1",
+                           help="address to bind (default 127.0.0.1); beyond loopback, such as 0.0.0.0, every "
+                                "request needs a token shown once on your terminal")
     dashboard.add_argument("--port", type=int, default=0, help="port (default: a free one)")
     dashboard.add_argument("--url-file", help="also write the URL it serves on into this file")
     dashboard.set_defaults(func=cmd_dashboard)

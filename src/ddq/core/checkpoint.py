@@ -67,10 +67,13 @@ def config_from_checkpoint(saved: dict[str, Any], source: str = "the checkpoint"
 
 
 def q_network_from_checkpoint(saved: dict[str, Any], state_shape: tuple[int, ...], num_actions: int,
-                              device: str | torch.device = "cpu") -> torch.nn.Module:
+                              device: str | torch.device = "cpu", where: str = "the checkpoint") -> torch.nn.Module:
+    """The checkpoint's Q-network; `where` (the checkpoint's path) names it in errors, as an embedded model
+    definition is checked as strictly as a file given to `ddq train`."""
     config = config_from_checkpoint(saved)
     if "model_definition" in saved:
-        net = network_from_definition(saved["model_definition"], config.agent.model, state_shape, num_actions)
+        source = f"{where}, model {config.agent.model} as kept there"
+        net = network_from_definition(saved["model_definition"], source, state_shape, num_actions)
         net = with_dueling_head(net, config.agent.model) if config.agent.dueling else net
     else:
         net = network_for_states(config.agent, state_shape, num_actions)

@@ -1,6 +1,7 @@
 """The dashboard's Flask app: one page, and the read-only JSON API behind it.
 
-Every route is a GET; nothing here can change training. Series endpoints take
+Every route is a GET; nothing here can change training. Each request passes
+`ddq.dashboard.access` first: a Host of its own, and beyond loopback the run's token. Series endpoints take
 `?points=N` (default 500, at most 5000) and downsample to it, so a run of a
 million updates costs the page what a short one does.
 """
@@ -14,10 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
+from ddq.dashboard.access import COOKIE, HEADER, Access, token_terminal
 from ddq.dashboard.reader import RunNotFound, RunReader, runs_in
 from ddq.transport.redis_client import Connection, OutageRetry, StoreError
 from ddq.transport.redis_client import connect as connect_redis
@@ -65,9 +67,25 @@ def _points() -> int:
     return int(text)
 
 
-def create_app(client: Connection, run: str) -> Flask:
+def create_app(client: Connection, run: str, access: Access | None = None) -> Flask:
+    """The dashboard of `run`; `access` (default: loopback, no token) says which requests it answers."""
     app = Flask(__name__, static_folder="static", static_url_path="/static")
     reader = RunReader(client, run)
+    access = access or Access.for_host("127.0.0.1")
+
+    @app.before_request
+    def admit() -> Response | None:
+        refused = access.refusal(request.headers.get("Host", ""), request.args.get("token"),
+                                 request.cookies.get(COOKIE), request.headers.get(HEADER))
+        g.token_in_query = refused is None and access.token is not None and "token" in request.args
+        return None if refused is None else _json({"error": refused[1]}, refused[0])
+
+    @app.after_request
+    def remember(response: Response) -> Response:
+        if g.get("token_in_query"):  # admitted by ?token=: the page's own requests carry it as a cookie
+            response.set_cookie(COOKIE, str(access.token), httponly=True, samesite="Strict")
+        return response
+
     routes = {
         "/api/run": reader.overview,
         "/api/returns": lambda: reader.returns(_points()),
@@ -122,14 +140,21 @@ def pick_run(client: Connection, run: str | None) -> str:
 
 def serve(redis_url: str, run: str | None, host: str = "127.0.0.1", port: int = 0,
           url_file: str | None = None) -> None:
-    """Serves the dashboard of `run` until the process is stopped; prints (and writes) its URL."""
+    """Serves the dashboard of `run` until the process is stopped; prints (and writes) its URL. Beyond
+    loopback it shows the URL with the run's token once, on the terminal only (`ddq.dashboard.access`)."""
+    access = Access.for_host(host)
+    terminal = token_terminal(access)  # no terminal to show a needed token on: refused before anything starts
     client = connect_redis(redis_url, retry=OutageRetry(DASHBOARD_OUTAGE_S))
     run = pick_run(client, run)
     RunReader(client, run).info()  # a wrong run id fails at start, not as a blank page
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
-    server = make_server(host, port, create_app(client, run), threaded=True)
+    # Not a line per request; werkzeug's request lines would also carry a ?token= query.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = make_server(host, port, create_app(client, run, access), threaded=True)
     url = f"http://{host}:{server.server_port}/"
     print(f"ddq: dashboard of run {run} at {url}", file=sys.stderr, flush=True)
+    if terminal is not None:
+        print(f"ddq: it listens beyond this host, over plain HTTP; open {url}?token={access.token} (this token is "
+              "shown once, here, and kept nowhere)", file=terminal, flush=True)
     if url_file:
-        Path(url_file).write_text(url)
+        Path(url_file).write_text(url)  # without the token: files are for programs, the token for the user
     server.serve_forever()

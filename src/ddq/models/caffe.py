@@ -18,8 +18,8 @@ from pathlib import Path
 from torch import nn
 
 from ddq.config.optimizer import OptimizerConfig
-from ddq.models.caffe_layers import Layer, build_sequential
-from ddq.models.prototxt import Message, PrototxtError, parse
+from ddq.models.caffe_layers import Layer, block, build_sequential, whole
+from ddq.models.prototxt import Message, PrototxtError, parse, read_definition
 
 NETWORK_KINDS = ("Convolution", "InnerProduct", "ReLU", "Pooling", "Dropout", "Flatten")
 DATA_KINDS = ("MemoryData", "Input", "Data", "DummyData", "HDF5Data")
@@ -50,7 +50,7 @@ class ImportedNet:
         if not outputs:
             raise PrototxtError("the Q-network has no InnerProduct layer to give one value per action",
                                 self.q_layers[-1].line if self.q_layers else None, self.source)
-        return int(outputs[-1].spec.get("inner_product_param", Message()).get("num_output"))
+        return whole(outputs[-1], block(outputs[-1], "inner_product_param", self.source), "num_output", self.source)
 
     def build(self) -> nn.Sequential:
         """The Q-network as a torch module, taking uint8 frames or floats."""
@@ -61,9 +61,13 @@ def _layers(net: Message, source: str) -> list[Layer]:
     layers = []
     for spec in net.messages("layers") + net.messages("layer"):
         kind = spec.get("type", "")
+        for f in spec.fields:
+            if f.name in ("name", "type", "bottom", "top") and not isinstance(f.value, (str, int)):
+                raise PrototxtError(f"a layer's {f.name} must be a name, got a message", f.line, source)
         canonical = _canonical(kind)
         layers.append(Layer(spec.get("name", f"<unnamed, line {spec.line}>"), canonical or str(kind),
-                            list(spec.all("bottom")), list(spec.all("top")), spec.line, spec, canonical is not None))
+                            [str(b) for b in spec.all("bottom")], [str(t) for t in spec.all("top")], spec.line, spec,
+                            canonical is not None))
     layers.sort(key=lambda layer: layer.line)  # a file may mix both spellings; Caffe runs them in order
     for layer in layers:
         if not layer.known:
@@ -76,19 +80,24 @@ def _layers(net: Message, source: str) -> list[Layer]:
 def _data_shapes(net: Message, layers: list[Layer], source: str) -> dict[str, tuple[int, ...]]:
     """Per-sample shapes of the blobs that data layers (or net-level `input`s) declare, in order."""
     shapes: dict[str, tuple[int, ...]] = {}
-    dims = [int(d) for d in net.all("input_dim")]
-    declared = [tuple(int(d) for d in s.all("dim")) for s in net.messages("input_shape")]
+    net_input = Layer("input", "Input", [], [], net.line, net)  # the net-level `input`s, named in errors
+
+    def dims(layer: Layer, message: Message, name: str = "dim") -> tuple[int, ...]:
+        return tuple(whole(layer, Message(f.line, [f]), name, source) for f in message.fields if f.name == name)
+
+    flat = dims(net_input, net, "input_dim")
+    declared = [dims(net_input, s) for s in net.messages("input_shape")]
     for i, blob in enumerate(net.all("input")):
-        shape = declared[i] if i < len(declared) else tuple(dims[4 * i:4 * i + 4])
-        shapes[blob] = shape[1:]
+        shape = declared[i] if i < len(declared) else flat[4 * i:4 * i + 4]
+        shapes[str(blob)] = shape[1:]
     for layer in layers:
         if layer.kind == "MemoryData" and layer.tops:
-            p = layer.spec.get("memory_data_param", Message())
-            shapes[layer.tops[0]] = tuple(int(p.get(k, 1)) for k in ("channels", "height", "width"))
+            p = block(layer, "memory_data_param", source)
+            shapes[layer.tops[0]] = tuple(whole(layer, p, k, source, 1) for k in ("channels", "height", "width"))
         elif layer.kind in ("Input", "DummyData"):
-            p = layer.spec.get("input_param") or layer.spec.get("dummy_data_param") or Message()
-            for blob, shape in zip(layer.tops, p.messages("shape")):
-                shapes[blob] = tuple(int(d) for d in shape.all("dim"))[1:]
+            p = block(layer, "input_param" if layer.spec.has("input_param") else "dummy_data_param", source)
+            for blob, declared_shape in zip(layer.tops, p.messages("shape")):
+                shapes[blob] = dims(layer, declared_shape)[1:]
         elif layer.kind in ("Data", "HDF5Data"):
             raise PrototxtError(f"data layer {layer.name!r} reads a database whose shape the file does not state; "
                                 "use MemoryData or Input with explicit dimensions", layer.line, source)
@@ -145,7 +154,7 @@ def import_net(text: str, source: str = "prototxt") -> ImportedNet:
 
 def load_net(path: str | Path) -> ImportedNet:
     path = Path(path)
-    return import_net(path.read_text(), str(path))
+    return import_net(read_definition(path), str(path))
 
 
 # ------------------------------------------------------------------ solver
@@ -190,28 +199,42 @@ def import_solver(text: str, source: str = "solver") -> ImportedSolver:
                             line_of("lr_policy"), source)
     if str(solver.get("regularization_type", "L2")) != "L2":
         raise PrototxtError("only L2 weight decay is supported", line_of("regularization_type"), source)
-    momentum = float(solver.get("momentum", 0.0))
-    optim = OptimizerConfig(
-        optimizer=optimizer, lr=float(solver.get("base_lr", 0.01)),
-        momentum=0.0 if optimizer == "adam" else momentum,
-        weight_decay=float(solver.get("weight_decay", 0.0)),
-        rms_decay=float(solver.get("rms_decay", 0.99)),
-        beta1=momentum if optimizer == "adam" else 0.9, beta2=float(solver.get("momentum2", 0.999)),
-        eps=float(solver.get("delta", 1e-8)), lr_policy=policy,
-        lr_gamma=float(solver.get("gamma", 0.1)), lr_stepsize=int(solver.get("stepsize", 100_000)))
-    clip = solver.get("clip_gradients")
+
+    def number(key: str, default: float, whole: bool = False) -> float:
+        """A numeric setting, or an error naming its line (`base_lr: fast` is not one)."""
+        value = solver.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) or value != value \
+                or abs(value) == float("inf"):
+            raise PrototxtError(f"solver setting {key}: {value!r} is not a {'whole ' if whole else ''}number",
+                                line_of(key), source)
+        return value
+
+    momentum = number("momentum", 0.0)
+    try:  # the optimizer's own ranges (lr and stepsize positive, ...), said with the solver's file
+        optim = OptimizerConfig(
+            optimizer=optimizer, lr=number("base_lr", 0.01),
+            momentum=0.0 if optimizer == "adam" else momentum,
+            weight_decay=number("weight_decay", 0.0), rms_decay=number("rms_decay", 0.99),
+            beta1=momentum if optimizer == "adam" else 0.9, beta2=number("momentum2", 0.999),
+            eps=number("delta", 1e-8), lr_policy=policy,
+            lr_gamma=number("gamma", 0.1), lr_stepsize=int(number("stepsize", 100_000, whole=True)))
+    except PrototxtError:
+        raise
+    except ValueError as error:
+        raise PrototxtError(str(error), None, source) from error
+    clip = number("clip_gradients", 0.0) if solver.has("clip_gradients") else None
     known = {"type", "solver_type", "lr_policy", "regularization_type", "momentum", "base_lr", "weight_decay",
              "rms_decay", "momentum2", "delta", "gamma", "stepsize", "max_iter", "clip_gradients"}
     ignored = sorted({f.name for f in solver.fields} - known)
     unknown = [name for name in ignored if name not in _IGNORED_SOLVER_KEYS]
     if unknown:
         raise PrototxtError(f"solver setting {unknown[0]!r} has no ddq counterpart", line_of(unknown[0]), source)
-    max_iter = solver.get("max_iter")
+    max_iter = number("max_iter", 0, whole=True) if solver.has("max_iter") else None
     return ImportedSolver(optim, int(max_iter) if max_iter is not None else None,
                           float(clip) if clip is not None and float(clip) > 0 else None, ignored)
 
 
 def load_solver(path: str | Path) -> ImportedSolver:
     path = Path(path)
-    return import_solver(path.read_text(), str(path))
+    return import_solver(read_definition(path), str(path))
 

@@ -11,6 +11,7 @@ from torch import nn
 
 from ddq.gamesim.spec import BOARD_GAME, BOARD_PLANES
 from ddq.models.layers import BoardPlanes, ChannelNorm, DuelingHead, ScaleBytes
+from ddq.models.prototxt import read_definition
 
 
 def _normed(layer_norm: bool, features: int, conv: bool = False) -> list[nn.Module]:
@@ -179,7 +180,7 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
                layer_norm: bool) -> nn.Module:
     definition = model_definition(name)
     if definition is not None:
-        return network_from_definition(definition.read_text(), str(definition), state_shape, num_actions)
+        return network_from_definition(read_definition(definition), str(definition), state_shape, num_actions)
     image = len(state_shape) == 3
     if name == "auto":
         name = ("nature" if state_shape[1:] == (84, 84) else "deepq") if image else "mlp"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Union
 
 _TOKEN = re.compile(r"""
@@ -24,6 +25,12 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE)
 
 _CLOSING = {"{": "}", "<": ">"}
+# Caffe's messages nest four deep (layer, param, filler); the reader recurses once per level, so a
+# file nested thousands deep would exhaust Python's stack (RecursionError) instead of failing on a line.
+MAX_DEPTH = 64
+# A net definition holds no weights: the largest Caffe ships (ResNet-152's) is about 300 kB. The reader
+# keeps a tuple per token, so a far larger text would cost memory for nothing a Q-network needs.
+MAX_CHARS = 2**20
 _WORDS = {"true": True, "True": True, "false": False, "False": False,
           "inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
 
@@ -96,6 +103,7 @@ class _Parser:
             pos = match.end()
         self.tokens.append(("end", "", line))
         self.index = 0
+        self.depth = 0
 
     def peek(self) -> tuple[str, str, int]:
         return self.tokens[self.index]
@@ -111,11 +119,15 @@ class _Parser:
                              line, self.source)
 
     def message(self, closing: str | None, line: int) -> Message:
+        if self.depth > MAX_DEPTH:  # depth counts the top level too: 64 messages may nest inside it
+            raise PrototxtError(f"messages nested more than {MAX_DEPTH} deep (a Caffe net nests 4)", line, self.source)
+        self.depth += 1
         message = Message(line)
         while True:
             kind, text, _ = self.peek()
             if closing is not None and text == closing:
                 self.take()
+                self.depth -= 1
                 return message
             if kind == "end":
                 if closing is None:
@@ -143,6 +155,8 @@ class _Parser:
             self.take()
             items: list[Value] = []
             while self.peek()[1] != "]":
+                if self.peek()[1] == "[":  # text format has no lists of lists; recursing here has no bound
+                    raise self.fail("expected a value or a message in a list")
                 items.extend(self.values(True))
                 if self.peek()[1] == ",":
                     self.take()
@@ -169,4 +183,20 @@ class _Parser:
 
 def parse(text: str, source: str = "prototxt") -> Message:
     """The top-level message of a text-format document; `source` names it in errors."""
+    if not isinstance(text, str):
+        raise PrototxtError(f"expected the text of a definition, got {type(text).__name__}", None, source)
+    if len(text) > MAX_CHARS:
+        raise PrototxtError(f"{len(text):,} characters; ddq reads definitions of up to {MAX_CHARS:,}", None, source)
     return _Parser(text, source).message(None, 1)
+
+
+def read_definition(path: str | Path) -> str:
+    """The text of a definition file, refused before reading when it is over MAX_CHARS bytes."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_CHARS:
+        raise PrototxtError(f"{size:,} bytes; ddq reads definitions of up to {MAX_CHARS:,}", None, str(path))
+    try:
+        return path.read_text()
+    except UnicodeDecodeError as error:
+        raise PrototxtError(f"not UTF-8 text (byte {error.start})", None, str(path)) from None

@@ -7,6 +7,13 @@ API takes and returns JSON only:
     GET  /status             the worker's statistics
     POST /step {"steps": N}  play and learn N env steps (gradients go to the parameter server)
     POST /shutdown           finish and exit
+
+Any web page the user opens can send requests to 127.0.0.1, so a POST must say
+`Content-Type: application/json` (which a page cannot send across sites without
+the browser asking first) and carry no `Origin` but the server's own; the Host
+must name the server (127.0.0.1 or localhost and its port: a DNS-rebound name is
+refused). Bodies are bounded, and a socket that stalls is given up after
+REQUEST_TIMEOUT_S, so no request holds a thread past the server's shutdown.
 """
 
 from __future__ import annotations
@@ -21,6 +28,15 @@ from ddq.workers.barista import Barista
 
 MAX_REQUEST_BYTES = 4096
 MAX_STEPS_PER_REQUEST = 10_000_000
+REQUEST_TIMEOUT_S = 5.0  # for reading a request or writing an answer; a step itself may take longer
+
+
+class Refused(Exception):
+    """A request refused before its body is read: the status says why."""
+
+    def __init__(self, status: HTTPStatus, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 class BaristaServer(ThreadingHTTPServer):
@@ -38,9 +54,14 @@ class BaristaServer(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
+    def names(self) -> tuple[str, ...]:
+        """The Host (and origins, with the scheme) a request to this server may name."""
+        return tuple(f"{host}:{self.server_address[1]}" for host in ("127.0.0.1", "localhost"))
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: BaristaServer
+    timeout = REQUEST_TIMEOUT_S  # socket reads and writes: a stalled client cannot hold a thread or shutdown
 
     def log_message(self, format: str, *args) -> None:  # quiet: the dummy client prints what matters
         pass
@@ -53,16 +74,41 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _check_host(self) -> None:
+        if self.headers.get("Host", "") not in self.server.names():
+            raise Refused(HTTPStatus.FORBIDDEN, f"Host {self.headers.get('Host')!r} does not name this server; "
+                                                f"use {self.server.url}")
+
     def _request_json(self) -> dict:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_REQUEST_BYTES:
-            raise ValueError(f"request body over {MAX_REQUEST_BYTES} bytes")
-        body = json.loads(self.rfile.read(length) or b"{}")
+        """The body as a JSON object, once the headers show a request from this host's own programs."""
+        self._check_host()
+        origin = self.headers.get("Origin")
+        if origin is not None and origin not in tuple(f"http://{name}" for name in self.server.names()):
+            raise Refused(HTTPStatus.FORBIDDEN, f"requests from origin {origin!r} are refused; this server "
+                                                "takes requests from programs on this host (no Origin)")
+        kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            raise Refused(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"Content-Type {kind or 'none'!r}: this server "
+                                                             "takes application/json only")
+        text = (self.headers.get("Content-Length") or "0").strip()
+        if not text.isdigit():  # a negative length would read until the client hangs up
+            raise Refused(HTTPStatus.BAD_REQUEST, f"Content-Length {text!r}: expected a whole number of bytes")
+        if int(text) > MAX_REQUEST_BYTES:
+            raise Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"a body of {text} bytes; this server takes at "
+                                                               f"most {MAX_REQUEST_BYTES}")
+        try:
+            body = json.loads(self.rfile.read(int(text)) or b"{}")
+        except RecursionError:  # 4 kB of brackets nests deeper than the decoder's stack
+            raise ValueError("the request body nests too deep") from None
         if not isinstance(body, dict):
             raise ValueError("the request body must be a JSON object")
         return body
 
     def do_GET(self) -> None:
+        try:
+            self._check_host()
+        except Refused as refused:
+            return self._reply(refused.status, {"error": str(refused)})
         if self.path != "/status":
             return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path}; try /status"})
         self._reply(HTTPStatus.OK, asdict(self.server.barista.stats))
@@ -82,5 +128,8 @@ class _Handler(BaseHTTPRequestHandler):
                 threading.Thread(target=self.server.shutdown, name="shutdown").start()
                 return None
             self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path}; try /step or /shutdown"})
+        except Refused as refused:
+            self.close_connection = True  # the body, if any, stays unread
+            self._reply(refused.status, {"error": str(refused)})
         except (ValueError, json.JSONDecodeError) as error:
             self._reply(HTTPStatus.BAD_REQUEST, {"error": str(error)})
