@@ -184,3 +184,24 @@ def test_the_hot_path_presents_the_client_certificate_the_url_names(tmp_path):
     finally:
         server.terminate()
         server.wait(10)
+
+
+REFUSED_TO_THE_RUN = [("CONFIG", "SET", "dir", "/tmp"), ("CONFIG", "GET", "dir"), ("SAVE",), ("BGSAVE",),
+                      ("DEBUG", "SLEEP", "0"), ("MODULE", "LIST"), ("SCRIPT", "FLUSH"), ("EVAL", "return 1", "0"),
+                      ("FLUSHALL",), ("FLUSHDB",), ("SHUTDOWN", "NOSAVE"), ("ACL", "LIST"),
+                      ("REPLICAOF", "NO", "ONE")]
+
+
+@needs_tls
+def test_the_run_user_may_send_what_ddq_and_celery_send_and_nothing_that_reaches_the_host():
+    """Every executor holds the run's password: with it, no CONFIG SET dir and SAVE (a file written on the
+    driver's host as the driver's user), no wiping, no shutting down, no reading or changing the ACL."""
+    with EmbeddedRedis(listen=ADDRESS, run="acl") as server:
+        for url in (server.url, server.remote_url):
+            client = connect(url)
+            for command in REFUSED_TO_THE_RUN:
+                with pytest.raises(redis.ResponseError, match="no permissions|not allowed"):
+                    client.execute_command(*command)
+            assert client.set("ddq:acl:probe", b"1") and client.get("ddq:acl:probe") == b"1"
+        assert server.process.poll() is None and not (server.folder / "dump.rdb").exists()
+
