@@ -6,6 +6,7 @@ clear line before anything starts. The address is 127.0.0.2: beyond the default,
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import subprocess
 import sys
@@ -205,3 +206,19 @@ def test_the_run_user_may_send_what_ddq_and_celery_send_and_nothing_that_reaches
             assert client.set("ddq:acl:probe", b"1") and client.get("ddq:acl:probe") == b"1"
         assert server.process.poll() is None and not (server.folder / "dump.rdb").exists()
 
+
+@needs_tls
+@pytest.mark.slow
+def test_a_listening_run_celery_worker_logs_in_and_evaluates(tmp_path):
+    """With --listen the default user is off: Celery must log in as the run's user (its URL had dropped the
+    user and password, so background evaluations silently stopped)."""
+    run_dir = tmp_path / "run"
+    result = run_ddq("train", "--mode", "downpour", "--workers", "1", "--env", "CartPole-v1", "--listen", ADDRESS,
+                     "--total-steps", "10000000", "--time-budget-s", "60", "--snapshot-every", "20", "--eval-episodes",
+                     "2", "--no-dashboard", "--no-progress", "--run-dir", str(run_dir), env={"DDQ_EVAL_EVERY_S": "1"},
+                     timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = re.search(r"run id (\S+)", result.stderr).group(1)
+    with EmbeddedRedis(rdb=run_dir / "telemetry.rdb") as archive:
+        records = [json.loads(raw) for raw in connect(archive.url).lrange(f"ddq:{run}:evaluations", 0, -1)]
+    assert [r for r in records if r["source"] == "celery"], (records, (run_dir / "celery.log").read_text()[-3000:])
