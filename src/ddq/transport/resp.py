@@ -53,8 +53,9 @@ def tls_context(query: dict[str, list[str]]) -> ssl.SSLContext:
     that names its CAs trusts those alone, not the system's too (the run's own CA is all a run's Redis needs)."""
     one = lambda name: query[name][0] if name in query else None  # noqa: E731
     for name in ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile"):  # which one, not just "Errno 2"
-        if one(name) and not os.path.exists(one(name)):
-            raise FileNotFoundError(f"the Redis URL's {name}={one(name)}: no such file on this host")
+        path = one(name)
+        if path and not os.path.exists(path):
+            raise FileNotFoundError(f"the Redis URL's {name}={path}: no such file on this host")
     requirement = (one("ssl_cert_reqs") or "required").lower()
     if requirement not in _CERT_REQS:
         raise ValueError(f"the Redis URL's ssl_cert_reqs={requirement}: choose none, optional or required")
@@ -65,8 +66,9 @@ def tls_context(query: dict[str, list[str]]) -> ssl.SSLContext:
     check_hostname = (one("ssl_check_hostname") or "true").lower() not in ("0", "f", "false", "n", "no")
     context.check_hostname = check_hostname and _CERT_REQS[requirement] != ssl.CERT_NONE
     context.verify_mode = _CERT_REQS[requirement]
-    if one("ssl_certfile"):
-        context.load_cert_chain(one("ssl_certfile"), one("ssl_keyfile"), one("ssl_password"))
+    certificate = one("ssl_certfile")
+    if certificate:
+        context.load_cert_chain(certificate, one("ssl_keyfile"), one("ssl_password"))
     return context
 
 
