@@ -38,3 +38,19 @@ def test_a_command_waits_out_a_restart_and_fails_at_once_once_the_server_is_gone
         assert 1.0 <= time.monotonic() - started < 5.0  # not the 30 s an outage may last
         with pytest.raises(redis.ConnectionError):
             client.get("kept")  # every later command too, on a new connection as well
+
+
+def test_a_private_redis_whose_snapshot_fails_refuses_writes_rather_than_go_on_unsaved(tmp_path):
+    """Its RDB cannot be written (here its name is taken by a folder, as a full disk fails it): Redis refuses
+    writes until a snapshot succeeds, so a later restart cannot load an old snapshot without a word. With
+    `stop-writes-on-bgsave-error no` it went on taking writes it would lose."""
+    with EmbeddedRedis(log_dir=tmp_path, persist=tmp_path / "redis") as server:
+        (tmp_path / "redis" / "redis.rdb" / "taken").mkdir(parents=True)  # the rename onto the RDB fails
+        client = connect(server.url)
+        client.set("ddq:disk:probe", b"1")  # a change, so the next periodic snapshot is due
+        deadline = time.monotonic() + 20
+        with pytest.raises(redis.ResponseError, match="MISCONF"):
+            while time.monotonic() < deadline:
+                client.set("ddq:disk:probe", b"2")
+                time.sleep(0.2)
+        client.close()
