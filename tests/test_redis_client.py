@@ -54,3 +54,35 @@ def test_a_private_redis_whose_snapshot_fails_refuses_writes_rather_than_go_on_u
                 client.set("ddq:disk:probe", b"2")
                 time.sleep(0.2)
         client.close()
+
+
+@pytest.mark.slow
+def test_a_run_whose_redis_cannot_save_its_snapshot_ends_with_one_line(tmp_path):
+    """The disk under the run's Redis fills mid-run: Redis refuses writes, and the run ends saying so in one
+    line that names the log to read, not with Redis' four sentences."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    train = subprocess.Popen([sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "1", "--env",
+                              "CartPole-v1", "--total-steps", "10000000", "--time-budget-s", "150", "--no-celery",
+                              "--no-dashboard", "--no-progress", "--run-dir", str(run_dir)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rdb = run_dir / "redis" / "redis.rdb"
+        deadline = time.monotonic() + 120
+        while not rdb.is_file():
+            assert train.poll() is None and time.monotonic() < deadline, "the run's Redis saved no snapshot"
+            time.sleep(0.2)
+        rdb.unlink()
+        (rdb / "taken").mkdir(parents=True)  # its next snapshot fails, as on a full disk
+        _, err = train.communicate(timeout=300)
+    finally:
+        if train.poll() is None:
+            train.kill()
+            train.wait()
+    assert train.returncode == 1, err[-3000:]
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert errors == [f"ddq: error: the run cannot go on: the run's Redis cannot save its snapshot (a full disk?) "
+                      f"and refuses writes until it can; see {run_dir / 'redis.log'}"], err[-3000:]
+    assert "Traceback" not in err
