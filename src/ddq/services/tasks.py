@@ -52,6 +52,9 @@ def celery_url(redis_url: str) -> str:
         user, password = (query.get(name, [""])[0] for name in ("username", "password"))
         login = f"{quote(user, safe='')}:{quote(password, safe='')}@" if user or password else ""
         return f"redis+socket://{login}{parsed.path}?virtual_host={query.get('db', ['0'])[0]}"
+    if parsed.scheme == "rediss" and "ssl_cert_reqs" not in parse_qs(parsed.query):
+        # Celery refuses a rediss:// URL that does not say it; redis-py and ddq require a verified one anyway
+        return f"{redis_url}{'&' if parsed.query else '?'}ssl_cert_reqs=required"
     return redis_url
 
 
