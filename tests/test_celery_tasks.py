@@ -71,3 +71,22 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
             worker.wait(30)
             client.close()
             assert stop_servers(admin, "bg", shards) == [0]
+
+
+@pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v redis-server"], capture_output=True).returncode,
+                    reason="no redis-server with TLS on PATH")
+def test_celery_reaches_a_tls_redis_through_the_url_ddq_gives_it(tmp_path):
+    """A rediss:// URL (one's own Redis, `--redis-url`, with its CA in the URL or in a file): Celery's broker
+    and result backend log in and verify the server. Without `ssl_cert_reqs` Celery refused the URL, and the
+    run went on without its worker."""
+    from urllib.parse import quote
+
+    from celery import Celery
+    from kombu import Connection
+
+    with EmbeddedRedis(listen="127.0.0.2", run="celery-tls") as server:
+        with_file = server.remote_url.split("?")[0] + f"?ssl_ca_certs={quote(str(server.folder / 'tls' / 'ca.crt'))}"
+        for url in (server.remote_url, with_file):
+            with Connection(celery_url(url)) as broker:
+                assert broker.default_channel.client.ping()
+            assert Celery(broker="memory://", backend=celery_url(url)).backend.client.ping()

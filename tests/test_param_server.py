@@ -390,3 +390,45 @@ def test_layers_are_named_for_a_person_not_by_sequential_index():
     assert readable_names(dueling) == ["conv1.weight", "fc2.weight", "fc3.value.weight", "fc3.advantage.bias"]
     layer_norm = [("0.weight", (64, 4)), ("0.bias", (64,)), ("1.weight", (64,)), ("1.bias", (64,)), ("3.weight", (2, 64))]
     assert readable_names(layer_norm) == ["fc1.weight", "fc1.bias", "norm2.weight", "norm2.bias", "fc3.weight"]
+
+
+SHARD_ON_A_FULL_DISK = """
+import resource, signal, sys
+from ddq.cli import main
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))  # the log fits, the snapshot (about 1 MB) does not
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_shard_whose_snapshot_cannot_be_written_warns_once_and_goes_on(redis_server, tmp_path):
+    """A full disk under a shard's snapshot file: torch.save's failed write (RuntimeError) used to end the
+    shard, restarted three times until the run ended. Now one warning, the weights keep moving, and the
+    shard stops cleanly when told."""
+    from ddq.config import write_settings
+
+    run = uuid.uuid4().hex[:8]
+    config = build_config({"env": "CartPole-v1", "algo": "dqn", "hidden": [256, 256], "run_dir": str(tmp_path / "run"),
+                           "server": {"snapshot_every": 1}})
+    admin = redis.Redis.from_url(redis_server.url)
+    log = tmp_path / "shard.log"
+    shard = subprocess.Popen([sys.executable, "-c", SHARD_ON_A_FULL_DISK, "param-server", "--settings",
+                              str(write_settings(config, tmp_path / "config.json")), "--run", run, "--shard", "0"],
+                             env=dict(os.environ, DDQ_REDIS_URL=redis_server.url), stdout=log.open("w"),
+                             stderr=subprocess.STDOUT)
+    try:
+        wait_until_serving(admin, run, 1, [shard])
+        client = ParameterClient(redis_server.url, run, model_parameters(config.agent))
+        client.pull()
+        for gradient in gradients(client.flat.size, 3):
+            client.push(gradient)
+        wait_for(lambda: client.pull() or client.versions == [3], what="version 3")
+        client.close()
+        assert stop_servers(admin, run, [shard]) == [0], log.read_text()[-3000:]
+    finally:
+        if shard.poll() is None:
+            shard.kill()
+            shard.wait()
+    text = log.read_text()
+    assert text.count("could not save its snapshot") == 1 and "Traceback" not in text, text[-3000:]
+    assert "without its final snapshot" in text

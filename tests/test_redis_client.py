@@ -38,3 +38,51 @@ def test_a_command_waits_out_a_restart_and_fails_at_once_once_the_server_is_gone
         assert 1.0 <= time.monotonic() - started < 5.0  # not the 30 s an outage may last
         with pytest.raises(redis.ConnectionError):
             client.get("kept")  # every later command too, on a new connection as well
+
+
+def test_a_private_redis_whose_snapshot_fails_refuses_writes_rather_than_go_on_unsaved(tmp_path):
+    """Its RDB cannot be written (here its name is taken by a folder, as a full disk fails it): Redis refuses
+    writes until a snapshot succeeds, so a later restart cannot load an old snapshot without a word. With
+    `stop-writes-on-bgsave-error no` it went on taking writes it would lose."""
+    with EmbeddedRedis(log_dir=tmp_path, persist=tmp_path / "redis") as server:
+        (tmp_path / "redis" / "redis.rdb" / "taken").mkdir(parents=True)  # the rename onto the RDB fails
+        client = connect(server.url)
+        client.set("ddq:disk:probe", b"1")  # a change, so the next periodic snapshot is due
+        deadline = time.monotonic() + 20
+        with pytest.raises(redis.ResponseError, match="MISCONF"):
+            while time.monotonic() < deadline:
+                client.set("ddq:disk:probe", b"2")
+                time.sleep(0.2)
+        client.close()
+
+
+@pytest.mark.slow
+def test_a_run_whose_redis_cannot_save_its_snapshot_ends_with_one_line(tmp_path):
+    """The disk under the run's Redis fills mid-run: Redis refuses writes, and the run ends saying so in one
+    line that names the log to read, not with Redis' four sentences."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    train = subprocess.Popen([sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "1", "--env",
+                              "CartPole-v1", "--total-steps", "10000000", "--time-budget-s", "150", "--no-celery",
+                              "--no-dashboard", "--no-progress", "--run-dir", str(run_dir)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rdb = run_dir / "redis" / "redis.rdb"
+        deadline = time.monotonic() + 120
+        while not rdb.is_file():
+            assert train.poll() is None and time.monotonic() < deadline, "the run's Redis saved no snapshot"
+            time.sleep(0.2)
+        rdb.unlink()
+        (rdb / "taken").mkdir(parents=True)  # its next snapshot fails, as on a full disk
+        _, err = train.communicate(timeout=300)
+    finally:
+        if train.poll() is None:
+            train.kill()
+            train.wait()
+    assert train.returncode == 1, err[-3000:]
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert errors == [f"ddq: error: the run cannot go on: the run's Redis cannot save its snapshot (a full disk?) "
+                      f"and refuses writes until it can; see {run_dir / 'redis.log'}"], err[-3000:]
+    assert "Traceback" not in err

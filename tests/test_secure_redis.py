@@ -6,6 +6,7 @@ clear line before anything starts. The address is 127.0.0.2: beyond the default,
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import subprocess
 import sys
@@ -100,3 +101,124 @@ def test_a_run_listening_beyond_loopback_trains_over_tls_and_keeps_its_password_
     written = [path for path in run_dir.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
     assert written == [] and secret not in log.read_text() + out
     assert quote(secret) == secret  # a URL-safe password: what the checks above looked for is what was sent
+
+
+@needs_tls
+def test_the_hot_path_trusts_a_ca_file_the_url_names_as_redis_py_does(tmp_path):
+    """`?ssl_ca_certs=FILE` (the documented form for one's own Redis) passes preflight through redis-py; the
+    shards' and workers' own connection must trust it too, not fail every certificate check."""
+    with EmbeddedRedis(listen=ADDRESS, run="cafile") as server:
+        ca_file = server.folder / "tls" / "ca.crt"
+        url = server.remote_url.split("?")[0] + f"?ssl_ca_certs={quote(str(ca_file))}"
+        check_redis(url, "--redis-url")
+        with RespConnection(url) as connection:
+            assert connection.command("PING") == "PONG"
+        missing = url.replace(quote(str(ca_file)), quote(str(tmp_path / "absent.pem")))
+        with pytest.raises(FileNotFoundError, match="ssl_ca_certs=.*absent.pem: no such file"):
+            RespConnection(missing)
+        result = run_ddq("train", "--mode", "downpour", "--workers", "1", "--env", "CartPole-v1", "--total-steps", "300",
+                         "--no-celery", "--no-dashboard", "--no-progress", "--run-dir", str(tmp_path / "run"),
+                         env={"DDQ_REDIS_URL": url}, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert summary_of(tmp_path / "run")["env_steps"] >= 300
+
+
+def _certificate(subject: str, key, issuer: str, issuer_key, usage, ca: bool = False):
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    name = lambda text: x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])  # noqa: E731
+    builder = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+@needs_tls
+def test_the_hot_path_presents_the_client_certificate_the_url_names(tmp_path):
+    """A Redis that asks its clients for a certificate (`tls-auth-clients yes`): `ssl_certfile` and
+    `ssl_keyfile` in the URL reach it from the hot path as from redis-py; without them it refuses."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    from ddq.transport.redis_server import free_port
+
+    keys = {name: ec.generate_private_key(ec.SECP256R1()) for name in ("ca", "server", "client")}
+    pem = lambda cert: cert.public_bytes(serialization.Encoding.PEM)  # noqa: E731
+    files = {name: tmp_path / f"{name}.crt" for name in keys}
+    files["ca"].write_bytes(pem(_certificate("test CA", keys["ca"], "test CA", keys["ca"], None, ca=True)))
+    for name, usage in (("server", ExtendedKeyUsageOID.SERVER_AUTH), ("client", ExtendedKeyUsageOID.CLIENT_AUTH)):
+        files[name].write_bytes(pem(_certificate(name, keys[name], "test CA", keys["ca"], usage)))
+        (tmp_path / f"{name}.key").write_bytes(keys[name].private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+                               "--tls-cert-file", str(files["server"]), "--tls-key-file", str(tmp_path / "server.key"),
+                               "--tls-ca-cert-file", str(files["ca"]), "--tls-auth-clients", "yes", "--save", "",
+                               "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={quote(str(files['ca']))}"
+        with_certificate = (url + f"&ssl_certfile={quote(str(files['client']))}"
+                            f"&ssl_keyfile={quote(str(tmp_path / 'client.key'))}")
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert connect(with_certificate).ping()  # redis-py, as preflight checks it
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "the test's redis-server did not answer"
+                time.sleep(0.05)
+        with RespConnection(with_certificate) as connection:
+            assert connection.command("PING") == "PONG"
+        with pytest.raises((OSError, ConnectionError)):  # no certificate: the server ends the handshake
+            RespConnection(url).command("PING")
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+REFUSED_TO_THE_RUN = [("CONFIG", "SET", "dir", "/tmp"), ("CONFIG", "GET", "dir"), ("SAVE",), ("BGSAVE",),
+                      ("DEBUG", "SLEEP", "0"), ("MODULE", "LIST"), ("SCRIPT", "FLUSH"), ("EVAL", "return 1", "0"),
+                      ("FLUSHALL",), ("FLUSHDB",), ("SHUTDOWN", "NOSAVE"), ("ACL", "LIST"),
+                      ("REPLICAOF", "NO", "ONE")]
+
+
+@needs_tls
+def test_the_run_user_may_send_what_ddq_and_celery_send_and_nothing_that_reaches_the_host():
+    """Every executor holds the run's password: with it, no CONFIG SET dir and SAVE (a file written on the
+    driver's host as the driver's user), no wiping, no shutting down, no reading or changing the ACL."""
+    with EmbeddedRedis(listen=ADDRESS, run="acl") as server:
+        for url in (server.url, server.remote_url):
+            client = connect(url)
+            for command in REFUSED_TO_THE_RUN:
+                with pytest.raises(redis.ResponseError, match="no permissions|not allowed"):
+                    client.execute_command(*command)
+            assert client.set("ddq:acl:probe", b"1") and client.get("ddq:acl:probe") == b"1"
+        assert server.process.poll() is None and not (server.folder / "dump.rdb").exists()
+
+
+@needs_tls
+@pytest.mark.slow
+def test_a_listening_run_celery_worker_logs_in_and_evaluates(tmp_path):
+    """With --listen the default user is off: Celery must log in as the run's user (its URL had dropped the
+    user and password, so background evaluations silently stopped)."""
+    run_dir = tmp_path / "run"
+    result = run_ddq("train", "--mode", "downpour", "--workers", "1", "--env", "CartPole-v1", "--listen", ADDRESS,
+                     "--total-steps", "10000000", "--time-budget-s", "60", "--snapshot-every", "20", "--eval-episodes",
+                     "2", "--no-dashboard", "--no-progress", "--run-dir", str(run_dir), env={"DDQ_EVAL_EVERY_S": "1"},
+                     timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = re.search(r"run id (\S+)", result.stderr).group(1)
+    with EmbeddedRedis(rdb=run_dir / "telemetry.rdb") as archive:
+        records = [json.loads(raw) for raw in connect(archive.url).lrange(f"ddq:{run}:evaluations", 0, -1)]
+    assert [r for r in records if r["source"] == "celery"], (records, (run_dir / "celery.log").read_text()[-3000:])

@@ -41,7 +41,7 @@ from ddq.run_folder import RunLog
 from ddq.services.archive import save_telemetry
 from ddq.services.telemetry import lost_and_redone, network_info, newest_rows, worker_rows
 from ddq.shipping import package_zip
-from ddq.transport.redis_client import StoreError
+from ddq.transport.redis_client import StoreError, snapshot_failed
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
 
@@ -107,7 +107,12 @@ class Driver:
             except (ProcessFailed, SparkJobFailed, RunStalled) as error:
                 self._cannot_go_on(str(error))
             except (StoreError, ConnectionError) as error:  # Redis gone: what died, else which error
-                self._cannot_go_on(self._what_died() or f"{type(error).__name__}: {error}")
+                if snapshot_failed(error):  # Redis' own words are four sentences: say it in one, and where to look
+                    log = self.run_dir / "redis.log" if self.services.redis_watch else "the Redis server's log"
+                    self._cannot_go_on(f"the run's Redis cannot save its snapshot (a full disk?) and refuses "
+                                       f"writes until it can; see {log}")
+                else:
+                    self._cannot_go_on(self._what_died() or f"{type(error).__name__}: {error}")
             summary = self._finish()
             with contextlib.suppress(StoreError):
                 self.services.reporter.finish(summary)

@@ -28,7 +28,7 @@ from ddq.models import FlatParameters
 from ddq.param_server.staleness import StalenessPolicy
 from ddq.processes import tune_malloc
 from ddq.transport.keys import shard_bounds
-from ddq.transport.redis_client import Connection, StoreUnavailable
+from ddq.transport.redis_client import Connection, StoreRefused, StoreUnavailable
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.resp import LOST, Oversized, RespConnection
 from ddq.transport.server_metrics import ServerMetrics, layer_segments
@@ -39,6 +39,10 @@ from ddq.transport.wire import WireError, decode, gradient_expectation, layout_b
 log = logging.getLogger("ddq.param_server")
 DRAIN_BATCH = 16  # gradients taken per round trip once the first one arrived
 HOUSEKEEPING_S = 0.25
+# A snapshot that could not be written: the file (OSError; torch.save reports a failed write as RuntimeError)
+# or Redis refusing it (out of memory, or writes stopped after its own RDB failed). A lost connection is not
+# one of them: that is an outage, waited out elsewhere.
+SNAPSHOT_FAILURES = (OSError, RuntimeError, StoreRefused)
 
 
 def gradient_bytes(size: int) -> int:
@@ -65,6 +69,7 @@ class ShardServer:
         self.expect = gradient_expectation(self.layout, self.bounds, max_bytes=gradient_bytes(end - start))
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))
         self.before = torch.empty_like(self.core.params)  # weights before a sampled update, for the ratios
+        self.snapshot_failing = False  # the last snapshot tried failed
         self.channel = ShardChannel(client, fast, run, shard, self.layout, self.bounds)
         self.control = RunControl(client, run)
         run_dir = Path(config.run.run_dir) if config.run.run_dir else None
@@ -90,8 +95,23 @@ class ShardServer:
         self.core.load_state(**vars(saved))
         log.info("shard %d resumed from its snapshot at version %d", self.shard_index, self.core.version)
 
-    def snapshot(self) -> None:
-        self.channel.save_snapshot(ShardState(**self.core.state()), self.snapshot_path)
+    def snapshot(self) -> bool:
+        """Saves the shard's state in Redis and in its file; False when either refused. A failed snapshot (a
+        full disk, Redis refusing writes) is no reason to stop serving: the previous one stays whole, the
+        next is tried at its time, and only the first failure of a streak is said."""
+        try:
+            self.channel.save_snapshot(ShardState(**self.core.state()), self.snapshot_path)
+        except SNAPSHOT_FAILURES as error:
+            if not self.snapshot_failing:
+                log.warning("shard %d could not save its snapshot at version %d (%s); it goes on serving and "
+                            "tries again at the next", self.shard_index, self.core.version,
+                            str(error).splitlines()[0] if str(error) else type(error).__name__)
+            self.snapshot_failing = True
+            return False
+        if self.snapshot_failing:
+            log.info("shard %d saved its snapshot again, at version %d", self.shard_index, self.core.version)
+        self.snapshot_failing = False
+        return True
 
     def _publication(self, target_too: bool) -> list[tuple]:
         core = self.core
@@ -208,7 +228,9 @@ class ShardServer:
         except (StoreUnavailable, ConnectionError, OSError) as error:
             log.error("shard %d lost Redis for good (%s); exiting", self.shard_index, error)
             return 3
-        self.snapshot()
+        if not self.snapshot():
+            log.error("shard %d stopped at version %d without its final snapshot", self.shard_index,
+                      self.core.version)
         self.housekeeping()
         log.info("shard %d stopped at version %d, after its final snapshot (%d applied, %d stale, %d rejected)",
                  self.shard_index, self.core.version, self.metrics.applied, self.metrics.dropped_stale,

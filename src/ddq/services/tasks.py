@@ -22,7 +22,7 @@ import base64
 import dataclasses
 import os
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, quote, urlparse
 
 import numpy as np
 import torch
@@ -42,11 +42,19 @@ EPISODE_FRAMES_LIMIT = 2000  # frames kept of the recorded Snake episode
 
 
 def celery_url(redis_url: str) -> str:
-    """ddq's Redis URL in the form Celery's Redis transport and result backend take."""
+    """ddq's Redis URL in the form Celery's Redis transport and result backend take, with its user and
+    password: a run that listens beyond loopback turns Redis' default user off, and a URL without them left
+    its Celery worker retrying forever. The worker builds it from $DDQ_REDIS_URL, so the password stays in
+    its environment, off any command line."""
     parsed = urlparse(redis_url)
     if parsed.scheme == "unix":
-        db = dict(p.split("=", 1) for p in parsed.query.split("&") if "=" in p).get("db", "0")
-        return f"redis+socket://{parsed.path}?virtual_host={db}"
+        query = parse_qs(parsed.query)
+        user, password = (query.get(name, [""])[0] for name in ("username", "password"))
+        login = f"{quote(user, safe='')}:{quote(password, safe='')}@" if user or password else ""
+        return f"redis+socket://{login}{parsed.path}?virtual_host={query.get('db', ['0'])[0]}"
+    if parsed.scheme == "rediss" and "ssl_cert_reqs" not in parse_qs(parsed.query):
+        # Celery refuses a rediss:// URL that does not say it; redis-py and ddq require a verified one anyway
+        return f"{redis_url}{'&' if parsed.query else '?'}ssl_cert_reqs=required"
     return redis_url
 
 

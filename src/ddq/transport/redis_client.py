@@ -122,6 +122,12 @@ StoreAuthenticationError = redis.AuthenticationError  # the server refused the p
 StoreRefused = redis.ResponseError  # the server answered with an error
 
 
+def snapshot_failed(error: BaseException) -> bool:
+    """Whether Redis refused a write because it could not save its own snapshot (a full disk, most often):
+    it refuses writes until a snapshot succeeds (`stop-writes-on-bgsave-error yes`)."""
+    return isinstance(error, StoreRefused) and str(error).startswith("MISCONF")
+
+
 def ping(url: str, timeout_s: float) -> None:
     """Whether a Redis answers at `url` within `timeout_s`, at once (no outage is waited out): returns when it
     does, raises StoreAuthenticationError when it refused the password, another StoreError (or ValueError,

@@ -27,6 +27,22 @@ ACL_USER = "ddq"
 SNAPSHOT_EVERY_S = 2  # a persistent server writes its snapshot this often (when anything changed)
 SNAPSHOT_NAME = "redis.rdb"
 RESTART_TIMEOUT_S = 60.0
+# What the run's user may send: the commands ddq (this package) and Celery (kombu's Redis transport, Celery's
+# Redis result backend) send, read from their code and checked against a real run's INFO commandstats; none
+# that reach the host (CONFIG, SAVE, BGSAVE, DEBUG, MODULE, SHUTDOWN, REPLICAOF, ACL) or wipe the store
+# (FLUSHALL, FLUSHDB). Every executor holds the password, so this, not the password, bounds what one may do.
+RUN_COMMANDS = (
+    # connecting, preflight (redis-py asks Redis 7.2+ for CLIENT SETINFO, and goes on when it is refused)
+    "auth hello ping select client|setname client|id info time echo "
+    "get set setex mget getrange incr incrby exists del unlink expire pexpire ttl type scan dump "  # strings, keys
+    "hset hget hmget hgetall hvals hdel hlen "  # hashes: snapshots, kombu's unacked messages
+    "lpush rpush rpop lpop brpop llen lrange lindex lrem ltrim "  # lists: gradients, experience, Celery's queues
+    "sadd srem smembers scard sismember zadd zrem zrange zrangebyscore zcard "  # kombu's bindings and unacked index
+    "xadd xread xdel xrange xlen "  # the run's streams
+    "publish subscribe unsubscribe psubscribe punsubscribe "  # weights announced, Celery's results
+    "multi exec discard watch unwatch "  # all-or-nothing snapshots, kombu's pipelines
+    "evalsha script|load script|exists"  # kombu: its binding and lock scripts (Lua runs under this same ACL)
+).split()
 
 
 def redis_server_binary() -> str:
@@ -90,7 +106,9 @@ class EmbeddedRedis:
             (persist / SNAPSHOT_NAME).unlink(missing_ok=True)
             settings.update({"dir": str(persist), "dbfilename": SNAPSHOT_NAME, "save": f"{SNAPSHOT_EVERY_S} 1",
                              "rdbcompression": "no",  # weights do not compress; the CPU is the workers'
-                             "stop-writes-on-bgsave-error": "no"})  # a full disk must not stop training
+                             # a snapshot that fails (a full disk) refuses writes until one succeeds: with "no",
+                             # training went on unsaved, and a later restart loaded an old RDB without a word
+                             "stop-writes-on-bgsave-error": "yes"})
         self.remote: str | None = None  # the URL other hosts use
         self._password: str | None = None
         if listen:
@@ -126,7 +144,8 @@ class EmbeddedRedis:
         return {"port": "0", "bind": listen, "tls-port": str(tls_port), "tls-cert-file": str(certificates.cert_file),
                 "tls-key-file": str(certificates.key_file), "tls-ca-cert-file": str(certificates.ca_file),
                 "tls-auth-clients": "no", "protected-mode": "no",
-                "user default": "off", f"user {ACL_USER}": f"on >{self._password} ~* &* +@all"}
+                "user default": "off",
+                f"user {ACL_USER}": f"on >{self._password} ~* &* -@all " + " ".join(f"+{c}" for c in RUN_COMMANDS)}
 
     @property
     def url(self) -> str:

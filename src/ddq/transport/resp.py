@@ -11,6 +11,7 @@ arguments without copying them. Everything else in ddq uses redis-py.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import ssl
 import time
@@ -41,9 +42,39 @@ class RespError(RuntimeError):
     """An error reply from Redis, or a reply this connection cannot read."""
 
 
+_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+def tls_context(query: dict[str, list[str]]) -> ssl.SSLContext:
+    """The TLS context a `rediss://` URL's query asks for, read as redis-py reads it, so that a URL preflight
+    accepted also works here: the CAs to trust (`ssl_ca_certs` a PEM file, `ssl_ca_path` a folder,
+    `ssl_ca_data` PEM text), a client certificate (`ssl_certfile`, `ssl_keyfile`, `ssl_password`),
+    `ssl_cert_reqs` (none, optional, required) and `ssl_check_hostname`. One difference, stricter: a URL
+    that names its CAs trusts those alone, not the system's too (the run's own CA is all a run's Redis needs)."""
+    one = lambda name: query[name][0] if name in query else None  # noqa: E731
+    for name in ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile"):  # which one, not just "Errno 2"
+        path = one(name)
+        if path and not os.path.exists(path):
+            raise FileNotFoundError(f"the Redis URL's {name}={path}: no such file on this host")
+    requirement = (one("ssl_cert_reqs") or "required").lower()
+    if requirement not in _CERT_REQS:
+        raise ValueError(f"the Redis URL's ssl_cert_reqs={requirement}: choose none, optional or required")
+    if one("ssl_keyfile") and not one("ssl_certfile"):
+        raise ValueError("the Redis URL names an ssl_keyfile without its ssl_certfile")
+    context = ssl.create_default_context(cafile=one("ssl_ca_certs"), capath=one("ssl_ca_path"),
+                                         cadata=one("ssl_ca_data"))
+    check_hostname = (one("ssl_check_hostname") or "true").lower() not in ("0", "f", "false", "n", "no")
+    context.check_hostname = check_hostname and _CERT_REQS[requirement] != ssl.CERT_NONE
+    context.verify_mode = _CERT_REQS[requirement]
+    certificate = one("ssl_certfile")
+    if certificate:
+        context.load_cert_chain(certificate, one("ssl_keyfile"), one("ssl_password"))
+    return context
+
+
 def _connect(url: str, timeout: float | None) -> tuple[socket.socket, dict]:
-    """A connected socket for `url` (TLS verified against the URL's `ssl_ca_data` CA when it has one, else
-    the system's), and its credentials: from the URL's user part, or its `username`/`password` query."""
+    """A connected socket for `url` (TLS as its query says, `tls_context`), and its credentials: from the
+    URL's user part, or its `username`/`password` query."""
     parsed = urlparse(url)
     query = parse_qs(parsed.query)
     if parsed.scheme == "unix":
@@ -57,8 +88,11 @@ def _connect(url: str, timeout: float | None) -> tuple[socket.socket, dict]:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         set_keepalive(sock)
         if parsed.scheme == "rediss":
-            context = ssl.create_default_context(cadata=query["ssl_ca_data"][0] if "ssl_ca_data" in query else None)
-            sock = context.wrap_socket(sock, server_hostname=parsed.hostname)
+            try:
+                sock = tls_context(query).wrap_socket(sock, server_hostname=parsed.hostname)
+            except BaseException:
+                sock.close()
+                raise
     else:
         raise ValueError(f"unsupported Redis URL scheme {parsed.scheme!r} (redis://, rediss://, unix://)")
     db = query.get("db", [parsed.path.strip("/") if parsed.scheme != "unix" else ""])[0] or "0"
