@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +29,21 @@ from test_downpour import processes_mentioning
 ADDRESS = "127.0.0.2"
 needs_tls = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v redis-server"], capture_output=True).returncode,
                                reason="no redis-server with TLS on PATH: make test installs Debian's")
+
+
+def url_of_run(process: subprocess.Popen, run_dir: Path, log: Path, timeout: float = 120) -> str:
+    """The Redis URL (password included) that the run in `run_dir` hands its shard through the environment,
+    read from the shard's /proc entry once it runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        for pid in processes_mentioning("param-server"):
+            with contextlib.suppress(OSError):
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                urls = [line.split(b"=", 1)[1].decode() for line in environ if line.startswith(b"DDQ_REDIS_URL=")]
+                if urls and str(run_dir) in Path(f"/proc/{pid}/cmdline").read_text():
+                    return urls[0]
+        time.sleep(0.2)
 
 
 def password_of(url: str) -> str:
@@ -80,16 +97,7 @@ def test_a_run_listening_beyond_loopback_trains_over_tls_and_keeps_its_password_
                                 "--no-dashboard", "--run-dir", str(run_dir)],
                                stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
     try:
-        secret = None
-        deadline = time.monotonic() + 120
-        while secret is None:
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            for pid in processes_mentioning("param-server"):
-                with contextlib.suppress(OSError):
-                    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                    urls = [line.split(b"=", 1)[1].decode() for line in environ if line.startswith(b"DDQ_REDIS_URL=")]
-                    secret = password_of(urls[0]) if urls and str(run_dir) in Path(f"/proc/{pid}/cmdline").read_text() else None
-            time.sleep(0.2)
+        secret = password_of(url_of_run(process, run_dir, log))
         assert command_lines_holding(secret) == []
         out, _ = process.communicate(timeout=300)
     finally:
@@ -211,14 +219,27 @@ def test_the_run_user_may_send_what_ddq_and_celery_send_and_nothing_that_reaches
 @pytest.mark.slow
 def test_a_listening_run_celery_worker_logs_in_and_evaluates(tmp_path):
     """With --listen the default user is off: Celery must log in as the run's user (its URL had dropped the
-    user and password, so background evaluations silently stopped)."""
-    run_dir = tmp_path / "run"
-    result = run_ddq("train", "--mode", "downpour", "--workers", "1", "--env", "CartPole-v1", "--listen", ADDRESS,
-                     "--total-steps", "10000000", "--time-budget-s", "60", "--snapshot-every", "20", "--eval-episodes",
-                     "2", "--no-dashboard", "--no-progress", "--run-dir", str(run_dir), env={"DDQ_EVAL_EVERY_S": "1"},
-                     timeout=400)
-    assert result.returncode == 0, result.stderr[-3000:]
-    run = re.search(r"run id (\S+)", result.stderr).group(1)
-    with EmbeddedRedis(rdb=run_dir / "telemetry.rdb") as archive:
-        records = [json.loads(raw) for raw in connect(archive.url).lrange(f"ddq:{run}:evaluations", 0, -1)]
-    assert [r for r in records if r["source"] == "celery"], (records, (run_dir / "celery.log").read_text()[-3000:])
+    user and password, so background evaluations silently stopped). The run goes on until Celery's first
+    evaluation is in its Redis, then Ctrl-C ends it."""
+    run_dir, log = tmp_path / "run", tmp_path / "train.log"
+    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "1", "--env",
+                                "CartPole-v1", "--listen", ADDRESS, "--total-steps", "10000000", "--snapshot-every",
+                                "20", "--eval-episodes", "2", "--no-dashboard", "--no-progress", "--run-dir",
+                                str(run_dir)], stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True,
+                               env=dict(os.environ, DDQ_EVAL_EVERY_S="1"))
+    try:
+        client = connect(url_of_run(process, run_dir, log))
+        run = re.search(r"run id (\S+)", log.read_text()).group(1)
+        deadline = time.monotonic() + 240
+        while not any(json.loads(raw)["source"] == "celery" for raw in client.lrange(f"ddq:{run}:evaluations", 0, -1)):
+            assert process.poll() is None and time.monotonic() < deadline, \
+                (log.read_text()[-2000:], (run_dir / "celery.log").read_text()[-3000:])
+            time.sleep(0.5)
+        client.close()
+        process.send_signal(signal.SIGINT)  # stops the run cleanly: 130, as for any command Ctrl-C ends
+        assert process.wait(timeout=180) == 130, log.read_text()[-3000:]
+        assert summary_of(run_dir)["stop_reason"] == "stopped by the user"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
