@@ -143,12 +143,15 @@ def execute(config: TrainConfig, saved: dict[str, Any] | None = None, started_at
     stopped it."""
     from ddq.modes import run_training
     from ddq.run_folder import write_summary
-    from ddq.services.plot import plot_run
+    from ddq.services.plot import NothingToPlot, plot_run
 
     run_dir = str(config.run.run_dir)
     print(f"ddq: training {config.agent.env} ({config.run.mode}) into {run_dir}", file=sys.stderr)
     summary, exit_code = run_training(config, run_dir, started_at, resume=saved)
-    summary["learning_curve"] = str(plot_run(run_dir, env_id=config.agent.env))
+    try:
+        summary["learning_curve"] = str(plot_run(run_dir, env_id=config.agent.env))
+    except NothingToPlot:  # a run that ended before its first episode (a failure at the start) has no curve
+        summary["learning_curve"] = None
     summary["animation"] = animate_run(summary) if animate else None
     write_summary(run_dir, summary)
     return summary, exit_code

@@ -18,6 +18,10 @@ def _env_of(run_dir: Path) -> str | None:
         return None
 
 
+class NothingToPlot(ValueError):
+    """A run that ended before its first episode or evaluation: it has no curve."""
+
+
 def plot_run(run_dir: str | Path, output: str | Path | None = None, env_id: str | None = None) -> Path:
     """The curve as `output` (default RUN_DIR/learning_curve.png). For an env whose score counts rewarded
     steps (`env_id`, else the run's summary.json says; Snake's apples) the greedy evaluations show that
@@ -33,7 +37,7 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None, env_id: str 
     episodes = [p for p in points if p["kind"] == "episode"]
     evals = [p for p in points if p["kind"] == "eval"]
     if not episodes and not evals:
-        raise ValueError(f"{run_dir}/metrics.jsonl holds no episodes or evaluations to plot")
+        raise NothingToPlot(f"{run_dir}/metrics.jsonl holds no episodes or evaluations to plot")
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     if episodes:
         steps = np.array([p["env_steps"] for p in episodes])
