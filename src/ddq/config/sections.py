@@ -10,7 +10,7 @@ from ddq.config.optimizer import OptimizerConfig
 from ddq.gamesim import DEFAULT_ENV_ID
 from ddq.gamesim.envs import EnvOptions
 
-MODES = ("serial", "downpour", "actor-learner")
+MODES = ("serial", "downpour", "actor-learner", "data-parallel")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -157,7 +157,7 @@ class DistributedConfig:
     listen: str | None = setting(None, "cluster", "an address of this host where Spark's driver and the run's private Redis serve executors on other hosts; the Redis then speaks only TLS, with a certificate authority and a password made for the run (default: this host only; with a cluster master and no redis_url, the address that reaches the master)")
     stall_timeout: float = setting(300.0, "cluster", "seconds without a new env step from any worker after which the run ends, resumable: the driver lost its workers (a cut network), or the cluster has no executor free")
     server: ServerConfig = section(ServerConfig, "parameter server")
-    publish_every: int = setting(10, "actor-learner", "learner updates between weight publications (--sync: once a round)")
+    publish_every: int = setting(10, "actor-learner", "learner updates between weight publications (actor-learner's learner, data-parallel's worker 0; --sync: once a round)")
     send_every: int = setting(16, "actor-learner", "vector steps an actor sends per message")
     actor_backlog: int = setting(1, "actor-learner", "messages per actor waiting for the learner beyond which actors wait (more lets them act on older weights)")
     per_actor_epsilon: bool = setting(False, "actor-learner", "Ape-X's fixed epsilon per actor, 0.4^(1 + 7 i / (N - 1)), instead of the schedule")
@@ -195,6 +195,6 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.distributed.sync and self.run.mode != "actor-learner":
             raise ValueError(f"sync rounds are a way of actor-learner training, not of {self.run.mode} mode")
-        if self.run.mode == "actor-learner" and self.distributed.server.shards != 1:
-            raise ValueError(f"shards must be 1 in actor-learner mode (its one learner owns the weights), "
-                             f"got {self.distributed.server.shards}")
+        if self.run.mode in ("actor-learner", "data-parallel") and self.distributed.server.shards != 1:
+            raise ValueError(f"shards must be 1 in {self.run.mode} mode (the parameter server's shards are "
+                             f"downpour's), got {self.distributed.server.shards}")

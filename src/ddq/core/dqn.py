@@ -106,6 +106,11 @@ def target_refresh_due(updates: int, period: int) -> bool:
     return updates % period == 0
 
 
+def last_target_refresh(updates: int, period: int) -> int:
+    """The update after which the target network was last copied (`target_refresh_due`): its version."""
+    return updates - updates % period
+
+
 def next_mark(steps: int, every: int) -> int:
     """The first multiple of `every` above `steps`: when a periodic event (an evaluation, a log line, a
     checkpoint) is next due. Serial training, the distributed driver and the learner ask this one rule."""

@@ -27,7 +27,6 @@ from ddq.core.agent import env_spec, make_learner, make_replay, resolve_device, 
 from ddq.core.algorithms import algorithm_for
 from ddq.core.algorithms.dqn import DQN
 from ddq.core.central_learner import CentralLearner, CentralSettings, LearnerState
-from ddq.learner_server.publisher import WeightsPublisher, weights_messages
 from ddq.lifecycle import RunControl
 from ddq.processes import tune_malloc
 from ddq.transport.experience import ExpectExperience, Experience, ExperienceError, decode
@@ -36,6 +35,7 @@ from ddq.transport.redis_client import Connection, StoreError, StoreUnavailable
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.server_metrics import ServerMetrics, layer_segments
 from ddq.transport.snapshots import ShardState
+from ddq.transport.weights_publisher import WeightsPublisher, weights_messages
 from ddq.transport.wire import layout_bytes
 
 log = logging.getLogger("ddq.learner")
@@ -140,7 +140,9 @@ class LearnerServer:
 
     # ---------------------------------------------------------------- training
     def weights(self, target_too: bool) -> list[bytes]:
-        return weights_messages(self.core.learner, self.layout, self.core.target_version, target_too)
+        learner = self.core.learner
+        return weights_messages(self.layout, learner.updates, learner.flat.data, self.core.target_version,
+                                learner.target_flat.data if target_too else None)
 
     def train(self, updates: int) -> None:
         """`updates` gradient steps, each handing its weights to the publisher when they are due."""

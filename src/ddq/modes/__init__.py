@@ -1,5 +1,6 @@
 """Training modes: each wires the core's parts one way (serial in one process; downpour over Spark and the
-parameter server; actor-learner over Spark and one learner), and the run folder they all write."""
+parameter server; actor-learner over Spark and one learner; data-parallel over a Spark barrier stage and
+torch.distributed), and the run folder they all write."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def run_training(config: TrainConfig, run_dir: str | Path, started_at: float | N
         from ddq.modes.actor_learner import train_actor_learner
 
         return train_actor_learner(config, run_dir, started_at, resume)
+    if config.run.mode == "data-parallel":
+        from ddq.modes.data_parallel import train_data_parallel
+
+        return train_data_parallel(config, run_dir, started_at, resume)
     from ddq.modes.downpour import train_downpour
 
     return train_downpour(config, run_dir, started_at, resume)

@@ -43,11 +43,45 @@ def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: 
 
     config = decode_settings(settings, "the driver's settings")
     context = BarrierTaskContext.get() if config.distributed.sync else TaskContext.get()
-    attempt = context.attemptNumber() if context else 0
+    attempt = barrier_attempt(redis_url, run, index) if config.distributed.sync else \
+        context.attemptNumber() if context else 0
     meet = context.allGather if config.distributed.sync and isinstance(context, BarrierTaskContext) else None
     actor = ExperienceActor(config, redis_url, run, index,
                             lambda flat: ParameterClient(redis_url, run, flat, 1, index), attempt, meet)
     yield dataclasses.asdict(actor.run())
+
+
+def data_parallel_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str) -> Iterator[dict]:
+    """What a Spark task runs in data-parallel mode: one rank of the barrier stage's process group, which its
+    tasks form by meeting at the stage's barrier (rank 0 says where its store listens)."""
+    from pyspark import BarrierTaskContext
+
+    from ddq.transport.collective import Collective
+    from ddq.workers.data_parallel import DataParallelWorker
+
+    config = decode_settings(settings, "the driver's settings")
+    context = BarrierTaskContext.get()
+    tasks = context.getTaskInfos()
+    host = tasks[index].address.rsplit(":", 1)[0]  # the executor's own address, as Spark knows it
+    timeout = config.distributed.stall_timeout  # a collective waiting this long on a rank gone fails the stage
+
+    def joined(device: Any) -> Collective:
+        return Collective(index, len(tasks), host, context.allGather, timeout, device)
+
+    worker = DataParallelWorker(config, redis_url, run, index, joined, barrier_attempt(redis_url, run, index))
+    yield dataclasses.asdict(worker.run())
+
+
+def barrier_attempt(redis_url: str, run: str, index: int) -> int:
+    """A barrier task's attempt number, counted in the run's Redis (Spark's restarts from 0 with the stage)."""
+    from ddq.transport.redis_client import connect as connect_redis
+    from ddq.transport.worker_channel import WorkerChannel
+
+    client = connect_redis(redis_url)
+    try:
+        return WorkerChannel(client, run, index).begin_attempt()
+    finally:
+        client.close()
 
 
 SparkTask = Callable[[int, Iterator, str, str, str], Iterator[dict]]
@@ -67,7 +101,9 @@ def python_error(text: str) -> str:
 class SparkJob:
     """A run's Spark job, on a thread of the driver: `workers` tasks each running `task` (a module-level
     function: Spark ships it to the executors, not the driver), as a barrier stage when asked (Spark's
-    barrier execution: its tasks start together, and a failed one restarts them all)."""
+    barrier execution: its tasks start together, and a failed one restarts them all). A barrier stage's
+    results go through a shuffle: Spark runs a failed barrier stage again only when it is a shuffle map
+    stage (it never recovers a failed barrier result stage)."""
 
     def __init__(self, context: Any, task: SparkTask, workers: int, barrier: bool, settings: str, url: str,
                  run: str):
@@ -79,8 +115,9 @@ class SparkJob:
     def _run(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
         try:
             rdd = self.context.parallelize(range(workers), workers)
-            rdd = rdd.barrier() if barrier else rdd
-            rdd.mapPartitionsWithIndex(lambda index, rows: task(index, rows, settings, url, run)).collect()
+            stage = (rdd.barrier() if barrier else rdd).mapPartitionsWithIndex(
+                lambda index, rows: task(index, rows, settings, url, run))
+            (stage.coalesce(1, shuffle=True) if barrier else stage).collect()
         except Exception as error:  # the driver reports it
             self.error = SparkJobFailed(f"the Spark job failed: {python_error(str(error))}")
 

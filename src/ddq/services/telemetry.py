@@ -113,9 +113,12 @@ def worker_rows(store: RunStore, now: float | None = None) -> list[dict]:
 def lost_and_redone(rows: list[dict]) -> dict[str, list[dict]]:
     """What a run lost with workers that died (a crashed host, a killed task) and what retries redid:
     `worker_rows` attempts that were replaced or fell silent, and each one's next attempt. A lost attempt's
-    env steps and pushes still count; the work it would have done was played by the others or its retry."""
+    env steps and pushes still count; the work it would have done was played by the others or its retry.
+    Each row also says the weights version it reached, and the one it began with: a data-parallel stage
+    restarted from its newest snapshot lost the updates between the two."""
     def brief(row: dict) -> dict:
-        return {key: row.get(key) for key in ("worker", "attempt", "env_steps", "pushes", "state")}
+        return {key: row.get(key) for key in ("worker", "attempt", "env_steps", "pushes", "state", "weights_version",
+                                              "started_from")}
 
     lost = [row for row in rows if row.get("state") in ("replaced", "silent")]
     redone = [row for row in rows if any(row["worker"] == gone["worker"] and row["restarts"] > gone["restarts"]

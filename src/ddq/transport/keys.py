@@ -142,6 +142,12 @@ class RunKeys:
         """Hash: worker id -> JSON of its latest statistics and heartbeat."""
         return f"{self.prefix}:workers"
 
+    @property
+    def attempts(self) -> str:
+        """Hash: worker id -> attempts begun (HINCRBY): a barrier stage Spark runs again numbers its tasks'
+        attempts from 0, so its tasks count their own."""
+        return f"{self.prefix}:attempts"
+
     def shard(self, index: int) -> ShardKeys:
         base = f"{self.prefix}:ps:{index}"
         return ShardKeys(f"{base}:grads", f"{base}:weights", f"{base}:target", f"{base}:snapshot",

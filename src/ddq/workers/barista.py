@@ -50,6 +50,7 @@ class WorkerStats:
     mean_max_q: float | None = None
     epsilon: float = 1.0
     weights_version: int = 0  # of the weights it acts with
+    started_from: int = 0  # the weights version this attempt began with (data-parallel: its stage's snapshot)
     rounds: int = 0  # actor-learner --sync: rounds played and trained on
     # actor-learner --sync: [round, weights version it was played with] of the newest two rounds begun
     round_weights: list[list[int]] = field(default_factory=list)

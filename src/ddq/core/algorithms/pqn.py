@@ -138,12 +138,12 @@ def train_on_rollout(learner: Learner, rollout: Rollout, source: ParameterSource
 
 class PQN(Algorithm):
     """Fresh rollouts, no replay memory (checkpoints keep none), no target network; LayerNorm in the network;
-    serial and downpour mode."""
+    serial, downpour and data-parallel mode."""
 
     name = "pqn"
     layer_norm = True
     keeps_replay = False
-    modes = ("serial", "downpour")
+    modes = ("serial", "downpour", "data-parallel")
     refusal = "actor-learner's learner draws from a replay memory of the actors' transitions, and PQN keeps none"
     # Measured (docs/benchmarks.md): CartPole with a 64x64 MLP and Adam at 3e-3 reached 475 in a median 2.5 s
     # over 10 serial seeds, against 4.8 s with the preset's 256x256 MLP and 1.5e-3, and 18 s with DQN.

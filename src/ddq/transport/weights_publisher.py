@@ -1,6 +1,7 @@
-"""The learner's weights going out: to the actors (shard 0's keys, the parameter server's wire format, so to
-an actor the learner is a parameter server) and to the driver's evaluations, on a thread of their own so
-the training loop never waits on the network."""
+"""A learner's weights going out: to the workers (shard 0's keys, the parameter server's wire format, so to
+a worker the learner is a parameter server) and to the driver's evaluations, on a thread of their own so
+the training loop never waits on the network. Actor-learner's learner and data-parallel's rank 0 publish
+through it."""
 
 from __future__ import annotations
 
@@ -8,23 +9,24 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ddq.core.learner import Learner
+import torch
+
 from ddq.transport.learner_channel import LearnerChannel
 from ddq.transport.redis_client import Connection, StoreError
 from ddq.transport.wire import WEIGHTS, Header, pack_header
 
-log = logging.getLogger("ddq.learner")
+log = logging.getLogger("ddq.publisher")
 WAIT_S = 0.25
 
 
-def weights_messages(learner: Learner, layout: bytes, target_version: int, target_too: bool) -> list[bytes]:
-    """The learner's weights (and its target's) as parameter-server weights messages."""
-    size = learner.flat.size
-    messages = [pack_header(Header(WEIGHTS, layout, learner.updates, size))
-                + learner.flat.data.detach().cpu().numpy().tobytes()]
-    if target_too:
-        messages.append(pack_header(Header(WEIGHTS, layout, target_version, size))
-                        + learner.target_flat.data.detach().cpu().numpy().tobytes())
+def weights_messages(layout: bytes, version: int, weights: torch.Tensor, target_version: int = 0,
+                     target: torch.Tensor | None = None) -> list[bytes]:
+    """Flat weights (and the target's, when given) as parameter-server weights messages."""
+    messages = [pack_header(Header(WEIGHTS, layout, version, weights.numel()))
+                + weights.detach().cpu().numpy().tobytes()]
+    if target is not None:
+        messages.append(pack_header(Header(WEIGHTS, layout, target_version, target.numel()))
+                        + target.detach().cpu().numpy().tobytes())
     return messages
 
 
@@ -68,7 +70,7 @@ class WeightsPublisher:
                 self.sent_version = version
                 self.publications += 1
         except StoreError as error:
-            log.error("learner could not publish its weights (%s)", error)
+            log.error("could not publish the weights (%s)", error)
             self.failed.set()
 
     def with_trained(self, trained: int, write: Callable[[int | None], None]) -> None:
@@ -108,5 +110,5 @@ class WeightsPublisher:
                 for message, trained in points:
                     self.channel.publish_evaluation_point(message, trained)
             except StoreError as error:
-                log.error("learner could not publish an evaluation point (%s)", error)
+                log.error("could not publish an evaluation point (%s)", error)
                 self.failed.set()

@@ -1,0 +1,97 @@
+"""Data-parallel training: N Spark tasks in one barrier stage, each a worker that plays its own envs and
+computes its own gradients, averaged over all of them every update (torch.distributed), so that all hold
+the same weights and nothing is stale. No parameter server, no learner process.
+
+The synchronous wiring of DD-PPO (Wijmans et al. 2020), started the Spark way:
+a barrier stage's tasks start together, meet through Spark to form the
+process group, and restart together when one fails, from the newest snapshot
+worker 0 wrote (`ddq.workers.data_parallel`). Its learning per env step is
+serial training's with N times the envs. Worker 0 publishes the weights, at
+each eval_every mark of the run's env steps, where the driver reads them:
+the driver evaluates those points beside the run, as in actor-learner mode.
+Stragglers: every update waits for the slowest worker (there is no backup
+worker or preemption); on N equal one-core hosts they hardly differ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ddq.config import TrainConfig
+from ddq.core.agent import epsilon_schedule, model_parameters
+from ddq.core.dqn import LinearSchedule
+from ddq.models import FlatParameters
+from ddq.modes.driver import Driver, Wiring
+from ddq.modes.evaluators import PointEvaluator
+from ddq.modes.spark import data_parallel_task
+from ddq.modes.weights_service import SERVING_TIMEOUT_S, ServiceContext
+from ddq.transport.learner_channel import LearnerChannel
+from ddq.transport.weights_publisher import weights_messages
+from ddq.transport.wire import layout_bytes
+
+SNAPSHOT_FILE = "data-parallel.pt"
+
+
+class WorkerZeroPublishes:
+    """The weights service of a data-parallel run: no process of its own. It publishes the starting
+    weights (a resumed run's snapshot, else the model's first weights) where the driver and the workers
+    read them; worker 0 publishes from then on; at the end it keeps the newest snapshot in the run folder,
+    which `--resume` starts from."""
+
+    slices = 1
+
+    def __init__(self, initial: FlatParameters, epsilon: LinearSchedule):
+        self.initial, self.epsilon = initial, epsilon
+        self.layout, self.bounds = layout_bytes(initial.layout_hash()), (0, initial.size)
+        self.context: ServiceContext | None = None
+
+    def _channel(self) -> LearnerChannel:
+        assert self.context is not None, "start() first"
+        return LearnerChannel(self.context.redis, self.context.run)
+
+    def start(self, context: ServiceContext) -> None:
+        self.context = context
+        channel = self._channel()
+        saved = channel.newest_snapshot(context.run_dir / SNAPSHOT_FILE, self.layout, self.bounds)
+        if saved is None:
+            weights = self.initial.data
+            messages = weights_messages(self.layout, 0, weights, 0, weights)
+        else:  # a resumed run: the workers start from it (they read it from Redis, wherever they run)
+            channel.save_snapshot(saved, None, self.layout, self.bounds)
+            messages = weights_messages(self.layout, saved.version, saved.weights, saved.target_version, saved.target)
+        channel.publish_weights(saved.version if saved else 0, messages, None)
+
+    def serving(self, timeout: float = SERVING_TIMEOUT_S) -> None:
+        pass  # published by start()
+
+    def drained(self, timeout: float | None = None) -> None:
+        pass  # worker 0 published its last weights before its task ended
+
+    def stop(self) -> None:
+        """Keeps worker 0's newest snapshot in the run folder (Redis goes with the run)."""
+        if self.context is None:
+            return
+        channel = self._channel()
+        path = self.context.run_dir / SNAPSHOT_FILE
+        saved = channel.newest_snapshot(None, self.layout, self.bounds)
+        if saved is not None:
+            channel.save_snapshot(saved, path, self.layout, self.bounds)
+
+    def restart(self, index: int = 0) -> Any:
+        raise RuntimeError("a data-parallel run's weights live in its workers: Spark restarts their stage")
+
+    def workers_epsilon(self, env_steps: int) -> float:
+        return self.epsilon(env_steps)  # each worker's follows the run's global env steps
+
+
+def data_parallel(config: TrainConfig) -> Wiring:
+    service = WorkerZeroPublishes(model_parameters(config.agent), epsilon_schedule(config.agent))
+    return Wiring(weights=service, task=data_parallel_task, evaluator=PointEvaluator, barrier=True)
+
+
+def train_data_parallel(config: TrainConfig, run_dir: str | Path, started_at: float | None = None,
+                        resume: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
+    """The run's summary and the exit code it earned."""
+    driver = Driver(config, run_dir, data_parallel(config), started_at, resume)
+    return driver.train(), driver.exit_code

@@ -1,0 +1,85 @@
+"""A data-parallel run's collective: torch.distributed among the tasks of one Spark barrier stage.
+
+The stage's tasks meet through Spark (`BarrierTaskContext.allGather`, handed
+in as `meet`): rank 0 opens torch's `TCPStore` on a free port of its own
+address and tells the others where; torch.distributed does the rest (gloo on
+CPU, NCCL on a GPU). Nothing here picks a fixed port or listens beyond the
+address the task was given: in local mode that is 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+Meet = Callable[[str], list[str]]  # every task's message, in rank order (Spark's barrier allGather)
+
+
+class Collective:
+    """One task's membership of the stage's process group: average a tensor over the ranks, broadcast rank
+    0's, agree on a flag. Every call is collective: each rank makes the same calls in the same order, and
+    a call that waits past `timeout_s` (a rank gone) raises instead of waiting forever."""
+
+    def __init__(self, rank: int, world: int, host: str, meet: Meet, timeout_s: float, device: torch.device):
+        self.rank, self.world, self.device = rank, world, device
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if rank == 0:
+            listener = socket.create_server((host, 0), backlog=128)  # this address only, a free port
+            port = listener.getsockname()[1]
+            meet(f"{host}:{port}")
+            # the store owns the listening socket from here (detach: Python will not close it too)
+            self.store = dist.TCPStore(host, port, world, True, timeout, master_listen_fd=listener.detach())
+        else:
+            address = meet("")[0]
+            store_host, port = address.rsplit(":", 1)
+            self.store = dist.TCPStore(store_host, int(port), world, False, timeout)
+        self.group = self._group(host, timeout)
+
+    def _group(self, host: str, timeout: datetime.timedelta) -> dist.ProcessGroup | dist.ProcessGroupGloo:
+        if self.device.type == "cuda":  # NCCL finds its peers through the store, on the GPUs' own links
+            dist.init_process_group("nccl", store=self.store, rank=self.rank, world_size=self.world, timeout=timeout,
+                                    device_id=self.device)
+            return dist.group.WORLD
+        options = dist.ProcessGroupGloo._Options()
+        options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]  # gloo's links: this address only
+        options._timeout = timeout
+        return dist.ProcessGroupGloo(self.store, self.rank, self.world, options)
+
+    def average_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Replaces `tensor` by its mean over the ranks, in place."""
+        if self.world > 1:
+            self._all_reduce(tensor)
+            tensor.div_(self.world)
+        return tensor
+
+    def broadcast_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Replaces `tensor` by rank 0's, in place."""
+        if self.world > 1:
+            if isinstance(self.group, dist.ProcessGroupGloo):
+                self.group.broadcast(tensor, 0).wait()
+            else:
+                dist.broadcast(tensor, 0)
+        return tensor
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank if `flag` is True on any."""
+        votes = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        if self.world > 1:
+            self._all_reduce(votes)
+        return bool(votes.item() > 0)
+
+    def _all_reduce(self, tensor: torch.Tensor) -> None:
+        if isinstance(self.group, dist.ProcessGroupGloo):
+            self.group.allreduce([tensor]).wait()
+        else:
+            dist.all_reduce(tensor)
+
+    def close(self) -> None:
+        """Leaves the group (Spark reuses the task's Python process, which may join another)."""
+        if not isinstance(self.group, dist.ProcessGroupGloo) and dist.is_initialized():
+            dist.destroy_process_group()
+        self.group = self.store = None  # type: ignore[assignment]

@@ -1,0 +1,166 @@
+"""A data-parallel worker: a Barista whose every gradient is averaged with all the others' before each of
+them applies it (torch.distributed's all-reduce), so every worker holds the same weights and none is stale.
+
+The synchronous data parallelism of DD-PPO (Wijmans et al. 2020) and PQN:
+each worker plays its own envs and computes its algorithm's gradient on
+what it collected (PQN's fresh rollouts, DQN's own replay memory); the mean
+over N workers is the gradient of one serial learner with N times the envs.
+The workers also agree, every few vector steps, on whether the run is over,
+so that all leave their loop at the same step and none waits on a collective
+the others left. Rank 0 publishes for the driver: the weights every
+`publish_every` updates, the weights at each `eval_every` mark of the run's
+env steps (the driver evaluates them), and a snapshot with the optimizer's
+state every `snapshot_every` updates, which a restarted stage starts from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from ddq.config import TrainConfig
+from ddq.core.dqn import last_target_refresh, next_mark
+from ddq.core.learner import Learner
+from ddq.transport.collective import Collective
+from ddq.transport.learner_channel import LearnerChannel
+from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.snapshots import ShardState
+from ddq.transport.weights_publisher import WeightsPublisher, weights_messages
+from ddq.transport.wire import layout_bytes
+from ddq.workers.barista import Barista
+
+AGREE_EVERY = 16  # vector steps between the workers' votes on stopping: one small all-reduce each time
+CollectiveFactory = Callable[[torch.device], Collective]  # joins the stage's group, for a learner on a device
+
+
+class AveragedGradients:
+    """The parameter source of a data-parallel worker: a pushed gradient is averaged over the workers, then
+    applied by the learner's own optimizer (as serial training's `LocalParameters` does with its own)."""
+
+    def __init__(self, learner: Learner, collective: Collective):
+        self.learner, self.collective = learner, collective
+        self.waits = 0  # a push waits on the slowest worker, never on a backlog
+
+    @property
+    def version(self) -> int:
+        return self.learner.updates
+
+    def sync(self) -> bool:
+        return False  # every worker applied the same mean: its weights are everyone's
+
+    def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
+        if grad is not self.learner.flat.grad:
+            self.learner.flat.grad.copy_(torch.as_tensor(grad))
+        self.collective.average_(self.learner.flat.grad)
+        self.learner.apply_gradient()
+
+    def close(self) -> None:
+        pass
+
+
+class RankZeroDuties:
+    """What worker 0 publishes for the rest of the run: weights, evaluation points and snapshots."""
+
+    def __init__(self, config: TrainConfig, redis_url: str, run: str, learner: Learner, global_steps: int):
+        self.config, self.learner = config, learner
+        self.channel = LearnerChannel(connect_redis(redis_url), run)
+        self.layout, self.bounds = layout_bytes(learner.flat.layout_hash()), (0, learner.flat.size)
+        self.publisher = WeightsPublisher(connect_redis(redis_url), run)
+        self.published = self.snapshotted = learner.updates
+        self.next_point = next_mark(global_steps, config.run.eval_every)
+        self.publisher.start()
+
+    def after(self, global_steps: int) -> None:
+        """Publishes what is due now that the run has `global_steps` env steps."""
+        updates, distributed = self.learner.updates, self.config.distributed
+        if global_steps >= self.next_point:
+            self.publisher.hand_over_point(self._messages(target_too=False)[0], global_steps)
+            self.next_point = next_mark(global_steps, self.config.run.eval_every)
+        if updates - self.published >= distributed.publish_every:
+            self.publisher.hand_over(updates, self._messages(target_too=True), global_steps)
+            self.published = updates
+        if updates - self.snapshotted >= distributed.server.snapshot_every:
+            self.snapshot()
+
+    def _target_version(self) -> int:
+        return last_target_refresh(self.learner.updates, self.learner.target_update)
+
+    def _messages(self, target_too: bool) -> list[bytes]:
+        learner = self.learner
+        return weights_messages(self.layout, learner.updates, learner.flat.data, self._target_version(),
+                                learner.target_flat.data if target_too else None)
+
+    def snapshot(self) -> None:
+        learner = self.learner
+        state = ShardState(learner.updates, self._target_version(), learner.flat.data.cpu(),
+                           learner.target_flat.data.cpu(), learner.optimizer.state_dict())
+        self.channel.save_snapshot(state, None, self.layout, self.bounds)
+        self.snapshotted = learner.updates
+
+    def finish(self, global_steps: int) -> None:
+        """The final weights and snapshot, sent before the task ends (the driver evaluates them next)."""
+        self.snapshot()
+        self.publisher.hand_over(self.learner.updates, self._messages(target_too=True), global_steps)
+        self.publisher.stop()
+
+
+def resume_newest(learner: Learner, redis_url: str, run: str) -> int:
+    """Loads the run's newest snapshot from Redis into `learner`, if there is one; the updates it holds.
+    Every worker of a stage reads the same one: only rank 0 writes them, and it writes none before every
+    worker has joined the stage's first all-reduce."""
+    channel = LearnerChannel(connect_redis(redis_url), run)
+    saved = channel.newest_snapshot(None, layout_bytes(learner.flat.layout_hash()), (0, learner.flat.size))
+    if saved is None:
+        return 0
+    learner.flat.data.copy_(saved.weights)
+    learner.target_flat.data.copy_(saved.target)
+    learner.optimizer.load_state_dict(saved.optimizer)
+    learner.updates = saved.version
+    return saved.version
+
+
+class DataParallelWorker(Barista):
+    """One rank of a data-parallel stage: a Barista training through `AveragedGradients`."""
+
+    def __init__(self, config: TrainConfig, redis_url: str, run: str, rank: int, collective_for: CollectiveFactory,
+                 attempt: int = 0):
+        self.collective: Collective | None = None
+
+        def averaged(learner: Learner) -> AveragedGradients:
+            self.resumed_updates = resume_newest(learner, redis_url, run)
+            self.collective = collective_for(learner.device)
+            self.collective.broadcast_(learner.flat.data)  # fresh starts drew their own weights: take rank 0's
+            self.collective.broadcast_(learner.target_flat.data)
+            return AveragedGradients(learner, self.collective)
+
+        super().__init__(config, redis_url, run, rank, averaged, attempt)
+        self.rank, self.agreed, self.votes = rank, False, 0
+        self.stats.started_from = self.resumed_updates
+        self.duties = RankZeroDuties(config, redis_url, run, self.learner, self.global_steps) if rank == 0 else None
+
+    def learn(self, new_steps: int) -> None:
+        super().learn(new_steps)
+        if self.duties is not None:
+            self.duties.after(self.global_steps)
+
+    def finished(self) -> bool:
+        """The workers' common answer, voted every AGREE_EVERY vector steps: stop once any of them saw the
+        budget spent or the run stopped. Once agreed, no more votes (the loop's last check included)."""
+        if self.agreed or self.collective is None:
+            return self.agreed
+        self.votes += 1
+        if self.votes % AGREE_EVERY == 0:
+            self.agreed = self.collective.any(super().finished())
+        return self.agreed
+
+    def close(self) -> None:
+        try:
+            if self.duties is not None:
+                self.duties.finish(self.global_steps)
+        finally:
+            if self.collective is not None:
+                self.collective.close()
+            super().close()
+

@@ -1,0 +1,79 @@
+"""Data-parallel runs end to end (a real Spark barrier stage, torch.distributed's gloo, the run's Redis): it
+learns, every worker applies every averaged update, and a killed worker restarts the stage from the newest
+snapshot, with the run's budget spent and the loss in the summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_ddq, summary_of
+from test_downpour import processes_mentioning
+from test_failures import finish, private_redis, wait_for, wait_for_progress
+
+pytestmark = pytest.mark.slow  # each test starts a JVM
+
+RUN = ["train", "--mode", "data-parallel", "--workers", "2", "--env", "CartPole-v1", "--no-progress",
+       "--no-dashboard", "--no-celery"]
+
+
+def test_two_workers_learn_cartpole_as_one_and_apply_every_update(tmp_path):
+    """PQN (CartPole's default): a greedy 400 within 60,000 env steps, both workers ending on the same
+    update count, which is the run's (each update is both workers' mean gradient)."""
+    run_dir = tmp_path / "run"
+    done = run_ddq(*RUN, "--total-steps", "60000", "--target-return", "400", "--run-dir", str(run_dir), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["reached_target"] and summary["steps_to_target"] <= 60_000, summary["stop_reason"]
+    assert {w["weights_version"] for w in summary["workers"]} == {summary["updates"]}
+    assert {w["pushes"] for w in summary["workers"]} == {summary["updates"]} and summary["lost"] == []
+    evaluations = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+                   if '"kind": "eval"' in line]
+    assert len(evaluations) >= 3 and all(e["updates"] <= summary["updates"] for e in evaluations)
+    assert processes_mentioning(str(run_dir)) == []
+
+
+def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
+    """Worker 1's Python process is killed by PID mid-run: Spark runs the barrier stage again, both workers
+    begin from worker 0's newest snapshot, the run spends its budget and exits 0, and the summary names
+    the attempts lost and the updates they began from."""
+    run_dir, budget = tmp_path / "run", 60_000
+    log = tmp_path / "train.log"
+    process = subprocess.Popen([sys.executable, "-m", "ddq", *RUN, "--total-steps", str(budget), "--run-dir",
+                                str(run_dir)], stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        wait_for_progress(run_dir, process, log, 15_000)
+        with private_redis(run_dir, process) as client:
+            workers = wait_for(lambda: next(client.scan_iter("ddq:*:workers"), None), process)
+            pid = json.loads(client.hget(workers, "1:0"))["pid"]
+        os.kill(pid, signal.SIGKILL)
+        code, _ = finish(process, log)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = log.read_text()
+    assert code == 0 and "ddq: error" not in text, text[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["env_steps"] >= budget and summary["stop_reason"] == "step budget spent"
+    lost = {(w["worker"], w["attempt"]): w for w in summary["lost"]}
+    redone = {(w["worker"], w["attempt"]): w for w in summary["redone"]}
+    assert set(lost) == {(0, 0), (1, 0)} and set(redone) == {(0, 1), (1, 1)}, summary["workers"]
+    # the stage began again from worker 0's snapshot, taken as its task ended: no update of the first lost
+    began = {w["started_from"] for w in redone.values()}
+    assert len(began) == 1 and began.pop() >= max(w["weights_version"] for w in lost.values()) > 0
+    assert {w["weights_version"] for w in redone.values()} == {summary["updates"]}
+    assert (run_dir / "data-parallel.pt").exists() and processes_mentioning(str(run_dir)) == []
+
+
+def test_settings_data_parallel_refuses(tmp_path):
+    """Shards belong to downpour's parameter server: one line, before anything starts."""
+    done = run_ddq(*RUN, "--shards", "2", "--run-dir", str(tmp_path / "run"), timeout=120)
+    assert done.returncode == 2 and "shards must be 1 in data-parallel mode" in done.stderr
+    assert not (tmp_path / "run").exists()
