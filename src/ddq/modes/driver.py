@@ -34,7 +34,7 @@ from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.evaluators import Evaluator, WeightsMirror
 from ddq.modes.placement import placement
 from ddq.modes.run_services import RunServices
-from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask, launched_by_spark_submit, local_master, spark_context
+from ddq.modes.spark import SparkJob, SparkJobFailed, SparkStarting, SparkTask, launched_by_spark_submit, local_master
 from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor
 from ddq.run_folder import RunLog
@@ -93,12 +93,16 @@ class Driver:
             place = self.placement = placement(c, submitted)
             master = c.distributed.spark_master or (None if submitted else local_master(c.distributed.workers))
             driver_host = place.advertise if place.cluster or not submitted else None
-            spark = spark_context(master, f"ddq-{self.run}", self.run_dir / "spark.log", driver_host, place.bind)
-            stack.callback(spark.stop)
-            if place.ship:  # executors elsewhere import ddq from the job, not from their own environment
-                spark.addPyFile(str(package_zip(self.run_dir / "ship")))
-            stack.enter_context(self.signals)  # after Spark's context: pyspark installs a SIGINT handler of its own
-            self._start_services(stack)
+            def ship(context: Any) -> None:  # executors elsewhere import ddq from the job, not their environment
+                if place.ship:
+                    context.addPyFile(str(package_zip(self.run_dir / "ship")))
+
+            starting = SparkStarting(master, f"ddq-{self.run}", self.run_dir / "spark.log", driver_host, place.bind,
+                                     c.distributed.workers, ship)
+            stack.callback(starting.stop)
+            stack.enter_context(self.signals)
+            self._start_services(stack)  # meanwhile Spark starts, on its own thread
+            spark = starting.result()
             try:
                 self._run_job(spark)
                 self.wiring.weights.drained()

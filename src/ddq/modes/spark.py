@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,8 @@ from typing import Any
 from ddq.config import decode_settings
 
 TASK_RETRIES = 4
+# pyspark checks pandas' version as it starts a context, and warns of pandas 3: ddq runs no pandas code on Spark
+warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 
 def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str) -> Iterator[dict]:
@@ -138,49 +140,94 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit's PythonRunner hands its JVM over this way
 
 
-def spark_context(master: str | None, app: str, log_path: Path | None = None, driver_host: str | None = "127.0.0.1",
-                  bind: str | None = None) -> Any:
-    """A SparkContext whose driver executors reach at `driver_host` (None: as spark-submit was told), bound
-    to `bind` (default `driver_host`). A local master's Python workers run this interpreter; a cluster's
-    run the Python its configuration names (`spark.pyspark.python`, `PYSPARK_PYTHON`). `master` None keeps
-    the one spark-submit was given. `log_path`: where the JVM's own output goes (its start-up warnings,
-    Spark's log, the Python workers' stderr) instead of the terminal. A context, not a SparkSession: ddq
-    runs RDD stages only, and a session's SQL side costs a couple of seconds to start."""
+def prepare_environment(master: str | None, driver_host: str | None, bind: str | None) -> None:
+    """What the JVM and the Python workers read from this process's environment (set before any thread
+    starts one)."""
     if master is not None and master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if driver_host is not None:
         os.environ.setdefault("SPARK_LOCAL_IP", bind or driver_host)
-    from pyspark import SparkConf, SparkContext
+
+
+def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str | None) -> Any:
+    from pyspark import SparkConf
 
     conf = SparkConf() if master is None else SparkConf().setMaster(master)
     if driver_host is not None:
         conf = conf.set("spark.driver.host", driver_host).set("spark.driver.bindAddress", bind or driver_host)
-    conf = (conf.setAppName(app).set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
+    return (conf.setAppName(app).set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
             .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true"))
-    with _stderr_into(log_path):  # the JVM inherits this process's stderr when it starts, and keeps it
+
+
+def start_context(conf: Any, log_path: Path | None) -> Any:
+    """Starts the JVM (its output into `log_path`, when given and ddq starts it) and the context on it."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if log_path is None or launched_by_spark_submit():  # spark-submit's JVM exists already, with its own stderr
         context = SparkContext.getOrCreate(conf)
+    else:
+        with open(log_path, "ab") as log:
+            context = SparkContext(conf=conf, gateway=launch_gateway(conf, {"stderr": log}))
     context.setLogLevel("ERROR")
     return context
+
+
+def warm_workers(context: Any, workers: int) -> None:
+    """Runs `workers` tasks that import what a training task imports, so that the job's tasks find Python
+    workers ready (Spark reuses them: spark.python.worker.reuse) instead of importing torch each."""
+    context.parallelize(range(workers), workers).mapPartitions(_import_a_worker).collect()
+
+
+def _import_a_worker(_rows: Iterator) -> Iterator[int]:
+    import ddq.workers.barista  # noqa: F401  (torch, the envs, the core)
+
+    yield 0
+
+
+class SparkStarting:
+    """A run's SparkContext being made on a thread of the driver, with its Python workers warmed, while the
+    driver starts the rest of the run: the JVM's and the workers' start-up overlap the services'.
+
+    Its driver is reached by executors at `driver_host` (None: as spark-submit was told), bound to `bind`
+    (default `driver_host`). A local master's Python workers run this interpreter; a cluster's run the
+    Python its configuration names (`spark.pyspark.python`, `PYSPARK_PYTHON`). `master` None keeps the one
+    spark-submit was given. `log_path`: where the JVM's own output goes (its start-up warnings, Spark's log,
+    the Python workers' stderr) instead of the terminal. A context, not a SparkSession: ddq runs RDD stages
+    only, and a session's SQL side costs a couple of seconds to start."""
+
+    def __init__(self, master: str | None, app: str, log_path: Path | None, driver_host: str | None,
+                 bind: str | None, workers: int, ship: Callable[[Any], None]):
+        """`ship(context)`: what the context needs before a task runs (ddq's code, for a cluster's executors)."""
+        prepare_environment(master, driver_host, bind)
+        self.conf = spark_conf(master, app, driver_host, bind)
+        self.context: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._start, args=(log_path, workers, ship), name="spark-start",
+                                       daemon=True)
+        self.thread.start()
+
+    def _start(self, log_path: Path | None, workers: int, ship: Callable[[Any], None]) -> None:
+        try:
+            self.context = start_context(self.conf, log_path)
+            ship(self.context)
+            warm_workers(self.context, workers)
+        except BaseException as error:  # the driver raises it where it waits for the context
+            self.error = error
+
+    def result(self) -> Any:
+        """The context, once made (an error in making it is raised here)."""
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.context
+
+    def stop(self) -> None:
+        self.thread.join()
+        if self.context is not None:
+            self.context.stop()
 
 
 def local_master(workers: int) -> str:
     """local[N, retries]: local mode retries failed tasks only when told."""
     return f"local[{workers},{TASK_RETRIES}]"
-
-
-@contextlib.contextmanager
-def _stderr_into(path: Path | None) -> Iterator[None]:
-    """File descriptor 2 of this process points into `path` (appended) meanwhile; None changes nothing."""
-    if path is None or launched_by_spark_submit():  # spark-submit's JVM exists already, with its own stderr
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(path, "ab") as log:
-            os.dup2(log.fileno(), 2)
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
