@@ -106,16 +106,26 @@ class Barista:
 
     def play(self) -> int:
         """One vector step; the episodes it finished go to the run's episode list. New env steps."""
+        new_steps, episodes = self.act()
+        self.report(new_steps, episodes)
+        return new_steps
+
+    def act(self) -> tuple[int, list[dict]]:
+        """One vector step: its env steps, and the episodes it finished, stamped for the run's episode list."""
         before = self.actor.env_steps
         self.stats.epsilon = self.epsilon(self.global_steps)
         episodes = self.actor.step(self.learner.online, self.stats.epsilon)
         new_steps = self.actor.env_steps - before
-        if episodes:  # most vector steps finish none: nothing to stamp
-            stamp = {"worker": self.worker, "time": time.time(), "env_steps": self.global_steps + new_steps}
-        run = self.channel.report(new_steps, [{**stamp, **asdict(episode)} for episode in episodes])  # one round trip
-        self.global_steps, self.stopped = run.env_steps, run.stopping
         self.stats.episodes += len(episodes)
-        return new_steps
+        if not episodes:  # most vector steps finish none: nothing to stamp
+            return new_steps, []
+        stamp = {"worker": self.worker, "time": time.time(), "env_steps": self.global_steps + new_steps}
+        return new_steps, [{**stamp, **asdict(episode)} for episode in episodes]
+
+    def report(self, new_steps: int, episodes: list[dict]) -> None:
+        """Counts the steps and episodes in the run's Redis and reads its state back, in one round trip."""
+        run = self.channel.report(new_steps, episodes)
+        self.global_steps, self.stopped = run.env_steps, run.stopping
 
     def learn(self, new_steps: int) -> None:
         beta = importance_beta(self.config.agent, self.global_steps, self.config.run.total_steps)
