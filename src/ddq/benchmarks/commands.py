@@ -65,6 +65,14 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_speedup(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.speedup import run_bench, table
+
+    for env in args.envs:
+        print(table(env, run_bench(env, args.modes, args.workers, args.seeds)) + "\n", flush=True)
+    return 0
+
+
 def cmd_bench_grandio(args: argparse.Namespace) -> int:
     from ddq.benchmarks.grandio import run_bench, table
 
@@ -167,6 +175,17 @@ def add_bench_commands(commands: Any) -> None:
     scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
     scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
     scaling.set_defaults(func=cmd_bench_scaling)
+    from ddq.benchmarks.speedup import TASKS
+
+    speedup = kinds.add_parser("speedup", help="time to a target return: serial on one core against distributed "
+                                               "modes on N cores, seed by seed")
+    speedup.add_argument("--envs", "--env", nargs="+", default=["LunarLander-v3", "MinAtar/Breakout-v1"],
+                         choices=list(TASKS), help="tasks (each with its target return)")
+    speedup.add_argument("--modes", nargs="+", default=["data-parallel"], choices=MODES[1:],
+                         help="distributed modes to run beside serial")
+    speedup.add_argument("--workers", type=int, default=2, help="workers (and cores) of each distributed run")
+    speedup.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds")
+    speedup.set_defaults(func=cmd_bench_speedup)
     grandio = kinds.add_parser("grandio", aliases=["actors"],
                                help="Grandio's MPI DQN runtime study re-done: serial beside actor-learner with 1 to N "
                                     "actors, for 500 training episodes (or to a target return), side by side")
