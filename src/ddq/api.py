@@ -115,7 +115,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     from ddq.core.settings import build_config
     from ddq.preflight import check_run
 
-    saved = None
+    saved, why = None, None
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
         values = {**values, "redis_url": os.environ[REDIS_URL_ENV]}
     if resume:
@@ -123,6 +123,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file)
         config.run.run_dir = str(Path(resume).parent if Path(resume).is_file() else Path(resume))
     else:
+        values, why = with_measured_mode(values, config_file)
         config = build_config(values, config_file, solver_file=solver_file)
     if has_masked_secret(config.distributed.redis_url):
         raise ValueError("the run used a Redis with a password, which ddq never writes down: give --redis-url "
@@ -133,7 +134,22 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
                          "or choose another --run-dir")
     config.run.run_dir = run_dir
     check_run(config)
+    if why is not None:  # once the settings hold: a mistake is still one line
+        print(f"ddq: no mode named, so {why}", file=sys.stderr)
     return config, saved
+
+
+def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple[dict[str, Any], str | None]:
+    """`values`, with the mode measured fastest here when neither they nor the config file name one, and
+    the reason for it (None when one was named): the run's first line."""
+    from ddq.config.measured import measured_mode
+
+    in_file = flat_settings(load_toml(config_file)) if config_file else {}
+    if "mode" in values or "mode" in in_file:
+        return values, None
+    named = set(values) | set(in_file)
+    choice = measured_mode(named, values.get("spark_master", in_file.get("spark_master")), os.cpu_count() or 1)
+    return {**values, "mode": choice.mode}, choice.why
 
 
 def execute(config: TrainConfig, saved: dict[str, Any] | None = None, started_at: float | None = None,

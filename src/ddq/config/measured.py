@@ -1,0 +1,38 @@
+"""The training mode `ddq train` runs when none is named: the one measured fastest to a target return on a
+machine like the one the run starts on (docs/benchmarks.md, "Which mode reaches a target first")."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ddq.config.sections import DistributedConfig, ServerConfig
+
+# Settings that only a distributed run reads: naming one asks for a distributed run.
+DISTRIBUTED_SETTINGS = frozenset(f.name for kind in (DistributedConfig, ServerConfig)
+                                 for f in dataclasses.fields(kind) if f.name != "server")
+MEASURED_CORES = 2  # the most cores the comparison has been measured on
+
+
+@dataclass(frozen=True)
+class ModeChoice:
+    mode: str
+    why: str  # one line, for the run's first lines
+
+
+def measured_mode(named: set[str], spark_master: str | None, cores: int) -> ModeChoice:
+    """The mode for a run that names none. A cluster master, or a setting only distributed runs read, asks
+    for Spark: downpour, ddq's distributed wiring until a cluster comparison says otherwise. Otherwise
+    serial: on a local master with 2 cores, one serial process reached every measured target (CartPole-v1,
+    LunarLander-v3, MinAtar Breakout) as soon as or sooner than every distributed mode, whose Spark, Redis and
+    all-reduces cost more than a second core gives back on tasks of a minute."""
+    if spark_master is not None and not spark_master.startswith("local"):
+        return ModeChoice("downpour", "downpour: a cluster master was named (--mode names another)")
+    asked = sorted(named & DISTRIBUTED_SETTINGS)
+    if asked:
+        return ModeChoice("downpour", f"downpour: {asked[0]} was named, which only a distributed run reads "
+                                      "(--mode names another)")
+    beyond = "" if cores <= MEASURED_CORES else f"; this machine's {cores} cores are more than measured so far"
+    return ModeChoice("serial", "serial: on one machine it reached every target measured (CartPole-v1, "
+                                "LunarLander-v3, MinAtar Breakout, on 2 cores) as soon as the distributed modes or "
+                                f"sooner (docs/benchmarks.md){beyond}; --mode data-parallel --workers N trains on N")
