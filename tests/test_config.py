@@ -160,3 +160,22 @@ def test_every_preset_names_a_registered_env_or_family():
 
     keys = set(PRESETS) | {key for kind in ALGORITHMS.values() for key in (*kind.presets, *kind.chosen_for)}
     assert {key for key in keys if key not in ("atari", "minatar") and key not in gym.registry} == set()
+
+
+def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_path):
+    """Serial on one machine; downpour for a cluster master or a setting only distributed runs read; a mode
+    named anywhere (a flag, the file) stands, and the reason is one line."""
+    from ddq.api import with_measured_mode
+    from ddq.config.measured import measured_mode
+
+    assert measured_mode(set(), None, 2).mode == "serial"
+    assert measured_mode({"env"}, "local[4]", 2).mode == "serial"
+    assert "16 cores are more than measured" in measured_mode(set(), None, 16).why
+    assert measured_mode(set(), "spark://10.0.0.1:7077", 2).mode == "downpour"
+    for distributed in ("workers", "listen", "redis_url", "shards", "sync", "publish_every"):
+        assert measured_mode({distributed}, None, 2).mode == "downpour", distributed
+    assert with_measured_mode({"mode": "data-parallel"}, None) == ({"mode": "data-parallel"}, None)
+    (tmp_path / "run.toml").write_text('[run]\nmode = "actor-learner"\n')
+    assert with_measured_mode({}, str(tmp_path / "run.toml")) == ({}, None)
+    values, why = with_measured_mode({"env": "CartPole-v1"}, None)
+    assert values["mode"] == "serial" and why.startswith("serial:") and "\n" not in why
