@@ -116,11 +116,12 @@ def cluster() -> Iterator[Cluster]:
         yield cluster
 
 
-@pytest.mark.parametrize("mode, seed", [("downpour", 21), ("actor-learner", 21)])
+@pytest.mark.parametrize("mode, seed", [("downpour", 21), ("actor-learner", 21), ("data-parallel", 21)])
 def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
     """Downpour's run also meets fault a: a worker host's link cut for 20 s mid-run, then restored.
     Connections wait out the cut (their 30 s deadline is longer), Spark keeps the executor, and every
-    gradient pushed is applied exactly once: the server's version is the sum of the workers' pushes."""
+    gradient pushed is applied exactly once: the server's version is the sum of the workers' pushes.
+    Data-parallel's workers form their process group across the hosts, at the executors' addresses."""
     name = f"cartpole-{mode}"
     driver = cluster.start_training(name, "--mode", mode, "--seed", str(seed), "--target-return", "475",
                                     "--total-steps", "60000")
@@ -149,6 +150,9 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
         assert all(mark % 1000 < 200 for mark in marks)  # taken within a message's worth of steps of the mark
         first = next(point for point in points if point["mean_return"] >= 475)  # reported at its acted steps
         assert summary["steps_to_target"] == first["env_steps"] >= first["trained_steps"]
+    elif mode == "data-parallel":  # one group across h1 and h2: each worker applied every averaged update
+        assert {w["weights_version"] for w in summary["workers"]} == {summary["updates"]} > {0}, summary["workers"]
+        assert summary["lost"] == []
     else:  # the cut: both first attempts finished, none lost, none applied twice
         workers = sorted(summary["workers"], key=lambda w: (w["worker"], w["attempt"]))
         assert [(w["worker"], w["attempt"], w["state"]) for w in workers] == [(0, 0, "finished"), (1, 0, "finished")], \
