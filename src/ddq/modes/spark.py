@@ -95,9 +95,12 @@ class SparkJobFailed(RuntimeError):
 
 def python_error(text: str) -> str:
     """The line that says what went wrong in a Spark error's text: the last Python exception it quotes
-    ("ValueError: ..."), else its first line."""
-    quoted = re.findall(r"^(\w+(?:Error|Exception|Failed)\b.*)$", text, re.MULTILINE)
-    return quoted[-1] if quoted else text.splitlines()[0]
+    ("ValueError: ..."), else why Spark aborted the job, else its first line."""
+    quoted = re.findall(r"^((?:\w+\.)*\w+(?:Error|Exception|Failed)\b.*)$", text, re.MULTILINE)
+    if quoted:
+        return quoted[-1]
+    aborted = re.search(r"Job aborted due to stage failure: (.*)$", text, re.MULTILINE)
+    return aborted.group(1) if aborted else text.splitlines()[0]
 
 
 class SparkJob:
