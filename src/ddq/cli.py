@@ -221,7 +221,8 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    train = commands.add_parser("train", help="train a DQN agent (serial; downpour, actor-learner or data-parallel on Spark)",
+    train = commands.add_parser("train",
+                                help="train a DQN agent (serial; downpour, actor-learner or data-parallel on Spark)",
                                 description="Train a DQN agent. Settings: defaults < the env's preset < "
                                             "--config FILE (TOML) < flags.",
                                 epilog=None if full_help else "These are the settings people change most; "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -26,6 +27,8 @@ class Collective:
 
     def __init__(self, rank: int, world: int, host: str, meet: Meet, timeout_s: float, device: torch.device):
         self.rank, self.world, self.device = rank, world, device
+        self.gloo = device.type != "cuda"  # gloo's own group object; else NCCL's, as the default group
+        self.store: Any
         timeout = datetime.timedelta(seconds=timeout_s)
         if rank == 0:
             listener = socket.create_server((host, 0), backlog=128)  # this address only, a free port
@@ -37,14 +40,14 @@ class Collective:
             address = meet("")[0]
             store_host, port = address.rsplit(":", 1)
             self.store = dist.TCPStore(store_host, int(port), world, False, timeout)
-        self.group = self._group(host, timeout)
+        self.group: Any = self._group(host, timeout)
 
-    def _group(self, host: str, timeout: datetime.timedelta) -> dist.ProcessGroup | dist.ProcessGroupGloo:
-        if self.device.type == "cuda":  # NCCL finds its peers through the store, on the GPUs' own links
+    def _group(self, host: str, timeout: datetime.timedelta) -> Any:
+        if not self.gloo:  # NCCL finds its peers through the store, on the GPUs' own links
             dist.init_process_group("nccl", store=self.store, rank=self.rank, world_size=self.world, timeout=timeout,
                                     device_id=self.device)
             return dist.group.WORLD
-        options = dist.ProcessGroupGloo._Options()
+        options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # torch's stubs leave it out
         options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]  # gloo's links: this address only
         options._timeout = timeout
         return dist.ProcessGroupGloo(self.store, self.rank, self.world, options)
@@ -59,7 +62,7 @@ class Collective:
     def broadcast_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Replaces `tensor` by rank 0's, in place."""
         if self.world > 1:
-            if isinstance(self.group, dist.ProcessGroupGloo):
+            if self.gloo:
                 self.group.broadcast(tensor, 0).wait()
             else:
                 dist.broadcast(tensor, 0)
@@ -73,13 +76,13 @@ class Collective:
         return bool(votes.item() > 0)
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
-        if isinstance(self.group, dist.ProcessGroupGloo):
+        if self.gloo:
             self.group.allreduce([tensor]).wait()
         else:
             dist.all_reduce(tensor)
 
     def close(self) -> None:
         """Leaves the group (Spark reuses the task's Python process, which may join another)."""
-        if not isinstance(self.group, dist.ProcessGroupGloo) and dist.is_initialized():
+        if not self.gloo and dist.is_initialized():
             dist.destroy_process_group()
-        self.group = self.store = None  # type: ignore[assignment]
+        self.group = self.store = None

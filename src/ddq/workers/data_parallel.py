@@ -139,7 +139,7 @@ class DataParallelWorker(Barista):
         self.rank, self.agreed, self.votes = rank, False, 0
         self.stats.started_from = self.resumed_updates
         self.duties = RankZeroDuties(config, redis_url, run, self.learner, self.global_steps) if rank == 0 else None
-        self.unreported_steps, self.unreported_episodes = 0, []  # since the last report
+        self.unreported_steps, self.unreported_episodes = 0, list[dict]()  # since the last report
         self.world = config.distributed.workers
 
     def play(self) -> int:

@@ -1,0 +1,65 @@
+"""The data-parallel collective between two real processes (torch.distributed's gloo over loopback), met
+through a queue standing in for Spark's barrier allGather: the mean, rank 0's weights, a vote, and
+nothing listening beyond the address it was given."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import torch
+
+from ddq.transport.collective import Collective
+
+
+def listening_addresses() -> list[str]:
+    """The local addresses (hex, as /proc/net/tcp writes them) this process listens on."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.append(fields[1])
+    return found
+
+
+def _rank(rank: int, addresses: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
+    def meet(message: str) -> list[str]:  # what allGather gives: every rank's message, in rank order
+        if rank == 0:
+            addresses.put(message)
+            return [message, ""]
+        return [addresses.get(timeout=60), ""]
+
+    collective = Collective(rank, 2, "127.0.0.1", meet, 60.0, torch.device("cpu"))
+    listening = listening_addresses()
+    gradient = collective.average_(torch.full((5,), float(rank + 1)))
+    weights = collective.broadcast_(torch.full((3,), float(10 * (rank + 1))))
+    votes = (collective.any(rank == 1), collective.any(False))
+    collective.close()
+    results.put((rank, gradient.tolist(), weights.tolist(), votes, listening))
+
+
+def test_two_ranks_average_take_rank_zeros_weights_and_vote_listening_on_loopback_only():
+    context = multiprocessing.get_context("spawn")
+    addresses, results = context.Queue(), context.Queue()
+    ranks = [context.Process(target=_rank, args=(rank, addresses, results)) for rank in (0, 1)]
+    for process in ranks:
+        process.start()
+    got = dict((r[0], r[1:]) for r in (results.get(timeout=120) for _ in ranks))
+    for process in ranks:
+        process.join(60)
+        assert process.exitcode == 0
+    for rank in (0, 1):
+        gradient, weights, votes, _ = got[rank]
+        assert gradient == [1.5] * 5 and weights == [10.0] * 3 and votes == (True, False)
+    # rank 0 listens (its store, its gloo links) on 127.0.0.1 only: 0100007F in /proc/net/tcp
+    listening = got[0][3]
+    assert listening and all(address.startswith("0100007F:") for address in listening), listening
