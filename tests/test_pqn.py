@@ -129,7 +129,7 @@ def test_a_resumed_pqn_run_continues_its_counters_schedule_and_optimizer(tmp_pat
 
 
 def test_pqn_refuses_what_it_cannot_do():
-    for flags, says in ((["--mode", "actor-learner"], "algo pqn trains in serial and downpour mode"),
+    for flags, says in ((["--mode", "actor-learner"], "algo pqn trains in serial, downpour and data-parallel mode"),
                         (["--mode", "serial", "--frame-stack", "4"], "frame_stack must be 1, got 4 (given as --frame-stack)"),
                         (["--mode", "actor-learner"], "(given as --mode)")):
         result = run_ddq("train", "--env", "CartPole-v1", "--algo", "pqn", *flags)

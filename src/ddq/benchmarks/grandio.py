@@ -102,6 +102,11 @@ def _number(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def _seconds(value: float | None) -> str:
+    """A time, to two figures under 10 s (a tiny study's serial run takes a few hundredths of a second)."""
+    return _number(value, 2 if value is not None and value < 10 else 1)
+
+
 def table(env: str, target: float | None, latency_ms: float, results: Results) -> str:
     """The markdown table of one env's results, to a target return or (`target` None) for an episode budget,
     then each run's own figures (the medians hide how far seeds and runs differ)."""
@@ -115,7 +120,7 @@ def _run_line(configuration: Configuration, summary: dict[str, Any], target: flo
         figures = (f"{_number(summary['time_to_target_s'])} s and {_number(summary['steps_to_target'], 0)} env steps "
                    f"to {target:g}" if summary["reached_target"] else f"did not reach {target:g}")
     else:
-        figures = (f"{_number(summary['wall_time_s'])} s, {summary['env_steps']:,} env steps, final greedy return "
+        figures = (f"{_seconds(summary['wall_time_s'])} s, {summary['env_steps']:,} env steps, final greedy return "
                    f"{_number(summary['final_eval_return'])}")
     return f"- seed {summary.get('seed', '?')}, {configuration.label}: {figures}"
 
@@ -128,7 +133,7 @@ def _episodes_table(env: str, latency_ms: float, results: Results) -> str:
     for configuration, summaries in results:
         time_s = _median([s["wall_time_s"] for s in summaries])
         speedup = f"{serial / time_s:.2f}x" if serial and time_s else "—"
-        cells = [configuration.label, str(len(summaries)), _number(time_s),
+        cells = [configuration.label, str(len(summaries)), _seconds(time_s),
                  _number(_median([s["env_steps"] for s in summaries]), 0), speedup,
                  _number(_median([s["final_eval_return"] for s in summaries])), *grandio_cells(env, configuration)]
         lines.append("| " + " | ".join(cells) + " |")

@@ -58,7 +58,8 @@ class Algorithm(ABC):
         """Raises SettingRefused (a ValueError naming the setting), in one line, for settings this algorithm
         cannot train with."""
         if config.run.mode not in self.modes:
-            raise SettingRefused("mode", f"algo {self.name} trains in {' and '.join(self.modes)} mode: {self.refusal}")
+            named = ", ".join(self.modes[:-1]) + " and " + self.modes[-1] if len(self.modes) > 1 else self.modes[0]
+            raise SettingRefused("mode", f"algo {self.name} trains in {named} mode: {self.refusal}")
 
     def network(self, agent: AgentConfig, states: tuple[int, ...], num_actions: int) -> torch.nn.Module:
         """The Q-network it learns, for states of shape `states` (the settings' model, widths and heads;
