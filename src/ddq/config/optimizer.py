@@ -16,7 +16,7 @@ class OptimizerConfig:
     """Optimizer settings, with Caffe solver's learning-rate policy (fixed or step)."""
 
     optimizer: str = field(default="adam", metadata={
-        "help": "update rule: " + ", ".join(OPTIMIZERS) + " (nesterov: sgd with Nesterov momentum, given by momentum)"})
+        "help": "update rule: " + ", ".join(OPTIMIZERS) + " (nesterov: sgd with Nesterov momentum; set momentum)"})
     lr: float = field(default=1e-3, metadata={"help": "base learning rate", "brief": True})
     momentum: float = field(default=0.0, metadata={"help": "momentum (sgd, nesterov, rmsprop)"})
     weight_decay: float = field(default=0.0, metadata={"help": "L2 weight decay"})
