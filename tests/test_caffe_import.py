@@ -146,9 +146,51 @@ def test_current_solver_type_string_and_clipping():
     assert solver.as_settings()["max_grad_norm"] == 10.0
 
 
+# What a solver written for Caffe carries besides the update: its nets, test passes, display and snapshots.
+CAFFE_BOOKKEEPING = """net: "models/autoencoder/train_test.prototxt"
+test_state: { stage: "test-on-train" }
+test_iter: 50
+test_state: { stage: "test-on-test" }
+test_iter: 10
+test_interval: 250
+test_compute_loss: true
+display: 20
+max_iter: 3000
+snapshot: 1000
+snapshot_prefix: "snapshots/autoencoder"
+snapshot_format: HDF5
+solver_mode: GPU
+"""
+
+
+@pytest.mark.parametrize("update, expected", [
+    ('solver_type: SGD\nbase_lr: 0.01\nmomentum: 0.9\nweight_decay: 0.0005\nlr_policy: "step"\ngamma: 0.1\n'
+     'stepsize: 1000\n',
+     dict(optimizer="sgd", lr=0.01, momentum=0.9, weight_decay=0.0005, lr_policy="step", lr_stepsize=1000)),
+    ('type: "Nesterov"\nbase_lr: 0.01\nmomentum: 0.95\nweight_decay: 0.0005\nlr_policy: "fixed"\n',
+     dict(optimizer="nesterov", lr=0.01, momentum=0.95, weight_decay=0.0005)),
+    ('solver_type: NESTEROV\nbase_lr: 0.02\nmomentum: 0.9\n', dict(optimizer="nesterov", lr=0.02, momentum=0.9)),
+    ('type: "AdaGrad"\nbase_lr: 0.01\nweight_decay: 0.0005\n',
+     dict(optimizer="adagrad", lr=0.01, weight_decay=0.0005)),
+    ('solver_type: RMSPROP\nbase_lr: 0.001\nmomentum: 0.0\nrms_decay: 0.98\n',
+     dict(optimizer="rmsprop", lr=0.001, rms_decay=0.98)),
+    ('type: "AdaDelta"\nbase_lr: 1.0\nmomentum: 0.95\ndelta: 1e-6\nweight_decay: 0.0005\n',
+     dict(optimizer="adadelta", lr=1.0, rho=0.95, eps=1e-6, weight_decay=0.0005)),
+    ('solver_type: ADADELTA\nbase_lr: 0.5\nmomentum: 0.9\n', dict(optimizer="adadelta", lr=0.5, rho=0.9)),
+    ('type: "Adam"\nbase_lr: 0.001\nmomentum: 0.9\nmomentum2: 0.99\n',
+     dict(optimizer="adam", lr=0.001, beta1=0.9, beta2=0.99)),
+], ids=["SGD", "Nesterov", "NESTEROV", "AdaGrad", "RMSPROP", "AdaDelta", "ADADELTA", "Adam"])
+def test_a_solver_written_for_caffe_of_each_of_its_six_types_imports(update, expected):
+    """Caffe's momentum is Adam's beta1 and AdaDelta's rho; its delta (default 1e-8) the eps of all."""
+    solver = import_solver(CAFFE_BOOKKEEPING + update)
+    assert solver.optim == OptimizerConfig(**{"eps": 1e-8, **expected})
+    assert solver.max_iter == 3000 and {"test_state", "test_compute_loss", "snapshot_format"} <= set(solver.ignored)
+
+
 @pytest.mark.parametrize("text, words", [
     ('base_lr: 0.1\nlr_policy: "inv"\n', r"solver:2: lr_policy 'inv'"),
-    ('type: "AdaDelta"\n', r"solver:1: solver type AdaDelta"),
+    ('type: "LBFGS"\n', r"solver:1: solver type LBFGS has no ddq counterpart; ddq has SGD, NESTEROV, ADAGRAD, "
+                         r"RMSPROP, ADADELTA, ADAM"),
     ('base_lr: 0.1\nwarp_speed: 9\n', r"solver:2: solver setting 'warp_speed'"),
 ])
 def test_solver_settings_ddq_lacks_are_errors(text, words):
@@ -162,6 +204,8 @@ def test_solver_settings_ddq_lacks_are_errors(text, words):
     ("rmsprop", dict(weight_decay=0.01)),
     ("adagrad", dict()),
     ("adam", dict(weight_decay=0.01)),
+    ("nesterov", dict(momentum=0.9, weight_decay=0.01)),
+    ("adadelta", dict(weight_decay=0.01)),
 ])
 def test_per_blob_multipliers_match_torch_parameter_groups(name, options):
     torch.manual_seed(3)
@@ -171,10 +215,14 @@ def test_per_blob_multipliers_match_torch_parameter_groups(name, options):
     decay = options.get("weight_decay", 0.0)
     reference_params = [weight.clone().requires_grad_(), bias.clone().requires_grad_()]
     torch_class = {"sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop, "adagrad": torch.optim.Adagrad,
-                   "adam": torch.optim.Adam}[name]
-    extra = {"momentum": options["momentum"]} if "momentum" in options else {}
+                   "adam": torch.optim.Adam, "nesterov": torch.optim.SGD, "adadelta": torch.optim.Adadelta}[name]
+    extra: dict = {"momentum": options["momentum"]} if "momentum" in options else {}
     if name == "rmsprop":
         extra["alpha"] = config.rms_decay
+    if name == "nesterov":
+        extra["nesterov"] = True
+    if name == "adadelta":
+        extra["rho"] = config.rho
     reference = torch_class([{"params": [p], "lr": lr * lm, "weight_decay": decay * dm}
                              for p, (lm, dm) in zip(reference_params, mults)], **extra)
     flat = torch.cat([weight, bias])

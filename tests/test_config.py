@@ -82,6 +82,18 @@ def test_invalid_values_are_refused():
         build_config({"mode": "magic"})
 
 
+@pytest.mark.parametrize("flags, optim", [
+    (("--optimizer", "adadelta", "--rho", "0.95"), dict(optimizer="adadelta", rho=0.95, momentum=0.0)),
+    (("--optimizer", "nesterov", "--momentum", "0.9"), dict(optimizer="nesterov", momentum=0.9)),
+])
+def test_flags_name_adadelta_and_nesterov_and_a_wrong_optimizer_is_one_line(flags, optim):
+    config = build_config(parse(*flags))
+    assert {name: getattr(config.agent.optim, name) for name in optim} == optim
+    with pytest.raises(ValueError, match="unknown optimizer 'nesterov2'; choose one of sgd, nesterov, rmsprop, "
+                                         r"adagrad, adadelta, adam \(given as --optimizer\)$"):
+        build_config(parse("--optimizer", "nesterov2"))
+
+
 def test_a_redis_password_is_masked_wherever_settings_are_written():
     from ddq.config import masked_url, settings_document
 

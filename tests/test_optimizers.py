@@ -16,6 +16,12 @@ CASES = [
      dict(lr=2.5e-4, alpha=0.95, eps=0.01, centered=True)),
     ("adagrad", dict(lr=0.1), torch.optim.Adagrad, dict(lr=0.1)),
     ("adagrad", dict(lr=0.1, weight_decay=1e-2), torch.optim.Adagrad, dict(lr=0.1, weight_decay=1e-2)),
+    ("nesterov", dict(lr=0.05, momentum=0.9), torch.optim.SGD, dict(lr=0.05, momentum=0.9, nesterov=True)),
+    ("nesterov", dict(lr=0.01, momentum=0.95, weight_decay=5e-4), torch.optim.SGD,  # Caffe's autoencoder example
+     dict(lr=0.01, momentum=0.95, weight_decay=5e-4, nesterov=True)),
+    ("adadelta", dict(lr=1.0), torch.optim.Adadelta, dict(lr=1.0)),
+    ("adadelta", dict(lr=0.5, rho=0.95, eps=1e-8, weight_decay=5e-4), torch.optim.Adadelta,
+     dict(lr=0.5, rho=0.95, eps=1e-8, weight_decay=5e-4)),
     ("adam", dict(lr=1e-3), torch.optim.Adam, dict(lr=1e-3)),
     ("adam", dict(lr=2e-3, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=1e-2), torch.optim.Adam,
      dict(lr=2e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2)),
@@ -77,6 +83,21 @@ def test_state_round_trips():
 def test_unknown_optimizer_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown optimizer 'lbfgs'"):
         OptimizerConfig(optimizer="lbfgs")
+
+
+def test_nesterov_without_momentum_is_plain_sgd_as_in_caffe():
+    """torch's SGD refuses nesterov=True with no momentum; Caffe's Nesterov solver runs it as plain SGD."""
+    nesterov, sgd = (FlatOptimizer(OptimizerConfig(optimizer=name, lr=0.1), 3) for name in ("nesterov", "sgd"))
+    a, b = torch.ones(3), torch.ones(3)
+    for grad in (torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.5, 0.5, -1.0])):
+        nesterov.step(a, grad)
+        sgd.step(b, grad)
+    assert torch.equal(a, b) and not nesterov.state
+
+
+def test_adadelta_rho_is_a_fraction():
+    with pytest.raises(ValueError, match="rho must be between 0 and 1, got 1.5"):
+        OptimizerConfig(optimizer="adadelta", rho=1.5)
 
 
 def test_centered_is_rmsprops_and_a_changed_state_is_named():

@@ -8,22 +8,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-OPTIMIZERS = ("sgd", "rmsprop", "adagrad", "adam")
+OPTIMIZERS = ("sgd", "nesterov", "rmsprop", "adagrad", "adadelta", "adam")
 
 
 @dataclass
 class OptimizerConfig:
     """Optimizer settings, with Caffe solver's learning-rate policy (fixed or step)."""
 
-    optimizer: str = field(default="adam", metadata={"help": "update rule: " + ", ".join(OPTIMIZERS)})
+    optimizer: str = field(default="adam", metadata={
+        "help": "update rule: " + ", ".join(OPTIMIZERS) + " (nesterov: sgd with Nesterov momentum; set momentum)"})
     lr: float = field(default=1e-3, metadata={"help": "base learning rate", "brief": True})
-    momentum: float = field(default=0.0, metadata={"help": "momentum (sgd, rmsprop)"})
+    momentum: float = field(default=0.0, metadata={"help": "momentum (sgd, nesterov, rmsprop)"})
     weight_decay: float = field(default=0.0, metadata={"help": "L2 weight decay"})
     rms_decay: float = field(default=0.99, metadata={"help": "RMSprop smoothing constant"})
     centered: bool = field(default=False, metadata={
         "help": "RMSprop: divide by the gradient's running variance, not its running second moment (Graves 2013)"})
     beta1: float = field(default=0.9, metadata={"help": "Adam first-moment decay"})
     beta2: float = field(default=0.999, metadata={"help": "Adam second-moment decay"})
+    rho: float = field(default=0.9, metadata={
+        "help": "AdaDelta: decay of its running averages of squared gradients and steps (Caffe's momentum)"})
     eps: float | None = field(default=None, metadata={"help": "denominator epsilon (none: torch's default)"})
     lr_policy: str = field(default="fixed",
                            metadata={"help": "fixed, or step: lr * lr_gamma ** (updates // lr_stepsize)"})
@@ -39,6 +42,8 @@ class OptimizerConfig:
             raise ValueError(f"lr and lr_stepsize must be positive, got {self.lr} and {self.lr_stepsize}")
         if self.centered and self.optimizer != "rmsprop":
             raise ValueError(f"centered is a setting of rmsprop, not of {self.optimizer}")
+        if not 0 <= self.rho <= 1:
+            raise ValueError(f"rho must be between 0 and 1, got {self.rho}")
         if self.eps is not None and self.eps <= 0:
             raise ValueError(f"eps must be positive (or none), got {self.eps}")
 
@@ -46,4 +51,4 @@ class OptimizerConfig:
     def epsilon(self) -> float:
         if self.eps is not None:
             return self.eps
-        return {"adagrad": 1e-10}.get(self.optimizer, 1e-8)
+        return {"adagrad": 1e-10, "adadelta": 1e-6}.get(self.optimizer, 1e-8)

@@ -1,10 +1,10 @@
-"""SGD, RMSprop, AdaGrad and Adam, written once over a flat float32 parameter vector.
+"""SGD (plain or Nesterov), RMSprop, AdaGrad, AdaDelta and Adam, written once over a flat float32 vector.
 
 The serial learner and the parameter server apply exactly these updates.
 Each matches its torch.optim namesake's arithmetic (tested against it), works
-in place on preallocated state and one scratch buffer, and so allocates
-nothing per step: on a multi-megabyte vector, fresh allocations cost more
-than the arithmetic.
+in place on preallocated state and scratch buffers, and so allocates nothing
+per step: on a multi-megabyte vector, fresh allocations cost more than the
+arithmetic.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class FlatOptimizer:
         self.steps = 0
         zeros = lambda: torch.zeros(size, dtype=torch.float32, device=device)  # noqa: E731
         self.state: dict[str, torch.Tensor] = {}
-        if config.optimizer == "sgd" and config.momentum:
+        if config.optimizer in ("sgd", "nesterov") and config.momentum:
             self.state["momentum"] = zeros()
         if config.optimizer == "rmsprop":
             self.state["square_avg"] = zeros()
@@ -40,10 +40,14 @@ class FlatOptimizer:
                 self.state["momentum"] = zeros()
         if config.optimizer == "adagrad":
             self.state["sum"] = zeros()
+        if config.optimizer == "adadelta":
+            self.state["square_avg"] = zeros()
+            self.state["acc_delta"] = zeros()
         if config.optimizer == "adam":
             self.state["exp_avg"] = zeros()
             self.state["exp_avg_sq"] = zeros()
         self._scratch = zeros()
+        self._root = zeros() if config.optimizer == "adadelta" else None  # AdaDelta divides one root by another
         self._decayed = zeros() if config.weight_decay else None
         self._weighted = zeros() if lr_mult is not None else None
 
@@ -64,10 +68,16 @@ class FlatOptimizer:
             g = torch.mul(params, self.decay_mult, out=self._decayed).mul_(c.weight_decay).add_(grad)
         elif c.weight_decay:
             g = torch.add(grad, params, alpha=c.weight_decay, out=self._decayed)
-        if c.optimizer == "sgd":
+        if c.optimizer in ("sgd", "nesterov"):
             if c.momentum:
                 s["momentum"].mul_(c.momentum).add_(g)
-                g = s["momentum"]
+                # Nesterov steps by g + momentum * the new velocity, as torch does. Caffe keeps lr inside its
+                # history (h = momentum * h + lr * g) and steps (1 + momentum) * h - momentum * h_old: the same
+                # step while lr holds, but after a step-policy drop its history carries the old lr a while.
+                # Here, as in plain SGD (and Caffe's SGD differs alike), the current lr scales the whole step.
+                # With no momentum both are plain SGD (torch refuses that; Caffe runs it).
+                g = torch.add(g, s["momentum"], alpha=c.momentum, out=self._scratch) \
+                    if c.optimizer == "nesterov" else s["momentum"]
             params.add_(self._per_element(g), alpha=-lr)
         elif c.optimizer == "rmsprop":
             s["square_avg"].mul_(c.rms_decay).addcmul_(g, g, value=1 - c.rms_decay)
@@ -85,6 +95,15 @@ class FlatOptimizer:
         elif c.optimizer == "adagrad":
             s["sum"].addcmul_(g, g, value=1.0)
             params.addcdiv_(self._per_element(g), self._denominator(s["sum"], 1.0), value=-lr)
+        elif c.optimizer == "adadelta":
+            # step = sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g, in torch's order. Caffe's AdaDelta is
+            # this update (its momentum is rho, its delta eps), taking one root of the quotient instead: the
+            # same value within rounding. Both keep lr (and lr_mult) out of acc_delta, applying it last.
+            s["square_avg"].mul_(c.rho).addcmul_(g, g, value=1 - c.rho)
+            root = torch.add(s["square_avg"], c.epsilon, out=self._root).sqrt_()
+            delta = torch.add(s["acc_delta"], c.epsilon, out=self._scratch).sqrt_().div_(root).mul_(g)
+            s["acc_delta"].mul_(c.rho).addcmul_(delta, delta, value=1 - c.rho)
+            params.add_(self._per_element(delta), alpha=-lr)
         else:  # adam
             s["exp_avg"].mul_(c.beta1).add_(g, alpha=1 - c.beta1)
             s["exp_avg_sq"].mul_(c.beta2).addcmul_(g, g, value=1 - c.beta2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 
@@ -158,10 +159,15 @@ def load_net(path: str | Path) -> ImportedNet:
 
 
 # ------------------------------------------------------------------ solver
-_SOLVER_TYPES = {"SGD": "sgd", "RMSPROP": "rmsprop", "ADAGRAD": "adagrad", "ADAM": "adam"}
+# All six of Caffe's: V1's solver_type enum (NESTEROV) and the current type string (Nesterov) meet here.
+_SOLVER_TYPES = {"SGD": "sgd", "NESTEROV": "nesterov", "ADAGRAD": "adagrad", "RMSPROP": "rmsprop",
+                 "ADADELTA": "adadelta", "ADAM": "adam"}
+# Caffe's one momentum field is the momentum of SGD, Nesterov and RMSprop, Adam's beta1 and AdaDelta's rho.
+_MOMENTUM_IS = {"adam": "beta1", "adadelta": "rho"}
 _IGNORED_SOLVER_KEYS = ("net", "train_net", "test_net", "test_iter", "test_interval", "display", "snapshot",
                         "snapshot_prefix", "solver_mode", "device_id", "random_seed", "average_loss",
-                        "test_initialization", "iter_size", "debug_info", "snapshot_after_train")
+                        "test_initialization", "iter_size", "debug_info", "snapshot_after_train",
+                        "test_state", "test_compute_loss", "snapshot_diff", "snapshot_format", "layer_wise_reduce")
 
 
 @dataclass
@@ -209,14 +215,12 @@ def import_solver(text: str, source: str = "solver") -> ImportedSolver:
                                 line_of(key), source)
         return value
 
-    momentum = number("momentum", 0.0)
+    momentum: dict[str, Any] = {_MOMENTUM_IS.get(optimizer, "momentum"): number("momentum", 0.0)}
     try:  # the optimizer's own ranges (lr and stepsize positive, ...), said with the solver's file
         optim = OptimizerConfig(
-            optimizer=optimizer, lr=number("base_lr", 0.01),
-            momentum=0.0 if optimizer == "adam" else momentum,
+            optimizer=optimizer, lr=number("base_lr", 0.01), **momentum,
             weight_decay=number("weight_decay", 0.0), rms_decay=number("rms_decay", 0.99),
-            beta1=momentum if optimizer == "adam" else 0.9, beta2=number("momentum2", 0.999),
-            eps=number("delta", 1e-8), lr_policy=policy,
+            beta2=number("momentum2", 0.999), eps=number("delta", 1e-8), lr_policy=policy,
             lr_gamma=number("gamma", 0.1), lr_stepsize=int(number("stepsize", 100_000, whole=True)))
     except PrototxtError:
         raise
