@@ -213,7 +213,7 @@ def test_a_gradient_sent_twice_is_applied_once(redis_server, tmp_path):
         assert h.metrics()["rejected"] == {"repeat": 2} and h.metrics()["applied"] == 2
 
 
-FUZZ_SECONDS = float(os.environ.get("DDQ_FUZZ_SECONDS", "3"))  # the README's figure: DDQ_FUZZ_SECONDS=60
+FUZZ_SECONDS = float(os.environ.get("DDQ_FUZZ_SECONDS", "3"))  # docs/benchmarks.md runs 60
 
 
 def test_thousands_of_malformed_messages_change_nothing(redis_server, tmp_path):
