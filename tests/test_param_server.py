@@ -432,3 +432,26 @@ def test_a_shard_whose_snapshot_cannot_be_written_warns_once_and_goes_on(redis_s
     text = log.read_text()
     assert text.count("could not save its snapshot") == 1 and "Traceback" not in text, text[-3000:]
     assert "without its final snapshot" in text
+
+
+def test_an_overlapped_client_sends_every_gradient_once_merging_what_waits(redis_server, tmp_path):
+    """A downpour worker's client: gradients handed over while a push is on the wire join the next push (as
+    their mean); the shard applies exactly the pushes sent, each once; `sync` takes the weights the thread
+    fetched, with the versions they came with."""
+    from ddq.core.agent import env_spec, make_learner
+    from ddq.param_server.overlap import OverlappedClient
+
+    with harness(redis_server, tmp_path) as h:
+        spec = env_spec(h.config.agent)
+        learner = make_learner(h.config.agent, spec.frame_shape, spec.num_actions, torch.device("cpu"))
+        client = OverlappedClient(learner, lambda weights, target: ParameterClient(h.url, h.run, weights, 1,
+                                                                                    target=target))
+        with pytest.raises(RuntimeError, match="sync the weights before pushing"):
+            client.push(np.zeros(learner.flat.size, np.float32))
+        assert client.sync() and client.version == 0  # the first fetch, on the caller's thread
+        assert torch.equal(learner.flat.data, h.flat.data)
+        for gradient in gradients(learner.flat.size, 300):
+            client.push(gradient, samples=32)
+        client.close()
+        assert 1 <= client.pushes < 300  # handed over faster than round trips: merged
+        h.wait_version(client.pushes)  # every push applied, once: the shard's version is their count

@@ -118,7 +118,7 @@ def _config_from(args: argparse.Namespace, own: tuple[str, ...]):
 
 
 def cmd_barista_serve(args: argparse.Namespace) -> int:
-    from ddq.param_server.client import remote_source
+    from ddq.param_server.overlap import remote_source
     from ddq.workers.barista import Barista
     from ddq.workers.barista_server import BaristaServer
 

@@ -141,10 +141,15 @@ class ServerConfig:
     staleness_scaling: bool = setting(False, "parameter server", "divide each step by its gradient's staleness (Zhang et al. 2016)")
     snapshot_every: int = setting(1000, "parameter server", "updates between snapshots (Redis and a checkpoint file)")
     max_backlog: int = setting(8, "parameter server", "queued gradients per shard beyond which a worker waits")
+    push_every: int = setting(1, "parameter server", "DistBelief's n_push: gradients a worker sums (as their mean) before a push; those computed while a push is on the wire join the next one")
+    fetch_every: int = setting(1, "parameter server", "DistBelief's n_fetch: pushes between a worker's fetches of the weights")
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.snapshot_every < 1 or self.max_backlog < 1:
             raise ValueError("shards, snapshot_every and max_backlog must be positive")
+        if self.push_every < 1 or self.fetch_every < 1:
+            raise ValueError(f"push_every and fetch_every must be positive, got {self.push_every} and "
+                             f"{self.fetch_every}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError("max_staleness must be at least 0")
 

@@ -40,6 +40,7 @@ class ParameterSource(WeightsSource, Protocol):
     """A weights source that also takes the gradients computed against its weights."""
 
     waits: int  # times a push waited for the source to catch up (a remote server's backlog)
+    pushes: int  # gradients that left for where they are applied (gradients merged into one push count once)
 
     def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
         """Hands over one flat gradient computed from the weights of the last sync."""
@@ -56,6 +57,7 @@ class LocalParameters:
     def __init__(self, learner: Learner):
         self.learner = learner
         self.waits = 0  # applied at once: a push never waits
+        self.pushes = 0
 
     @property
     def version(self) -> int:
@@ -68,6 +70,7 @@ class LocalParameters:
         if grad is not self.learner.flat.grad:
             self.learner.flat.grad.copy_(torch.as_tensor(grad))
         self.learner.apply_gradient()
+        self.pushes += 1
 
     def close(self) -> None:
         pass

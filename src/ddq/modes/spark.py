@@ -24,7 +24,7 @@ def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run
     `settings` is the driver's `encode_settings` text, used as it is."""
     from pyspark import TaskContext
 
-    from ddq.param_server.client import remote_source
+    from ddq.param_server.overlap import remote_source
     from ddq.workers.barista import Barista
 
     context = TaskContext.get()

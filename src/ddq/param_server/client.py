@@ -14,8 +14,6 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from ddq.config import TrainConfig
-from ddq.core.learner import Learner
 from ddq.models import FlatParameters
 from ddq.transport.keys import shard_bounds
 from ddq.transport.resp import LOST, RespConnection
@@ -59,6 +57,10 @@ class ParameterClient:
 
     def close(self) -> None:
         self.conn.close()
+
+    @property
+    def pushes(self) -> int:
+        return self.pushed
 
     @property
     def version(self) -> int:
@@ -135,8 +137,10 @@ class ParameterClient:
         groups = [self._weights()] + ([self._target()] if self.target is not None else [])
         return self._reading(lambda: self._refresh(groups))
 
-    def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
-        """Sends each shard its slice of `grad`, computed from the weights last pulled.
+    def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0,
+             versions: list[int] | None = None) -> None:
+        """Sends each shard its slice of `grad`, computed from the weights last pulled (or, when given, from
+        those of `versions`, one per shard: an older pull's).
 
         When a shard's queue is longer than `max_backlog`, waits for it to drain:
         a worker faster than the server would otherwise only add staleness. It stops
@@ -151,7 +155,8 @@ class ParameterClient:
         messages = []
         self.pushed += 1
         for shard, (start, end) in enumerate(self.bounds):
-            header = Header(GRADIENT, self.layout, self.versions[shard], end - start, offset=start, shard=shard,
+            computed_from = self.versions[shard] if versions is None else versions[shard]
+            header = Header(GRADIENT, self.layout, computed_from, end - start, offset=start, shard=shard,
                             sender=self.sender, worker=self.worker, samples=samples, loss=loss,
                             sequence=self.pushed)
             messages.append((pack_header(header), grad[start:end].data.cast("B")))
@@ -172,12 +177,3 @@ class ParameterClient:
             if waited > BACKLOG_DEADLINE_S:
                 raise RuntimeError(f"no parameter-server shard drained its queue for {BACKLOG_DEADLINE_S:.0f} s "
                                    "(is the parameter server running?)")
-
-
-def remote_source(config: TrainConfig, redis_url: str, run: str, worker: int) -> Callable[[Learner], ParameterClient]:
-    """What a Barista is handed in downpour: builds the client that keeps its learner's weights and target
-    in step with the run's shards."""
-    def connect(learner: Learner) -> ParameterClient:
-        return ParameterClient(redis_url, run, learner.flat, config.distributed.server.shards, worker,
-                               target=learner.target_flat, max_backlog=config.distributed.server.max_backlog)
-    return connect

@@ -29,6 +29,10 @@ SourceFactory = Callable[[Learner], ParameterSource]
 
 WORKER_SEED_STRIDE = 10_007
 HEARTBEAT_S = 1.0
+# Seconds between a worker's reports to the run's Redis (its steps and episodes; the run's state back): a
+# round trip each, which every vector step would cost as much as a small network's update, and several times
+# that across a network. The run's end reaches a worker this much later at most.
+REPORT_S = 0.25
 
 
 @dataclass
@@ -103,11 +107,19 @@ class Barista:
         self.window = StatsWindow()
         self.global_steps = 0
         self.stopped = False  # the run's control key said stop
+        self.unreported_steps, self.unreported_episodes = 0, list[dict]()  # since the last report
+        self.next_report = 0.0  # time.monotonic() of the next report
+        self.stepping_together = 1  # workers known to step with this one between reports (data-parallel: all)
 
     def play(self) -> int:
-        """One vector step; the episodes it finished go to the run's episode list. New env steps."""
+        """One vector step; its steps and the episodes it finished go to the run's Redis every REPORT_S.
+        Meanwhile the run's env steps are counted on by the workers stepping with this one. New env steps."""
         new_steps, episodes = self.act()
-        self.report(new_steps, episodes)
+        self.unreported_steps += new_steps
+        self.unreported_episodes += episodes
+        self.global_steps += new_steps * self.stepping_together
+        if time.monotonic() >= self.next_report:
+            self.report_unreported()
         return new_steps
 
     def act(self) -> tuple[int, list[dict]]:
@@ -122,20 +134,24 @@ class Barista:
         stamp = {"worker": self.worker, "time": time.time(), "env_steps": self.global_steps + new_steps}
         return new_steps, [{**stamp, **asdict(episode)} for episode in episodes]
 
-    def report(self, new_steps: int, episodes: list[dict]) -> None:
-        """Counts the steps and episodes in the run's Redis and reads its state back, in one round trip."""
-        run = self.channel.report(new_steps, episodes)
+    def report_unreported(self) -> None:
+        """Counts the steps and episodes played since the last report in the run's Redis and reads the run's
+        state back, in one round trip."""
+        run = self.channel.report(self.unreported_steps, self.unreported_episodes)
+        self.unreported_steps, self.unreported_episodes = 0, []
+        self.next_report = time.monotonic() + REPORT_S
         self.global_steps, self.stopped = run.env_steps, run.stopping
 
     def learn(self, new_steps: int) -> None:
         beta = importance_beta(self.config.agent, self.global_steps, self.config.run.total_steps)
         for stats in self.agent.train(self.source, new_steps, beta):
-            self.stats.pushes += 1
             self.window.add_gradient(stats.loss, stats.mean_max_q)
 
     def heartbeat(self, state: str) -> None:
+        self.report_unreported()  # what it played so far counts in the run's, and its row says as much
         self.stats.state, self.stats.heartbeat = state, time.time()
         self.stats.env_steps, self.stats.backlog_waits = self.actor.env_steps, self.source.waits
+        self.stats.pushes = self.source.pushes  # what left the worker: gradients merged into one push count once
         self.stats.weights_version = self.source.version
         self.window = self.window.close(self.stats)
         # one row per attempt: a killed attempt's steps and pushes still count once Spark retried it
@@ -157,7 +173,10 @@ class Barista:
                 self.heartbeat("running")
                 next_beat = time.monotonic() + HEARTBEAT_S
         self.stats.wall_time_s += time.time() - started
-        self.heartbeat("finished" if self.finished() else "idle")
+        done = self.finished()
+        if done:  # the source sends what it still holds (an overlapped push), so the last row counts it
+            self.source.close()
+        self.heartbeat("finished" if done else "idle")
         return self.stats
 
     def close(self) -> None:

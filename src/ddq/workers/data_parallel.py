@@ -42,6 +42,7 @@ class AveragedGradients:
     def __init__(self, learner: Learner, collective: Collective):
         self.learner, self.collective = learner, collective
         self.waits = 0  # a push waits on the slowest worker, never on a backlog
+        self.pushes = 0
 
     @property
     def version(self) -> int:
@@ -55,6 +56,7 @@ class AveragedGradients:
             self.learner.flat.grad.copy_(torch.as_tensor(grad))
         self.collective.average_(self.learner.flat.grad)
         self.learner.apply_gradient()
+        self.pushes += 1
 
     def close(self) -> None:
         pass
@@ -139,18 +141,7 @@ class DataParallelWorker(Barista):
         self.rank, self.agreed, self.votes = rank, False, 0
         self.stats.started_from = self.resumed_updates
         self.duties = RankZeroDuties(config, redis_url, run, self.learner, self.global_steps) if rank == 0 else None
-        self.unreported_steps, self.unreported_episodes = 0, list[dict]()  # since the last report
-        self.world = config.distributed.workers
-
-    def play(self) -> int:
-        """One vector step, reported to the run's Redis only before each vote (a round trip a vector step would
-        cost as much as a small network's update). Meanwhile the run's env steps are counted on as every
-        worker's would be: all step together."""
-        new_steps, episodes = self.act()
-        self.unreported_steps += new_steps
-        self.unreported_episodes += episodes
-        self.global_steps += new_steps * self.world
-        return new_steps
+        self.stepping_together = config.distributed.workers  # every worker steps with every other
 
     def learn(self, new_steps: int) -> None:
         super().learn(new_steps)
@@ -158,23 +149,15 @@ class DataParallelWorker(Barista):
             self.duties.after(self.global_steps)
 
     def finished(self) -> bool:
-        """The workers' common answer, voted every AGREE_EVERY vector steps once each reported: stop once any
-        of them saw the budget spent or the run stopped. Once agreed, no more votes (the loop's last check
-        included)."""
+        """The workers' common answer, voted every AGREE_EVERY vector steps: stop once any of them saw the
+        budget spent (by its count of the run's steps) or the run stopped (at its last report). Once agreed, no
+        more votes (the loop's last check included)."""
         if self.agreed or self.collective is None:
             return self.agreed
         self.votes += 1
         if self.votes % AGREE_EVERY == 0:
-            self.report(self.unreported_steps, self.unreported_episodes)
-            self.unreported_steps, self.unreported_episodes = 0, []
             self.agreed = self.collective.any(super().finished())
         return self.agreed
-
-    def heartbeat(self, state: str) -> None:
-        if self.unreported_steps or self.unreported_episodes:  # the loop's end: what it played counts
-            self.report(self.unreported_steps, self.unreported_episodes)
-            self.unreported_steps, self.unreported_episodes = 0, []
-        super().heartbeat(state)
 
     def close(self) -> None:
         try:

@@ -1,0 +1,166 @@
+"""A worker's parameter-server traffic on a thread of its own, overlapping the next gradient's computation:
+DistBelief's Downpour SGD with its n_push and n_fetch.
+
+The worker hands each gradient over and goes on computing. The sending
+thread pushes what has accumulated since its last push (the mean of at least
+`push_every` gradients: while a round trip is on the wire, the gradients
+computed meanwhile join the next push), and every `fetch_every` pushes it
+fetches the newest weights into a copy of its own, which the worker takes at
+its next `sync`, a memory copy. After the first fetch no round trip is ever
+on the worker's path, whatever the network's latency. Each push carries the
+versions of the weights its oldest gradient was computed from, so the shards'
+staleness rules see the true age.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from ddq.config import TrainConfig
+from ddq.core.learner import Learner
+from ddq.models import FlatParameters
+from ddq.param_server.client import ParameterClient
+
+# Gradients one push may merge before the worker waits for the sender: staleness stays bounded when the
+# network stalls (a cut link), instead of the worker computing on ever older weights.
+MAX_MERGED = 64
+WAIT_S = 0.1
+
+
+class OverlappedClient:
+    """A `ParameterSource` for a learner whose shards are reached by `client_for(weights, target)`, a
+    `ParameterClient` filling copies of the learner's weights and target; its traffic runs on a thread."""
+
+    def __init__(self, learner: Learner, client_for: Callable[[FlatParameters, FlatParameters], ParameterClient],
+                 push_every: int = 1, fetch_every: int = 1):
+        self.learner, self.push_every, self.fetch_every = learner, push_every, fetch_every
+        self.most_merged = max(MAX_MERGED, push_every)
+        self.staged = FlatParameters(copy.deepcopy(learner.online))  # the sender fetches into these
+        self.staged_target = FlatParameters(copy.deepcopy(learner.target))
+        self.client = client_for(self.staged, self.staged_target)
+        self.used_versions: list[int] = []  # of the weights the learner holds
+        self.pending = torch.zeros(learner.flat.size)  # the gradients not yet pushed, summed
+        self.merged, self.samples, self.loss = 0, 0, 0.0
+        self.pending_versions: list[int] = []
+        self.fresh = False  # the staged weights are newer than the learner's
+        self.waited = 0  # times a push waited for the sender (MAX_MERGED gradients were waiting)
+        self.error: BaseException | None = None
+        self.ready = threading.Condition()  # guards the pending gradient
+        self.staging = threading.Lock()  # held while the sender fetches into the staged copies
+        self.stopping = self.closed = False
+        self.thread: threading.Thread | None = None
+
+    @property
+    def version(self) -> int:
+        return max(sum(self.used_versions), 0)
+
+    @property
+    def waits(self) -> int:
+        return self.client.waits + self.waited
+
+    @property
+    def pushes(self) -> int:
+        return self.client.pushes
+
+    @property
+    def lost(self) -> int:
+        return self.client.lost
+
+    def sync(self) -> bool:
+        """Takes the weights (and target) the sender fetched last, if newer; never waits on the network
+        after the first call, which fetches them itself."""
+        self._raise_sender_error()
+        if self.thread is None:
+            self.client.sync()
+            self._take_staged()
+            self.thread = threading.Thread(target=self._send, name="parameter-traffic", daemon=True)
+            self.thread.start()
+            return True
+        if not self.fresh or not self.staging.acquire(blocking=False):
+            return False  # nothing new, or the sender is filling the copies right now: next time
+        try:
+            self._take_staged()
+        finally:
+            self.staging.release()
+        return True
+
+    def _take_staged(self) -> None:
+        self.learner.flat.data.copy_(self.staged.data)
+        self.learner.target_flat.data.copy_(self.staged_target.data)
+        self.used_versions = list(self.client.versions)
+        self.fresh = False
+
+    def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
+        """Adds `grad` (computed from the weights of the last `sync`) to the next push; waits only when
+        MAX_MERGED gradients (or push_every, if more) already wait for the sender."""
+        self._raise_sender_error()
+        if self.thread is None:
+            raise RuntimeError("sync the weights before pushing a gradient computed from them")
+        with self.ready:
+            while self.merged >= self.most_merged and self.error is None:
+                self.waited += 1
+                self.ready.wait(WAIT_S)
+            if self.merged == 0:
+                self.pending.copy_(torch.as_tensor(grad))
+                self.pending_versions = list(self.used_versions)
+            else:
+                self.pending.add_(torch.as_tensor(grad))
+            self.merged, self.samples, self.loss = self.merged + 1, self.samples + samples, self.loss + loss
+            if self.merged >= self.push_every:
+                self.ready.notify_all()
+
+    def _send(self) -> None:
+        pushes = 0
+        gradient = torch.zeros_like(self.pending)
+        try:
+            while True:
+                with self.ready:
+                    while self.merged < self.push_every and not self.stopping:
+                        self.ready.wait(WAIT_S)
+                    if self.merged == 0:
+                        return  # stopping, and nothing left to send
+                    torch.div(self.pending, self.merged, out=gradient)  # the mean: one bigger-batch gradient
+                    taken = (self.samples, self.loss / self.merged, self.pending_versions)
+                    self.merged, self.samples, self.loss = 0, 0, 0.0
+                    self.ready.notify_all()
+                self.client.push(gradient.numpy(), samples=taken[0], loss=taken[1], versions=taken[2])
+                pushes += 1
+                if pushes % self.fetch_every == 0 and not self.stopping:
+                    with self.staging:
+                        self.fresh = self.client.sync() or self.fresh
+        except BaseException as error:  # the worker raises it at its next push or sync
+            self.error = error
+
+    def _raise_sender_error(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"the parameter server's traffic failed: {self.error}") from self.error
+
+    def close(self) -> None:
+        """Sends what is pending, then ends the thread and the connection (once: a second call does nothing)."""
+        if self.closed:
+            return
+        self.closed = True
+        with self.ready:
+            self.stopping = True
+            self.ready.notify_all()
+        if self.thread is not None:
+            self.thread.join(30.0)
+        self.client.close()
+
+
+def remote_source(config: TrainConfig, redis_url: str, run: str, worker: int) -> Callable[[Learner], OverlappedClient]:
+    """What a Barista is handed in downpour: builds the client that keeps its learner's weights and target
+    in step with the run's shards, its traffic overlapping the Barista's computing."""
+    server = config.distributed.server
+
+    def connect(learner: Learner) -> OverlappedClient:
+        def client_for(weights: FlatParameters, target: FlatParameters) -> ParameterClient:
+            return ParameterClient(redis_url, run, weights, server.shards, worker, target=target,
+                                   max_backlog=server.max_backlog)
+        return OverlappedClient(learner, client_for, server.push_every, server.fetch_every)
+    return connect
