@@ -39,8 +39,15 @@ class WeightsSource(Protocol):
 class ParameterSource(WeightsSource, Protocol):
     """A weights source that also takes the gradients computed against its weights."""
 
-    waits: int  # times a push waited for the source to catch up (a remote server's backlog)
-    pushes: int  # gradients that left for where they are applied (gradients merged into one push count once)
+    @property
+    def waits(self) -> int:
+        """Times a push waited for the source to catch up (a remote server's backlog)."""
+        ...
+
+    @property
+    def pushes(self) -> int:
+        """Gradients that left for where they are applied (gradients merged into one push count once)."""
+        ...
 
     def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
         """Hands over one flat gradient computed from the weights of the last sync."""
