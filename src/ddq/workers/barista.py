@@ -1,13 +1,15 @@
 """A Barista: one worker of downpour training, with its own games, replay memory and Q-network.
 
 Its loop, as in DistBelief's Downpour SGD: play a vector step epsilon-greedily
-(epsilon follows the run's global env-step count, kept in Redis: see
+(epsilon follows the run's global env-step count, kept in Redis and read
+back with each report, every REPORT_S: see
 `ddq.core.dqn.linearly_decaying_epsilon`), store the transitions, and at the
 replay ratio compute minibatch gradients against the weights last synced and
 push them to its parameter source (`ddq.core.weights`), syncing again
-whenever the weights moved. The source is handed in: the Redis parameter
-server's client in downpour, the learner's own optimizer elsewhere; the
-Barista cannot tell. It owns only what it can rebuild.
+whenever the weights moved. The source is handed in: the parameter server's
+overlapped client in downpour, the all-reduce in data-parallel, the
+learner's own optimizer elsewhere; the Barista cannot tell. It owns only
+what it can rebuild.
 """
 
 from __future__ import annotations
