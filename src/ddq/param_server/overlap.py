@@ -67,10 +67,6 @@ class OverlappedClient:
     def pushes(self) -> int:
         return self.client.pushes
 
-    @property
-    def lost(self) -> int:
-        return self.client.lost
-
     def sync(self) -> bool:
         """Takes the weights (and target) the sender fetched last, if newer; never waits on the network
         after the first call, which fetches them itself."""
@@ -115,7 +111,6 @@ class OverlappedClient:
                 self.ready.notify_all()
 
     def _send(self) -> None:
-        pushes = 0
         gradient = torch.zeros_like(self.pending)
         try:
             while True:
@@ -129,8 +124,7 @@ class OverlappedClient:
                     self.merged, self.samples, self.loss = 0, 0, 0.0
                     self.ready.notify_all()
                 self.client.push(gradient.numpy(), samples=taken[0], loss=taken[1], versions=taken[2])
-                pushes += 1
-                if pushes % self.fetch_every == 0 and not self.stopping:
+                if self.client.pushes % self.fetch_every == 0 and not self.stopping:
                     with self.staging:
                         self.fresh = self.client.sync() or self.fresh
         except BaseException as error:  # the worker raises it at its next push or sync

@@ -23,6 +23,7 @@ import torch
 from ddq.config import TrainConfig
 from ddq.core.dqn import last_target_refresh, next_mark
 from ddq.core.learner import Learner
+from ddq.core.weights import LocalParameters
 from ddq.transport.collective import Collective
 from ddq.transport.learner_channel import LearnerChannel
 from ddq.transport.redis_client import connect as connect_redis
@@ -35,31 +36,19 @@ AGREE_EVERY = 16  # vector steps between the workers' votes on stopping: one sma
 CollectiveFactory = Callable[[torch.device], Collective]  # joins the stage's group, for a learner on a device
 
 
-class AveragedGradients:
+class AveragedGradients(LocalParameters):
     """The parameter source of a data-parallel worker: a pushed gradient is averaged over the workers, then
-    applied by the learner's own optimizer (as serial training's `LocalParameters` does with its own)."""
+    applied by the learner's own optimizer, as serial training's `LocalParameters` applies its own. Every
+    worker applies the same mean, so `sync` has nothing to fetch; a push waits on the slowest worker."""
 
     def __init__(self, learner: Learner, collective: Collective):
-        self.learner, self.collective = learner, collective
-        self.waits = 0  # a push waits on the slowest worker, never on a backlog
-        self.pushes = 0
-
-    @property
-    def version(self) -> int:
-        return self.learner.updates
-
-    def sync(self) -> bool:
-        return False  # every worker applied the same mean: its weights are everyone's
+        super().__init__(learner)
+        self.collective = collective
 
     def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
         if grad is not self.learner.flat.grad:
             self.learner.flat.grad.copy_(torch.as_tensor(grad))
-        self.collective.average_(self.learner.flat.grad)
-        self.learner.apply_gradient()
-        self.pushes += 1
-
-    def close(self) -> None:
-        pass
+        super().push(self.collective.average_(self.learner.flat.grad), samples, loss)
 
 
 class RankZeroDuties:
@@ -102,18 +91,27 @@ class RankZeroDuties:
         self.snapshotted = learner.updates
 
     def finish(self, global_steps: int) -> None:
-        """The final weights and snapshot, sent before the task ends (the driver evaluates them next)."""
-        self.snapshot()
-        self.publisher.hand_over(self.learner.updates, self._messages(target_too=True), global_steps)
-        self.publisher.stop()
+        """The final weights and snapshot, sent before the task ends (the driver evaluates them next); then
+        its connections close (Spark reuses the task's Python process)."""
+        try:
+            self.snapshot()
+            self.publisher.hand_over(self.learner.updates, self._messages(target_too=True), global_steps)
+            self.publisher.stop()
+        finally:
+            self.channel.client.close()
+            self.publisher.client.close()
 
 
 def resume_newest(learner: Learner, redis_url: str, run: str) -> int:
     """Loads the run's newest snapshot from Redis into `learner`, if there is one; the updates it holds.
     Every worker of a stage reads the same one: only rank 0 writes them, and it writes none before every
     worker has joined the stage's first all-reduce."""
-    channel = LearnerChannel(connect_redis(redis_url), run)
-    saved = channel.newest_snapshot(None, layout_bytes(learner.flat.layout_hash()), (0, learner.flat.size))
+    client = connect_redis(redis_url)
+    try:
+        saved = LearnerChannel(client, run).newest_snapshot(None, layout_bytes(learner.flat.layout_hash()),
+                                                            (0, learner.flat.size))
+    finally:
+        client.close()
     if saved is None:
         return 0
     learner.flat.data.copy_(saved.weights)
