@@ -44,11 +44,13 @@ def _wait_for_file(path: Path, process: subprocess.Popen, log: Path, timeout: fl
     return path.read_text()
 
 
-def _serve_dashboard(source: list[str], folder: Path) -> tuple[subprocess.Popen, str]:
-    """`ddq dashboard SOURCE...` (a Redis URL and run, or a run folder); its process and its URL."""
+def _serve_dashboard(source: list[str], folder: Path, tmpdir: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """`ddq dashboard SOURCE...` (a Redis URL and run, or a run folder); its process and its URL. `tmpdir`:
+    its TMPDIR, where a private Redis of its own makes its folder."""
     log = folder / "dashboard.log"
     command = [sys.executable, "-m", "ddq", "dashboard", *source, "--url-file", str(folder / "url")]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    env = dict(os.environ, **({"TMPDIR": str(tmpdir)} if tmpdir else {}))
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("w"), env=env)
     return process, _wait_for_file(folder / "url", process, log)
 
 
@@ -83,10 +85,12 @@ def test_dashboard_follows_a_live_run_then_serves_it_finished(tmp_path, output_d
                 _stop(training)
         assert not (run_dir / "dashboard.url").exists()  # the driver stopped its dashboard
 
-    # the run's Redis is gone: the finished run is served from the telemetry saved in its folder
-    private_redis_before = set(Path(tempfile.gettempdir()).glob("ddq-redis-*"))
-    dashboard, url = _serve_dashboard([str(run_dir)], tmp_path)
+    # the run's Redis is gone: the finished run is served from the telemetry saved in its folder, by a private
+    # Redis of the dashboard's own, made in a folder of this test's (tests on the other xdist worker make theirs)
+    own_tmp = Path(tempfile.mkdtemp(prefix="ddq-t-"))  # short: a unix socket's path has a length limit
+    dashboard, url = _serve_dashboard([str(run_dir)], tmp_path, own_tmp)
     try:
+        assert list(own_tmp.glob("ddq-redis-*"))  # the dashboard's own Redis, while it serves
         with open_page(url) as page:
             page.wait_for_function(PAGE_FILLED, arg=2, timeout=60_000)
             assert page.locator("#run-state").inner_text() == "finished"
@@ -95,7 +99,8 @@ def test_dashboard_follows_a_live_run_then_serves_it_finished(tmp_path, output_d
             assert page.problems == []
     finally:
         _stop(dashboard)
-    assert set(Path(tempfile.gettempdir()).glob("ddq-redis-*")) <= private_redis_before  # its Redis went with it
+    assert list(own_tmp.glob("ddq-redis-*")) == []  # its Redis went with it
+    own_tmp.rmdir()
 
 
 def test_page_stays_usable_with_16_workers_and_a_million_updates(tmp_path, output_dir):
