@@ -98,6 +98,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=8000, help="env steps per run (default 8000)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each setup (default 2; the table's "
                                                                 "figures are their medians)")
+    parser.add_argument("--modes", nargs="+", choices=("downpour", "actor-learner"),
+                        default=["downpour", "actor-learner"], help="the modes to run (default both)")
     parser.add_argument("--out", type=Path, help="also write the rows as JSON lines here")
     args = parser.parse_args()
     rows = []
@@ -107,7 +109,7 @@ def main() -> int:
         cluster.start()
         url = tls_redis_on_h0(cluster)
         for index in range(args.repeats):
-            for mode in ("downpour", "actor-learner"):
+            for mode in args.modes:
                 for setup in SETUPS:
                     rows.append(one_run(cluster, mode, setup, args.steps, index, url))
                     cluster.wait_for_workers()

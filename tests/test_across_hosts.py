@@ -121,10 +121,13 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
     """Downpour's run also meets fault a: a worker host's link cut for 20 s mid-run, then restored.
     Connections wait out the cut (their 30 s deadline is longer), Spark keeps the executor, and every
     gradient pushed is applied exactly once: the server's version is the sum of the workers' pushes.
-    Data-parallel's workers form their process group across the hosts, at the executors' addresses."""
+    Data-parallel's workers form their process group across the hosts, at the executors' addresses.
+    Downpour's two workers took 41,000-91,000 env steps to 475 on one machine (CartPole's PQN, seeds 1-5 and
+    21, 2026-11-26; serial's took 7,000-21,000), hence its budget."""
     name = f"cartpole-{mode}"
+    budget = 150_000 if mode == "downpour" else 60_000
     driver = cluster.start_training(name, "--mode", mode, "--seed", str(seed), "--target-return", "475",
-                                    "--total-steps", "60000")
+                                    "--total-steps", str(budget))
     if mode == "downpour":
         wait_for_worker_steps(cluster, name, 1, 1500)  # worker 1: the task on h1 or h2, whichever Spark chose
         cluster.hosts.link_down("h1")
@@ -132,7 +135,7 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
         cluster.hosts.link_up("h1")
     code, summary, log = cluster.finish(name, driver)
     assert code == 0, log[-4000:]
-    assert summary["reached_target"] and summary["steps_to_target"] <= 60000, summary
+    assert summary["reached_target"] and summary["steps_to_target"] <= budget, summary
     metrics = (cluster.hosts.tmp("h0") / name / "metrics.jsonl").read_text().splitlines()
     assert any(point["kind"] == "eval" and point["mean_return"] >= 475 for point in map(json.loads, metrics))
     h0 = cluster.hosts.address("h0")

@@ -455,3 +455,32 @@ def test_an_overlapped_client_sends_every_gradient_once_merging_what_waits(redis
         client.close()
         assert 1 <= client.pushes < 300  # handed over faster than round trips: merged
         h.wait_version(client.pushes)  # every push applied, once: the shard's version is their count
+
+
+@pytest.mark.parametrize("max_lag, push_every, fetch_every", [(0, 1, 1), (1, 1, 1), (0, 2, 2)])
+def test_an_overlapped_client_computes_on_weights_at_most_max_lag_gradients_behind_its_own(
+        redis_server, tmp_path, max_lag, push_every, fetch_every):
+    """Stale Synchronous Parallel's bound on the overlap: after `sync`, the weights a worker holds were fetched
+    after all but at most `max_lag` of its own gradients were pushed (0: every one, as without overlap, though
+    a shard may not have applied the newest yet; at least push_every * fetch_every - 1,
+    which a merged push and a skipped fetch need, so those settings never wait on each other for ever)."""
+    from ddq.core.agent import env_spec, make_learner
+    from ddq.param_server.overlap import OverlappedClient
+
+    with harness(redis_server, tmp_path) as h:
+        spec = env_spec(h.config.agent)
+        learner = make_learner(h.config.agent, spec.frame_shape, spec.num_actions, torch.device("cpu"))
+        client = OverlappedClient(learner, lambda weights, target: ParameterClient(h.url, h.run, weights, 1,
+                                                                                    target=target),
+                                  push_every=push_every, fetch_every=fetch_every, max_lag=max_lag)
+        client.sync()
+        allowed = max(max_lag, push_every * fetch_every - 1)
+        for handed, gradient in enumerate(gradients(learner.flat.size, 40), start=1):
+            client.push(gradient, samples=32)
+            client.sync()
+            assert client.held_covers >= handed - allowed  # pushed, then the weights fetched after
+            if allowed == 0:  # each gradient pushed on its own before the next was computed
+                assert client.pushes == handed
+        client.close()
+        h.wait_version(client.pushes)
+        assert client.waits > 0  # it did wait: its pushes are slower than handing a gradient over

@@ -143,10 +143,13 @@ class ServerConfig:
     max_backlog: int = setting(8, "parameter server", "queued gradients per shard beyond which a worker waits")
     push_every: int = setting(1, "parameter server", "DistBelief's n_push: gradients a worker sums (as their mean) before a push; those computed while a push is on the wire join the next one")
     fetch_every: int = setting(1, "parameter server", "DistBelief's n_fetch: pushes between a worker's fetches of the weights")
+    max_lag: int = setting(64, "parameter server", "gradients a worker may compute on weights that lack its own earlier ones while its pushes are on the wire (0: each waits for its predecessor's weights; at least push_every * fetch_every - 1 is allowed)")
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.snapshot_every < 1 or self.max_backlog < 1:
             raise ValueError("shards, snapshot_every and max_backlog must be positive")
+        if self.max_lag < 0:
+            raise ValueError(f"max_lag must be at least 0, got {self.max_lag}")
         if self.push_every < 1 or self.fetch_every < 1:
             raise ValueError(f"push_every and fetch_every must be positive, got {self.push_every} and "
                              f"{self.fetch_every}")

@@ -6,10 +6,17 @@ thread pushes what has accumulated since its last push (the mean of at least
 `push_every` gradients: while a round trip is on the wire, the gradients
 computed meanwhile join the next push), and every `fetch_every` pushes it
 fetches the newest weights into a copy of its own, which the worker takes at
-its next `sync`, a memory copy. After the first fetch no round trip is ever
-on the worker's path, whatever the network's latency. Each push carries the
-versions of the weights its oldest gradient was computed from, so the shards'
-staleness rules see the true age.
+its next `sync`, a memory copy. Each push carries the versions of the weights
+its oldest gradient was computed from, so the shards' staleness rules see the
+true age.
+
+The overlap's staleness is bounded, as in Stale Synchronous Parallel (Ho et
+al. 2013): a gradient is computed on weights that lack at most `max_lag` of
+the worker's own earlier ones; past that, the worker waits for a push and a
+fetch that include them. The default (64) lets a worker ride out a 2-6 ms
+round trip at full rate while a cut link stops it within 64 gradients, not
+playing on, on ever older weights. 0 waits for every push, as Downpour
+without the overlap did.
 """
 
 from __future__ import annotations
@@ -26,9 +33,6 @@ from ddq.core.learner import Learner
 from ddq.models import FlatParameters
 from ddq.param_server.client import ParameterClient
 
-# Gradients one push may merge before the worker waits for the sender: staleness stays bounded when the
-# network stalls (a cut link), instead of the worker computing on ever older weights.
-MAX_MERGED = 64
 WAIT_S = 0.1
 
 
@@ -37,9 +41,10 @@ class OverlappedClient:
     `ParameterClient` filling copies of the learner's weights and target; its traffic runs on a thread."""
 
     def __init__(self, learner: Learner, client_for: Callable[[FlatParameters, FlatParameters], ParameterClient],
-                 push_every: int = 1, fetch_every: int = 1):
+                 push_every: int = 1, fetch_every: int = 1, max_lag: int = 64):
         self.learner, self.push_every, self.fetch_every = learner, push_every, fetch_every
-        self.most_merged = max(MAX_MERGED, push_every)
+        # a push and a fetch wait for push_every * fetch_every gradients, which the bound must let through
+        self.max_lag = max(max_lag, push_every * fetch_every - 1)
         self.staged = FlatParameters(copy.deepcopy(learner.online))  # the sender fetches into these
         self.staged_target = FlatParameters(copy.deepcopy(learner.target))
         self.client = client_for(self.staged, self.staged_target)
@@ -48,7 +53,10 @@ class OverlappedClient:
         self.merged, self.samples, self.loss = 0, 0, 0.0
         self.pending_versions: list[int] = []
         self.fresh = False  # the staged weights are newer than the learner's
-        self.waited = 0  # times a push waited for the sender (MAX_MERGED gradients were waiting)
+        self.handed = self.pushed_through = 0  # gradients handed to the sender; of those, the ones pushed
+        self.staged_covers = self.held_covers = 0  # of those, the ones the staged (held) weights include
+        self.hurry = False  # the worker waits on the sender: push and fetch what is pending now
+        self.waited = 0  # times the worker waited for weights with its own gradients in them
         self.error: BaseException | None = None
         self.ready = threading.Condition()  # guards the pending gradient
         self.staging = threading.Lock()  # held while the sender fetches into the staged copies
@@ -68,8 +76,9 @@ class OverlappedClient:
         return self.client.pushes
 
     def sync(self) -> bool:
-        """Takes the weights (and target) the sender fetched last, if newer; never waits on the network
-        after the first call, which fetches them itself."""
+        """Takes the weights (and target) the sender fetched last, if newer; waits on the network only when
+        the worker's gradients are more than `max_lag` ahead of the weights it holds (or on the first call,
+        which fetches them itself)."""
         self._raise_sender_error()
         if self.thread is None:
             self.client.sync()
@@ -77,7 +86,10 @@ class OverlappedClient:
             self.thread = threading.Thread(target=self._send, name="parameter-traffic", daemon=True)
             self.thread.start()
             return True
-        if not self.fresh or not self.staging.acquire(blocking=False):
+        if self.handed - self.held_covers > self.max_lag:
+            self._wait_for_cover(self.handed - self.max_lag)
+            self.staging.acquire()
+        elif not self.fresh or not self.staging.acquire(blocking=False):
             return False  # nothing new, or the sender is filling the copies right now: next time
         try:
             self._take_staged()
@@ -85,50 +97,73 @@ class OverlappedClient:
             self.staging.release()
         return True
 
+    def _wait_for_cover(self, gradients: int) -> None:
+        """Until the staged weights include the first `gradients` this worker handed over."""
+        self.waited += 1
+        with self.ready:
+            self.hurry = True
+            self.ready.notify_all()
+            while self.staged_covers < gradients and self.error is None:
+                self.ready.wait(WAIT_S)
+            self.hurry = False
+        self._raise_sender_error()
+
     def _take_staged(self) -> None:
         self.learner.flat.data.copy_(self.staged.data)
         self.learner.target_flat.data.copy_(self.staged_target.data)
         self.used_versions = list(self.client.versions)
-        self.fresh = False
+        self.held_covers, self.fresh = self.staged_covers, False
 
     def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
-        """Adds `grad` (computed from the weights of the last `sync`) to the next push; waits only when
-        MAX_MERGED gradients (or push_every, if more) already wait for the sender."""
+        """Adds `grad` (computed from the weights of the last `sync`) to the next push; never waits."""
         self._raise_sender_error()
         if self.thread is None:
             raise RuntimeError("sync the weights before pushing a gradient computed from them")
         with self.ready:
-            while self.merged >= self.most_merged and self.error is None:
-                self.waited += 1
-                self.ready.wait(WAIT_S)
             if self.merged == 0:
                 self.pending.copy_(torch.as_tensor(grad))
                 self.pending_versions = list(self.used_versions)
             else:
                 self.pending.add_(torch.as_tensor(grad))
             self.merged, self.samples, self.loss = self.merged + 1, self.samples + samples, self.loss + loss
+            self.handed += 1
             if self.merged >= self.push_every:
                 self.ready.notify_all()
+
+    def _due(self) -> bool:
+        """Whether the sender has work: push_every gradients, what is left at the end, or a waiting worker's
+        push and fetch."""
+        return (self.merged >= self.push_every or self.stopping
+                or self.hurry and (self.merged > 0 or self.staged_covers < self.pushed_through))
 
     def _send(self) -> None:
         gradient = torch.zeros_like(self.pending)
         try:
             while True:
                 with self.ready:
-                    while self.merged < self.push_every and not self.stopping:
+                    while not self._due():
                         self.ready.wait(WAIT_S)
-                    if self.merged == 0:
-                        return  # stopping, and nothing left to send
-                    torch.div(self.pending, self.merged, out=gradient)  # the mean: one bigger-batch gradient
-                    taken = (self.samples, self.loss / self.merged, self.pending_versions)
-                    self.merged, self.samples, self.loss = 0, 0, 0.0
-                    self.ready.notify_all()
-                self.client.push(gradient.numpy(), samples=taken[0], loss=taken[1], versions=taken[2])
-                if self.client.pushes % self.fetch_every == 0 and not self.stopping:
-                    with self.staging:
-                        self.fresh = self.client.sync() or self.fresh
+                    if self.stopping and self.merged == 0:
+                        return  # nothing left to send
+                    hurried, taken = self.hurry, None
+                    if self.merged:
+                        torch.div(self.pending, self.merged, out=gradient)  # the mean: one bigger-batch gradient
+                        taken = (self.samples, self.loss / self.merged, self.pending_versions, self.handed)
+                        self.merged, self.samples, self.loss = 0, 0, 0.0
+                if taken is not None:
+                    self.client.push(gradient.numpy(), samples=taken[0], loss=taken[1], versions=taken[2])
+                    self.pushed_through = taken[3]
+                if not self.stopping and (hurried or taken is not None and self.client.pushes % self.fetch_every == 0):
+                    self._fetch()
         except BaseException as error:  # the worker raises it at its next push or sync
             self.error = error
+
+    def _fetch(self) -> None:
+        with self.staging:
+            self.fresh = self.client.sync() or self.fresh
+            self.staged_covers = self.pushed_through
+        with self.ready:
+            self.ready.notify_all()
 
     def _raise_sender_error(self) -> None:
         if self.error is not None:
@@ -156,5 +191,5 @@ def remote_source(config: TrainConfig, redis_url: str, run: str, worker: int) ->
         def client_for(weights: FlatParameters, target: FlatParameters) -> ParameterClient:
             return ParameterClient(redis_url, run, weights, server.shards, worker, target=target,
                                    max_backlog=server.max_backlog)
-        return OverlappedClient(learner, client_for, server.push_every, server.fetch_every)
+        return OverlappedClient(learner, client_for, server.push_every, server.fetch_every, server.max_lag)
     return connect
