@@ -39,15 +39,23 @@ DQN_PACE = ("--algo", "dqn")
 
 
 class Cluster:
-    """Test hosts with a Spark standalone master on h0 and a worker daemon (1 core) on h1 and h2."""
+    """Test hosts with a Spark standalone master on h0 and a worker daemon (1 core) on h1 and h2. Spark
+    authenticates and encrypts its channels with a secret of the cluster's (its operator's spark-defaults.conf,
+    which every host and the driver read), so ddq sends the run's Redis password to the executors."""
 
     def __init__(self, hosts: TestHosts, python: Path):
         self.hosts, self.python = hosts, python
         self.master = f"spark://{hosts.address('h0')}:{MASTER_PORT}"
+        self.conf_dir = hosts.folder / "spark-conf"
+        self.conf_dir.mkdir(mode=0o700)
+        defaults = self.conf_dir / "spark-defaults.conf"
+        defaults.touch(mode=0o600)
+        defaults.write_text(f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(16)}\n"
+                            "spark.network.crypto.enabled true\n")
 
     def spark_env(self, host: str) -> dict[str, str]:
         return {"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": self.hosts.address(host),
-                "PYSPARK_PYTHON": str(self.python)}
+                "PYSPARK_PYTHON": str(self.python), "SPARK_CONF_DIR": str(self.conf_dir)}
 
     def start(self) -> None:
         h = self.hosts
@@ -84,7 +92,8 @@ class Cluster:
                                        "--env", "CartPole-v1", "--workers", "2", "--no-progress", "--no-dashboard",
                                        "--no-celery", "--run-dir", f"/tmp/{name}", *flags],
                                 self.hosts.folder / f"{name}.log",
-                                {"PYSPARK_PYTHON": str(self.python), "PYTHONUNBUFFERED": "1", **(env or {})})
+                                {"PYSPARK_PYTHON": str(self.python), "PYTHONUNBUFFERED": "1",
+                                 "SPARK_CONF_DIR": str(self.conf_dir), **(env or {})})
 
     def finish(self, name: str, driver: subprocess.Popen, timeout: float = 500) -> tuple[int, dict, str]:
         """(exit code, summary, log) of the run `start_training` started."""
@@ -140,6 +149,7 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
     assert any(point["kind"] == "eval" and point["mean_return"] >= 475 for point in map(json.loads, metrics))
     h0 = cluster.hosts.address("h0")
     assert f"serves other hosts at {h0} (TLS" in log  # the executors' Redis: h0's address, not a socket
+    assert "not authenticated and encrypted" not in log  # Spark's are: the executors got the password from it
     for host in ("h1", "h2"):  # every executor ran on a worker host, from the job's own copy of ddq
         stderr = list((cluster.hosts.tmp(host) / "spark-work").rglob("stderr"))
         assert stderr, f"no executor ran on {host}"

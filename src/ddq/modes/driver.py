@@ -41,6 +41,7 @@ from ddq.run_folder import RunLog
 from ddq.services.archive import save_telemetry
 from ddq.services.telemetry import lost_and_redone, network_info, newest_rows, worker_rows
 from ddq.shipping import package_zip
+from ddq.transport.credentials import run_password, split_password
 from ddq.transport.redis_client import StoreError, snapshot_failed
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
@@ -85,6 +86,7 @@ class Driver:
         self.signals = StopSignals()
         self.failure: str | None = None  # the one line that says what ended a run that could not go on
         self.exit_code = 0
+        self.redis_password: str | None = None  # the run's Redis's, once known (`run_password`)
 
     def train(self) -> dict[str, Any]:
         c = self.config
@@ -97,8 +99,9 @@ class Driver:
                 if place.ship:
                     context.addPyFile(str(package_zip(self.run_dir / "ship")))
 
+            self.redis_password = run_password(c.distributed.redis_url, place.listen)
             starting = SparkStarting(master, f"ddq-{self.run}", self.run_dir / "spark.log", driver_host, place.bind,
-                                     c.distributed.workers, ship)
+                                     c.distributed.workers, ship, self.redis_password)
             stack.callback(starting.stop)
             stack.enter_context(self.signals)
             self._start_services(stack)  # meanwhile Spark starts, on its own thread
@@ -149,7 +152,7 @@ class Driver:
         info = {"run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
                 "network": network_info(flat.layout, flat.layout_hash(), self.state_shape)}
         self.services.open(stack, info, weights.slices, self.record.counters.env_steps, self.placement.listen,
-                           self.placement.advertise)
+                           self.placement.advertise, self.redis_password)
         s = self.services
         weights.start(ServiceContext(s.settings, s.url, self.run, self.run_dir, s.redis, self.supervisor))
         stack.callback(weights.stop)  # before waiting: a process that dies at start leaves none behind
@@ -165,7 +168,7 @@ class Driver:
         """Runs the workers' tasks to the end of the run, watching over it meanwhile (`_watch`)."""
         c = self.config
         job = SparkJob(spark, self.wiring.task, c.distributed.workers, self.wiring.barrier, encode_settings(c),
-                       self.services.remote_url, self.run)
+                       split_password(self.services.remote_url)[0], self.run)
         job.start()
         clean = False
         try:

@@ -29,16 +29,18 @@ class RunServices:
         self.redis_watch: Watched | None = None  # the private Redis's, when the run has one
 
     def open(self, stack: contextlib.ExitStack, info: dict[str, Any], slices: int, env_steps: int,
-             listen: str | None = None, advertise: str | None = None) -> None:
+             listen: str | None = None, advertise: str | None = None, password: str | None = None) -> None:
         """Redis, the run's control key, its episodes list, its reporter (`info`: what the dashboard shows
         of the run) and its settings file. `env_steps`: where a resumed run's workers go on from. `listen`:
         the private Redis also serves other hosts there (TLS, a password made for the run), reached at
-        `advertise`; `remote_url` is then theirs, `url` this host's processes'."""
+        `advertise`, as the user `ddq` with `password` (default: one made now); `remote_url` is then theirs,
+        `url` this host's processes'."""
         if self.config.distributed.redis_url:
             self.url = self.remote_url = self.config.distributed.redis_url
         else:
             embedded = stack.enter_context(EmbeddedRedis(log_dir=self.run_dir, listen=listen, advertise=advertise,
-                                                         run=self.run, persist=self.run_dir / "redis"))
+                                                         run=self.run, persist=self.run_dir / "redis",
+                                                         password=password))
             # every process waits on Redis: restarted at once from its snapshot, the run's keys come back, each
             # process reconnects, and the shards or the learner publish their weights again
             self.redis_watch = self.supervisor.watch("redis-server", embedded.process, embedded.log_path,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import decode_settings
+from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
 TASK_RETRIES = 4
 # pyspark checks pandas' version as it starts a context, and warns of pandas 3: ddq runs no pandas code on Spark
@@ -120,8 +121,7 @@ class SparkJob:
     def _run(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
         try:
             rdd = self.context.parallelize(range(workers), workers)
-            stage = (rdd.barrier() if barrier else rdd).mapPartitionsWithIndex(
-                lambda index, rows: task(index, rows, settings, url, run))
+            stage = (rdd.barrier() if barrier else rdd).mapPartitionsWithIndex(stage_function(task, settings, url, run))
             (stage.coalesce(1, shuffle=True) if barrier else stage).collect()
         except Exception as error:  # the driver reports it
             self.error = SparkJobFailed(f"the Spark job failed: {python_error(str(error))}")
@@ -137,6 +137,12 @@ class SparkJob:
 
     def cancel(self) -> None:
         self.context.cancelAllJobs()
+
+
+def stage_function(task: SparkTask, settings: str, url: str, run: str) -> Callable[[int, Iterator], Iterator[dict]]:
+    """What Spark pickles into every task: `task` with the run's settings and `url`, whose password (if any)
+    is the executor's own (`split_password`'s placeholder, filled in on the executor by `executor_url`)."""
+    return lambda index, rows: task(index, rows, settings, executor_url(url), run)
 
 
 def launched_by_spark_submit() -> bool:
@@ -162,18 +168,43 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
             .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true"))
 
 
-def start_context(conf: Any, log_path: Path | None) -> Any:
-    """Starts the JVM (its output into `log_path`, when given and ddq starts it) and the context on it."""
+def start_context(conf: Any, log_path: Path | None, password: str | None = None) -> Any:
+    """Starts the JVM (its output into `log_path`, when given and ddq starts it) and the context on it. The
+    run's Redis `password` reaches the executors in their launch environment, when `password_route` allows:
+    set after the JVM started, as what the JVM starts with is on its command line."""
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
     if log_path is None or launched_by_spark_submit():  # spark-submit's JVM exists already, with its own stderr
-        context = SparkContext.getOrCreate(conf)
+        gateway = launch_gateway(conf)
     else:
         with open(log_path, "ab") as log:
-            context = SparkContext(conf=conf, gateway=launch_gateway(conf, {"stderr": log}))
+            gateway = launch_gateway(conf, {"stderr": log})
+    settings = gateway.jvm.org.apache.spark.SparkConf(True)  # conf, spark-submit's and spark-defaults.conf's
+    master = settings.get("spark.master", "local[*]")
+    if password is not None:
+        refused = password_route(master, settings.get("spark.authenticate", "false") == "true",
+                                 settings.get("spark.network.crypto.enabled", "false") == "true")
+        if refused is None:
+            conf.set(f"spark.executorEnv.{PASSWORD_VARIABLE}", password)
+        else:
+            print(f"ddq: {refused}", file=sys.stderr, flush=True)
+    context = SparkContext(conf=conf, gateway=gateway)
+    if not master.startswith("local"):  # executors have it from their launch; each task's function need not
+        context.environment.pop(PASSWORD_VARIABLE, None)
     context.setLogLevel("ERROR")
     return context
+
+
+def password_route(master: str, authenticated: bool, encrypted: bool) -> str | None:
+    """None when Spark may carry the run's Redis password to its executors (a local master's never leave
+    this host; a cluster's go in their launch environment, over channels Spark authenticates and encrypts);
+    otherwise the line that says why it does not, and what the executors' hosts need instead."""
+    if master.startswith("local") or authenticated and encrypted:
+        return None
+    return (f"Spark's channel to its executors is not authenticated and encrypted (spark.authenticate, "
+            f"spark.network.crypto.enabled), so the Redis password is not sent to them: each executor's host "
+            f"needs {PASSWORD_VARIABLE} or {PASSWORD_VARIABLE}_FILE (docs/cluster.md)")
 
 
 def warm_workers(context: Any, workers: int) -> None:
@@ -200,8 +231,10 @@ class SparkStarting:
     only, and a session's SQL side costs a couple of seconds to start."""
 
     def __init__(self, master: str | None, app: str, log_path: Path | None, driver_host: str | None,
-                 bind: str | None, workers: int, ship: Callable[[Any], None]):
-        """`ship(context)`: what the context needs before a task runs (ddq's code, for a cluster's executors)."""
+                 bind: str | None, workers: int, ship: Callable[[Any], None], password: str | None = None):
+        """`ship(context)`: what the context needs before a task runs (ddq's code, for a cluster's executors).
+        `password`: the run's Redis password, for the executors' environment (`start_context`)."""
+        self.password = password
         prepare_environment(master, driver_host, bind)
         self.conf = spark_conf(master, app, driver_host, bind)
         self.context: Any = None
@@ -212,7 +245,7 @@ class SparkStarting:
 
     def _start(self, log_path: Path | None, workers: int, ship: Callable[[Any], None]) -> None:
         try:
-            self.context = start_context(self.conf, log_path)
+            self.context = start_context(self.conf, log_path, self.password)
             ship(self.context)
             warm_workers(self.context, workers)
         except BaseException as error:  # the driver raises it where it waits for the context

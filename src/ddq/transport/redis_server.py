@@ -86,11 +86,12 @@ class EmbeddedRedis:
 
     def __init__(self, tcp: bool = False, log_dir: str | Path | None = None, timeout: float = 10.0,
                  rdb: Path | None = None, listen: str | None = None, advertise: str | None = None,
-                 run: str = "ddq", persist: Path | None = None):
+                 run: str = "ddq", persist: Path | None = None, password: str | None = None):
         """`rdb`: a Redis snapshot file to start from (a copy is loaded; the file is not changed).
         `listen`: an address of this host to serve other hosts on, TLS only, as the ACL user `ddq` with a
-        password generated here; `advertise`: the address they reach it at (default `listen`). `persist`:
-        a folder for the server's snapshots (an older one there is removed: this server starts empty)."""
+        `password` (default: one generated here); `advertise`: the address they reach it at (default
+        `listen`). `persist`: a folder for the server's snapshots (an older one there is removed: this
+        server starts empty)."""
         self.folder = Path(tempfile.mkdtemp(prefix="ddq-redis-"))
         if rdb is not None:
             shutil.copyfile(rdb, self.folder / "dump.rdb")
@@ -110,7 +111,7 @@ class EmbeddedRedis:
                              # training went on unsaved, and a later restart loaded an old RDB without a word
                              "stop-writes-on-bgsave-error": "yes"})
         self.remote: str | None = None  # the URL other hosts use
-        self._password: str | None = None
+        self._password: str | None = password
         if listen:
             settings.update(self._listening(listen, advertise or listen, run))
         self._settings = "".join(f"{key} {value}\n" for key, value in settings.items())
@@ -137,7 +138,7 @@ class EmbeddedRedis:
         """The settings of a server for other hosts: TLS on `listen` (plain TCP off), the default user off,
         one user with a password generated now; clients trust the run's CA, which the remote URL carries."""
         certificates = make_server_certificates(self.folder / "tls", sorted({advertise, "127.0.0.1"}), run)
-        self._password = secrets.token_urlsafe(32)
+        self._password = self._password or secrets.token_urlsafe(32)
         tls_port = free_port(listen)
         self.remote = (f"rediss://{ACL_USER}:{self._password}@{_host(advertise)}:{tls_port}/0"
                        f"?ssl_ca_data={quote(certificates.ca_pem)}")
