@@ -167,7 +167,7 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))  # a disk that fil
 try:
     memory.save(sys.argv[1])
 except OSError as error:
-    print("failed:", error.strerror)
+    print("failed:", error)
 """
 
 
@@ -188,7 +188,7 @@ def test_a_save_that_fails_mid_write_leaves_the_previous_replay_file_whole(tmp_p
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # readable as any file the run writes
     done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_SIZE_LIMIT, str(path)], capture_output=True,
                           text=True, timeout=120)
-    assert "failed: File too large" in done.stdout, (done.stdout, done.stderr)
+    assert f"failed: cannot write {path}: File too large" in done.stdout, (done.stdout, done.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["replay.npz"]  # no temporary file left behind
     restored = ReplayMemory(32_000, 1, (2, 2), np.uint8, 1, seed=0)
     restored.load(str(path))

@@ -10,8 +10,9 @@ default `weights_only=True` opens it, and nothing in it is executable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -30,8 +31,14 @@ def save_checkpoint(path: str | Path, config: TrainConfig, learner: Learner,
                     counters: dict[str, Any], rng_states: dict[str, Any]) -> Path:
     """Written whole or not at all (`ddq.run_folder.write_whole`): a crash or a full disk never leaves half a
     checkpoint."""
-    path = Path(path)
-    payload = {
+    return write_whole(Path(path), checkpoint_writer(config, learner, counters, rng_states))
+
+
+def checkpoint_writer(config: TrainConfig, learner: Learner, counters: dict[str, Any], rng_states: dict[str, Any],
+                      replay_written: int | None = None) -> Callable[[BinaryIO], None]:
+    """What `save_checkpoint` writes. `replay_written`: the transitions ever written to the replay memory
+    saved with it (REPLAY_NAME), by which a resume knows that file belongs to this checkpoint."""
+    payload: dict[str, Any] = {
         "format": "ddq-checkpoint-1",
         "settings": settings_document(config),
         "q_network": {k: v.detach().cpu().clone() for k, v in learner.online.state_dict().items()},
@@ -39,10 +46,12 @@ def save_checkpoint(path: str | Path, config: TrainConfig, learner: Learner,
         "counters": counters,
         "rng": rng_states,
     }
+    if replay_written is not None:
+        payload["replay_written"] = replay_written
     definition = model_definition(config.agent.model)
     if definition is not None:  # so the checkpoint still loads where that file is not
         payload["model_definition"] = definition.read_text()
-    return write_whole(path, lambda file: torch.save(payload, file))
+    return lambda file: torch.save(payload, file)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

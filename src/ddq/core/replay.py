@@ -9,9 +9,9 @@ start: frames before it are replaced by the episode's first frame, exactly as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -185,9 +185,13 @@ class ReplayMemory:
     def save(self, path: str) -> None:
         """Write the whole memory to an .npz file of plain arrays (np.load refuses object arrays), whole or
         not at all: a kill or a full disk mid-write leaves the previous file as it was."""
+        write_whole(path, self.writer())
+
+    def writer(self) -> Callable[[BinaryIO], None]:
+        """What `save` writes, for a caller that writes it together with other files (a checkpoint)."""
         extra: dict[str, Any] = {"priorities": self.tree.nodes, "max_priority": self.max_priority} if self.tree else {}
-        write_whole(path, lambda file: np.savez(file, written=np.int64(self.written), **extra,
-                                                **{name: getattr(self, name) for name in self._ARRAYS}))
+        return lambda file: np.savez(file, written=np.int64(self.written), **extra,
+                                     **{name: getattr(self, name) for name in self._ARRAYS})
 
     def load(self, path: str) -> None:
         with np.load(path) as saved:

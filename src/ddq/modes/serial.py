@@ -6,6 +6,7 @@ ratio, evaluate greedily, checkpoint, stop at the step budget or the target.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -23,7 +24,7 @@ from ddq.core.dqn import next_mark
 from ddq.core.symmetry import SymmetryAugmentation
 from ddq.core.weights import LocalParameters
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
-from ddq.run_folder import RunLog
+from ddq.run_folder import RunLog, write_together
 
 
 class SerialTrainer:
@@ -133,12 +134,13 @@ class SerialTrainer:
 
     # ----------------------------------------------------------- checkpoints
     def save(self) -> Path:
-        # The replay memory first: each file is written whole, so a full disk that stops the larger one
-        # leaves the previous checkpoint beside the previous replay memory.
-        if self.config.run.save_replay and self.agent.replays:
-            self.replay.save(str(self.run_dir / ckpt.REPLAY_NAME))
-        return ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
-                                    self.counters.as_dict(), self._rng_states())
+        """The checkpoint and the replay memory, written together: a full disk that stops either leaves
+        both as they were, and the checkpoint (renamed last) names the replay memory it goes with."""
+        keep_replay = self.config.run.save_replay and self.agent.replays
+        checkpoint = ckpt.checkpoint_writer(self.config, self.learner, self.counters.as_dict(), self._rng_states(),
+                                            self.replay.written if keep_replay else None)
+        replay = [(self.run_dir / ckpt.REPLAY_NAME, self.replay.writer())] if keep_replay else []
+        return write_together([*replay, (self.run_dir / ckpt.CHECKPOINT_NAME, checkpoint)])[-1]
 
     def _rng_states(self) -> dict[str, Any]:
         states = {"actor": self.rng.bit_generator.state, "replay": self.replay.rng.bit_generator.state,
@@ -157,7 +159,15 @@ class SerialTrainer:
             self.learner.augmentation.rng.bit_generator.state = saved["rng"]["augmentation"]
         replay_file = self.run_dir / ckpt.REPLAY_NAME
         if self.config.run.save_replay and self.agent.replays and replay_file.exists():
-            self.replay.load(str(replay_file))
+            with np.load(replay_file) as held:
+                written = int(held["written"])
+            wanted = saved.get("replay_written", written)
+            if written == wanted:
+                self.replay.load(str(replay_file))
+            else:  # stopped between the two renames: a newer memory beside an older checkpoint
+                print(f"ddq: {replay_file} holds {written} transitions, not the {wanted} its checkpoint was saved "
+                      f"with (the run was stopped between writing them): the resumed run starts with an empty "
+                      f"replay memory", file=sys.stderr, flush=True)
 
     def _finish(self) -> dict[str, Any]:
         if self.last_eval is None or self.last_eval[0] != self.actor.env_steps:

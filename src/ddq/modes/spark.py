@@ -140,7 +140,7 @@ class SparkJob:
 
 
 def stage_function(task: SparkTask, settings: str, url: str, run: str) -> Callable[[int, Iterator], Iterator[dict]]:
-    """What Spark pickles into every task: `task` with the run's settings and `url`, whose password (if any)
+    """What Spark serializes into every task: `task` with the run's settings and `url`, whose password (if any)
     is the executor's own (`split_password`'s placeholder, filled in on the executor by `executor_url`)."""
     return lambda index, rows: task(index, rows, settings, executor_url(url), run)
 

@@ -1,7 +1,7 @@
 """The run's Redis password on its way to Spark's executors: never inside a task, always from the executor's
 own environment.
 
-A Spark task is pickled on the driver and sent to an executor, over a channel that is plain text unless the
+A Spark task is serialized on the driver and sent to an executor, over a channel that is plain text unless the
 cluster turns on Spark's authentication and encryption; anyone who registers a worker with an open standalone
 master receives tasks too. So the URL a task carries holds `$DDQ_REDIS_PASSWORD` where the password was, and
 the executor puts back the password of its own environment: `DDQ_REDIS_PASSWORD`, or the file that
