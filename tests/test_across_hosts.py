@@ -97,7 +97,10 @@ class Cluster:
 
     def finish(self, name: str, driver: subprocess.Popen, timeout: float = 500) -> tuple[int, dict, str]:
         """(exit code, summary, log) of the run `start_training` started."""
-        code = driver.wait(timeout)
+        try:
+            code = driver.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the run {name} did not end within {timeout} s:\n{self.log(name)[-4000:]}") from None
         summary_file = self.hosts.tmp("h0") / name / "summary.json"
         summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
         return code, summary, self.log(name)
@@ -172,6 +175,8 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
         assert [(w["worker"], w["attempt"], w["state"]) for w in workers] == [(0, 0, "finished"), (1, 0, "finished")], \
             (workers, log[-3000:])
         assert summary["updates"] == sum(w["pushes"] for w in workers) > 0, workers
+        assert [row["sent"] for row in summary["account"]["workers"]] == [w["pushes"] for w in workers]
+        assert summary["account"]["applied"] == summary["updates"]
 
 
 def test_spark_submit_with_what_ddq_package_writes_under_latency_on_every_redis_connection(cluster,
@@ -316,6 +321,7 @@ def test_a_worker_hosts_link_cut_for_good_mid_run_is_redone_elsewhere_and_the_ru
     # none applied twice: no more updates than gradients reached Redis (the cut-off attempt's own count
     # misses its pushes after its last heartbeat, which Redis counted as they arrived)
     assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"] <= summary["gradients_received"]
+    assert summary["account"]["applied"] == summary["updates"] and summary["account"]["repeats"] == 0
     cluster.wait_for_workers()  # h1's worker daemon is back for the next test
 
 
@@ -345,3 +351,4 @@ def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(c
     # none applied twice: no more updates than gradients reached Redis (a crashed attempt's last heartbeat
     # misses at most its last second of pushes, which Redis counted as they arrived)
     assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"] <= summary["gradients_received"]
+    assert summary["account"]["applied"] == summary["updates"] and summary["account"]["repeats"] == 0

@@ -45,6 +45,9 @@ def test_two_workers_train_pqn_through_the_parameter_server(tmp_path):
     assert [(w["worker"], w["state"], w["attempt"]) for w in workers] == [(0, "finished", 0), (1, "finished", 0)]
     # every gradient pushed was applied: the server's version is the sum of the workers' pushes
     assert summary["updates"] == sum(w["pushes"] for w in workers) > 0
+    # the shard's exact account agrees: each worker's pushes sent, every one applied, none refused or lost
+    assert [(row["worker"], row["sent"], row["applied"], row["repeats"], row["lost"])
+            for row in summary["account"]["workers"]] == [(w["worker"], w["pushes"], w["pushes"], 0, 0) for w in workers]
     episodes = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {e["worker"] for e in episodes if e["kind"] == "episode"} == {0, 1}
     assert any(e["kind"] == "eval" for e in episodes)

@@ -198,6 +198,11 @@ def test_killed_redis_then_weights_owner_then_worker_are_each_replaced_and_the_r
         # own counts, as Redis restored from its snapshot forgot the pushes counted since
         assert "published version" in owned
         assert summary["updates"] <= sum(worker["pushes"] for worker in summary["workers"])
+        # exactly: the shard's version is what its ledger applied, which its snapshot kept through its kill
+        # (what it applied after the snapshot was lost with it, and counts as lost on the way)
+        account = summary["account"]
+        assert account["applied"] == summary["updates"] and account["shards_agree"]
+        assert all(row["applied"] + row["stale"] + row["lost"] == row["sent"] for row in account["workers"])
     assert not (run_dir / "redis").exists() and processes_mentioning(str(run_dir)) == []
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -267,17 +268,23 @@ def test_restart_resumes_from_the_newest_snapshot(redis_server, tmp_path):
         assert saved["version"] == 5 and torch.equal(saved["weights"], resumed.flat.data)
 
 
+def queue_numbered(h: Harness, queued: int) -> tuple[Any, dict[int, bytes]]:
+    """Shard 0's keys, and messages 1-5 of one gradient from worker 0's incarnation 9, the first `queued`
+    of them put in its queue as a client's pushes would be."""
+    key, grad = RunKeys(h.run).shard(0), gradients(h.flat.size, 1)[0]
+    numbered = {n: encode(Header(GRADIENT, h.client.layout, 0, h.flat.size, sender=9, sequence=n), grad)
+                for n in range(1, 6)}
+    for n in range(1, queued + 1):
+        h.admin.lpush(key.grads, numbered[n])
+    return key, numbered
+
+
 def test_a_gradient_its_snapshot_holds_is_refused_after_a_shard_restart(redis_server, tmp_path):
     """Exactly once across a crash: the shard's snapshot keeps which gradients its weights hold, so a
     restarted shard refuses one of them delivered again (as a queue restored from an older RDB would) and
     applies one that came after the snapshot and was rolled back with it."""
     with harness(redis_server, tmp_path, server={"snapshot_every": 3}) as h:
-        key = RunKeys(h.run).shard(0)
-        grad = gradients(h.flat.size, 1)[0]
-        numbered = {n: encode(Header(GRADIENT, h.client.layout, 0, h.flat.size, sender=9, sequence=n), grad)
-                    for n in range(1, 6)}
-        for n in range(1, 5):
-            h.admin.lpush(key.grads, numbered[n])
+        key, numbered = queue_numbered(h, 4)
         wait_for(lambda: h.metrics().get("applied") == 4, 30, "four applied")
         assert h.admin.hget(key.snapshot, "version") == b"3"  # the snapshot holds 1, 2 and 3
         h.processes[0].send_signal(signal.SIGKILL)  # a crash: update 4 is lost with the process
@@ -289,6 +296,37 @@ def test_a_gradient_its_snapshot_holds_is_refused_after_a_shard_restart(redis_se
                  "the repeat refused, the lost one applied")
         assert h.metrics()["rejected"] == {"repeat": 1}
         h.wait_version(4)
+        # the exact account went on from the snapshot's: 4 sent, each applied once, 1 refused, none lost
+        assert h.metrics()["senders"] == [{"sender": 0, "incarnation": 9, "sent": 4, "applied": 4, "stale": 0,
+                                           "repeats": 1, "lost": 0}]
+
+
+def test_a_gradient_delivered_again_after_redis_restarts_from_its_snapshot_is_refused_and_counted(tmp_path):
+    """Exactly once across Redis' own restart: the run's Redis is SIGKILLed by PID and restarted from its RDB,
+    which may hand back gradients the shard already applied; one is delivered again on purpose too. The shard
+    (which kept running) refuses each, counts it in its account, and its version moves only for new ones."""
+    server = EmbeddedRedis(persist=tmp_path / "redis")
+    try:
+        with harness(server, tmp_path) as h:
+            key, numbered = queue_numbered(h, 4)
+            h.wait_version(4)
+            os.kill(server.pid, signal.SIGKILL)
+            server.process.wait()
+            server.restart()  # from its newest RDB: older than the shard's version 4
+            h.admin = redis.Redis.from_url(h.url)
+            wait_for(lambda: h.metrics().get("version") == 4 and h.metrics().get("time", 0) > time.time() - 1, 60,
+                     "the shard back at version 4")
+            h.admin.lpush(key.grads, numbered[2])  # applied before Redis died: a repeat
+            h.admin.lpush(key.grads, numbered[5])
+            h.client.close()
+            h.client = ParameterClient(h.url, h.run, model_parameters(h.config.agent))
+            h.wait_version(5)
+            account = wait_for(lambda: (m := h.metrics()).get("version") == 5 and m["senders"], 30, "its account")
+            [row] = account
+            assert (row["sent"], row["applied"], row["stale"], row["lost"]) == (5, 5, 0, 0)
+            assert row["repeats"] >= 1 and row["repeats"] == h.metrics()["rejected"]["repeat"]
+    finally:
+        server.stop()
 
 
 def test_metrics_hold_the_babysitting_numbers(redis_server, tmp_path):

@@ -67,6 +67,7 @@ class Shard:
             return Taken(self.version - base_version, repeat=True)
         staleness, lr_scale = self.policy.judge(self.version, base_version)
         if lr_scale is None:
+            self.senders.drop(worker, sender, sequence)
             return Taken(staleness)
         self.optimizer.step(self.params, grad, lr_scale)
         self.version += 1

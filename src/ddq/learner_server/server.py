@@ -198,7 +198,8 @@ class LearnerServer:
     def housekeeping(self) -> bool:
         """Publishes metrics and the trained steps; False once the run was told to stop."""
         core = self.core
-        report = self.metrics.report(0, core.learner.updates, core.learner.optimizer.learning_rate())
+        report = {**self.metrics.report(0, core.learner.updates, core.learner.optimizer.learning_rate()),
+                  "senders": core.senders.account()}
         lags = core.take_lags()
         report.update(role="learner", replay_size=sum(len(m) for m in core.memories), ingested=core.ingested,
                       messages=core.messages, repeats=core.senders.repeats,

@@ -39,7 +39,14 @@ from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor
 from ddq.run_folder import RunLog
 from ddq.services.archive import save_telemetry
-from ddq.services.telemetry import lost_and_redone, network_info, newest_rows, worker_rows
+from ddq.services.telemetry import (
+    lost_and_redone,
+    network_info,
+    newest_rows,
+    sender_account,
+    shard_reports,
+    worker_rows,
+)
 from ddq.shipping import package_zip
 from ddq.transport.credentials import run_password, split_password
 from ddq.transport.redis_client import StoreError, snapshot_failed
@@ -243,15 +250,18 @@ class Driver:
         holds and what the reporter read, which is all there is with Redis gone. `gradients_received`:
         the downpour pushes that reached Redis, which bound the updates applied when no gradient is
         applied twice (a worker's own count can lag by its last heartbeat; a Redis restored from its
-        snapshot counts from the snapshot's value)."""
+        snapshot counts from the snapshot's value). `account`: the exact one, from the weights owners'
+        ledgers, which their snapshots keep: per worker, what it sent, what was applied, dropped as stale,
+        refused as a repeat or lost on the way."""
         counters, s = self.record.counters, self.services
-        workers, received = s.reporter.workers, None
+        workers, received, account = s.reporter.workers, None, None
         counters.wall_time_s = time.time() - self.record.origin
         with contextlib.suppress(StoreError):
             # the workers' last steps: a job can end between two of the watch's reads (a fast PQN run did)
             counters.env_steps = max(counters.env_steps, s.store.env_steps())
             workers = newest_rows(workers, worker_rows(s.store))
             received = s.store.pushes()  # counted by Redis as each push arrived
+            account = sender_account(shard_reports(s.store, self.wiring.weights.slices))
             self._drain_episodes()
             epsilon = self.wiring.weights.workers_epsilon(counters.env_steps)
             s.reporter.record_progress(counters.env_steps, epsilon, force=True)
@@ -259,7 +269,7 @@ class Driver:
         reason = f"{StopReason.FAILURE.value}: {self.failure}" if self.failure else s.control.reason()
         summary = run_summary(self.config, counters, self.record.last_eval, self.mirror.version, path, reason)
         summary.update(stopped_by=self.signals.received, restarts=self.supervisor.restarts(), workers=workers,
-                       gradients_received=received, **lost_and_redone(workers))
+                       gradients_received=received, account=account, **lost_and_redone(workers))
         self.record.log.write_summary(summary)
         self.record.log.close()
         return summary

@@ -16,6 +16,7 @@ from ddq.config import decode_settings
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
 TASK_RETRIES = 4
+SPARK_STOP_WAIT_S = 15.0
 # pyspark checks pandas' version as it starts a context, and warns of pandas 3: ddq runs no pandas code on Spark
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
@@ -259,9 +260,18 @@ class SparkStarting:
         return self.context
 
     def stop(self) -> None:
+        """Stops the context, waiting at most SPARK_STOP_WAIT_S: with its executors unreachable (a driver cut
+        off from them), Spark's goodbyes wait out its RPC timeouts, minutes with authentication on. The JVM
+        ends with this process either way (it watches its standard input)."""
         self.thread.join()
-        if self.context is not None:
-            self.context.stop()
+        if self.context is None:
+            return
+        stopping = threading.Thread(target=self.context.stop, name="spark-stop", daemon=True)
+        stopping.start()
+        stopping.join(SPARK_STOP_WAIT_S)
+        if stopping.is_alive():
+            print(f"ddq: Spark did not stop within {SPARK_STOP_WAIT_S:.0f} s (its executors unreachable?); "
+                  f"leaving it to end with this process", file=sys.stderr, flush=True)
 
 
 def local_master(workers: int) -> str:

@@ -202,7 +202,8 @@ class ShardServer:
 
     def housekeeping(self) -> bool:
         """Publishes metrics; False once the run was told to stop."""
-        report = self.metrics.report(self.shard_index, self.core.version, self.core.optimizer.learning_rate())
+        report = {**self.metrics.report(self.shard_index, self.core.version, self.core.optimizer.learning_rate()),
+                  "senders": self.core.senders.account()}
         self.channel.write_report(report)
         return not self.control.stopping()
 

@@ -126,6 +126,32 @@ def lost_and_redone(rows: list[dict]) -> dict[str, list[dict]]:
     return {"lost": [brief(row) for row in lost], "redone": [brief(row) for row in redone]}
 
 
+ACCOUNT_COUNTS = ("sent", "applied", "stale", "repeats", "lost")
+
+
+def sender_account(reports: list[dict]) -> dict[str, Any] | None:
+    """The exact account of what each worker sent and what became of it, from the weights owners' reports
+    (each shard's ledger, or the learner's): per worker, over its incarnations, messages `sent`, `applied`,
+    dropped as `stale`, refused as `repeats` (never applied twice) and `lost` on the way. Every shard takes
+    every push, so their accounts agree (`shards_agree`) unless a push reached one shard and not another."""
+    accounts = [report["senders"] for report in reports if isinstance(report.get("senders"), list)]
+    if not accounts:
+        return None
+    workers: dict[int, dict[str, int]] = {}
+    for row in accounts[0]:
+        if not isinstance(row, dict) or not isinstance(row.get("sender"), int):
+            continue
+        totals = workers.setdefault(row["sender"], {"worker": row["sender"], "incarnations": 0,
+                                                    **dict.fromkeys(ACCOUNT_COUNTS, 0)})
+        totals["incarnations"] += 1
+        for count in ACCOUNT_COUNTS:
+            totals[count] += int(_number(row.get(count)) or 0)
+    rows = [workers[worker] for worker in sorted(workers)]
+    return {"workers": rows, "applied": sum(row["applied"] for row in rows),
+            "repeats": sum(row["repeats"] for row in rows),
+            "shards_agree": all(account == accounts[0] for account in accounts)}
+
+
 def _mean(rows: list[dict], key: str) -> float | None:
     values = [v for v in (_number(row.get(key)) for row in rows) if v is not None and math.isfinite(v)]
     return sum(values) / len(values) if values else None

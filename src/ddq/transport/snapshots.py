@@ -84,10 +84,12 @@ def from_redis(client: Connection, key: str, layout: bytes, bounds: tuple[int, i
 
 
 def _ledger_rows(rows: object) -> list[list[int]]:
-    """A snapshot's sender ledger, checked: [sender, attempt, number] rows of integers."""
-    if not isinstance(rows, list) or not all(isinstance(row, list) and len(row) == 3 and
+    """A snapshot's sender ledger, checked: [sender, attempt, number] rows of integers, each with its
+    account (taken, dropped, refused) since the account was kept."""
+    if not isinstance(rows, list) or not all(isinstance(row, list) and len(row) in (3, 6) and
                                              all(isinstance(n, int) for n in row) for row in rows):
-        raise ValueError("a snapshot's sender ledger is not [sender, attempt, number] rows")
+        raise ValueError("a snapshot's sender ledger is not [sender, attempt, number(, taken, dropped, refused)] "
+                         "rows")
     return rows
 
 
