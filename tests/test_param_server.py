@@ -297,7 +297,7 @@ def test_a_gradient_its_snapshot_holds_is_refused_after_a_shard_restart(redis_se
         assert h.metrics()["rejected"] == {"repeat": 1}
         h.wait_version(4)
         # the exact account went on from the snapshot's: 4 sent, each applied once, 1 refused, none lost
-        assert h.metrics()["senders"] == [{"sender": 0, "incarnation": 9, "sent": 4, "applied": 4, "stale": 0,
+        assert h.metrics()["senders"] == [{"sender": 0, "incarnation": 9, "sent": 4, "applied": 4, "dropped": 0,
                                            "repeats": 1, "lost": 0}]
 
 
@@ -323,7 +323,7 @@ def test_a_gradient_delivered_again_after_redis_restarts_from_its_snapshot_is_re
             h.wait_version(5)
             account = wait_for(lambda: (m := h.metrics()).get("version") == 5 and m["senders"], 30, "its account")
             [row] = account
-            assert (row["sent"], row["applied"], row["stale"], row["lost"]) == (5, 5, 0, 0)
+            assert (row["sent"], row["applied"], row["dropped"], row["lost"]) == (5, 5, 0, 0)
             assert row["repeats"] >= 1 and row["repeats"] == h.metrics()["rejected"]["repeat"]
     finally:
         server.stop()

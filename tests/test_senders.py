@@ -27,8 +27,8 @@ def test_the_account_says_what_each_sender_sent_and_what_became_of_it_and_surviv
     assert not ledger.take(7, 11, 2)  # delivered again
     assert ledger.take(8, 12, 1)
     assert ledger.account() == [
-        {"sender": 7, "incarnation": 11, "sent": 5, "applied": 3, "stale": 1, "repeats": 1, "lost": 1},
-        {"sender": 8, "incarnation": 12, "sent": 1, "applied": 1, "stale": 0, "repeats": 0, "lost": 0}]
+        {"sender": 7, "incarnation": 11, "sent": 5, "applied": 3, "dropped": 1, "repeats": 1, "lost": 1},
+        {"sender": 8, "incarnation": 12, "sent": 1, "applied": 1, "dropped": 0, "repeats": 0, "lost": 0}]
     restored = SenderLedger()
     restored.load_state(ledger.state(), ledger.repeats)
     assert restored.account() == ledger.account()
@@ -38,5 +38,5 @@ def test_the_account_says_what_each_sender_sent_and_what_became_of_it_and_surviv
 def test_a_ledger_from_before_the_account_counts_every_number_up_to_its_newest_as_applied():
     ledger = SenderLedger()
     ledger.load_state([[3, 9, 6]])
-    assert ledger.account() == [{"sender": 3, "incarnation": 9, "sent": 6, "applied": 6, "stale": 0, "repeats": 0,
+    assert ledger.account() == [{"sender": 3, "incarnation": 9, "sent": 6, "applied": 6, "dropped": 0, "repeats": 0,
                                  "lost": 0}]

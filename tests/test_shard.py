@@ -45,9 +45,12 @@ def test_stale_gradients_are_dropped_beyond_the_limit_and_scaled_within_it():
     assert torch.allclose(scaled.params, before - LR / 2)
 
 
-def test_a_gradient_from_the_future_is_refused_by_the_policy():
+def test_a_gradient_from_the_future_is_refused_by_the_policy_and_counted_as_dropped():
+    shard = make()  # as a shard rolled back by its restart meets a gradient computed on its lost updates
     with pytest.raises(WireError, match="future_version"):
-        make().take(0, 1, 1, base_version=5, grad=grad())
+        shard.take(0, 1, 1, base_version=5, grad=grad())
+    assert shard.version == 0 and shard.senders.account() == [
+        {"sender": 0, "incarnation": 1, "sent": 1, "applied": 0, "dropped": 1, "repeats": 0, "lost": 0}]
 
 
 def test_a_repeated_sender_and_sequence_is_refused_and_counted():

@@ -18,7 +18,8 @@ Key = tuple[int, int]  # (sender, incarnation)
 class SenderLedger:
     """The newest message number taken from each (sender, incarnation): the incarnation is the number a
     sender drew when it started, so a restarted one counts afresh. It also keeps each one's exact account:
-    messages taken, taken but dropped by the receiver (a stale gradient), and refused as repeats."""
+    messages taken, taken but dropped by the receiver (a gradient too stale, or newer than weights a restart
+    rolled back), and refused as repeats."""
 
     def __init__(self) -> None:
         self.newest: dict[Key, int] = {}
@@ -43,7 +44,8 @@ class SenderLedger:
         return True
 
     def drop(self, sender: int, attempt: int, number: int) -> None:
-        """Counts a message `take` took that the receiver then did not apply (a gradient too stale)."""
+        """Counts a message `take` took that the receiver then did not apply (a gradient too stale, or from
+        the future of weights a restart rolled back)."""
         if number:
             self.dropped[(sender, attempt)] = self.dropped.get((sender, attempt), 0) + 1
 
@@ -53,13 +55,13 @@ class SenderLedger:
 
     def account(self) -> list[dict[str, int]]:
         """Per (sender, incarnation): `sent`, its newest number (it numbers from 1, in order, so every
-        number up to it was sent), `applied`, `stale` (taken, not applied), `repeats` (refused) and
-        `lost` (numbers that never arrived: sent - applied - stale)."""
+        number up to it was sent), `applied`, `dropped` (taken, not applied), `repeats` (refused) and
+        `lost` (numbers that never arrived: sent - applied - dropped)."""
         rows = []
         for (sender, attempt), newest in sorted(self.newest.items()):
             taken, dropped = self.taken.get((sender, attempt), 0), self.dropped.get((sender, attempt), 0)
             rows.append({"sender": sender, "incarnation": attempt, "sent": newest, "applied": taken - dropped,
-                         "stale": dropped, "repeats": self.refused.get((sender, attempt), 0),
+                         "dropped": dropped, "repeats": self.refused.get((sender, attempt), 0),
                          "lost": newest - taken})
         return rows
 

@@ -65,7 +65,11 @@ class Shard:
         before or the policy drops it as stale. The policy's error for a gradient from the future passes."""
         if not self.senders.take(worker, sender, sequence):
             return Taken(self.version - base_version, repeat=True)
-        staleness, lr_scale = self.policy.judge(self.version, base_version)
+        try:
+            staleness, lr_scale = self.policy.judge(self.version, base_version)
+        except Exception:  # refused (from the future: a shard rolled back by its restart): taken, not applied
+            self.senders.drop(worker, sender, sequence)
+            raise
         if lr_scale is None:
             self.senders.drop(worker, sender, sequence)
             return Taken(staleness)

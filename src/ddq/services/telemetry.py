@@ -126,15 +126,19 @@ def lost_and_redone(rows: list[dict]) -> dict[str, list[dict]]:
     return {"lost": [brief(row) for row in lost], "redone": [brief(row) for row in redone]}
 
 
-ACCOUNT_COUNTS = ("sent", "applied", "stale", "repeats", "lost")
+ACCOUNT_COUNTS = ("sent", "applied", "dropped", "repeats", "lost")
 
 
 def sender_account(reports: list[dict]) -> dict[str, Any] | None:
     """The exact account of what each worker sent and what became of it, from the weights owners' reports
     (each shard's ledger, or the learner's): per worker, over its incarnations, messages `sent`, `applied`,
-    dropped as `stale`, refused as `repeats` (never applied twice) and `lost` on the way. Every shard takes
-    every push, so their accounts agree (`shards_agree`) unless a push reached one shard and not another."""
-    accounts = [report["senders"] for report in reports if isinstance(report.get("senders"), list)]
+    `dropped` (too stale, or from the future of a rolled-back shard), refused as `repeats` (never applied
+    twice) and `lost` on the way. Every shard takes
+    every push, so their accounts agree (`shards_agree`) unless a push reached one shard and not another.
+    `versions`: each owner's version with its account (a shard's is what it applied; the summary's
+    `updates` are the driver's last copy of the weights, which can be a few behind)."""
+    owners = [report for report in reports if isinstance(report.get("senders"), list)]
+    accounts = [report["senders"] for report in owners]
     if not accounts:
         return None
     workers: dict[int, dict[str, int]] = {}
@@ -149,7 +153,8 @@ def sender_account(reports: list[dict]) -> dict[str, Any] | None:
     rows = [workers[worker] for worker in sorted(workers)]
     return {"workers": rows, "applied": sum(row["applied"] for row in rows),
             "repeats": sum(row["repeats"] for row in rows),
-            "shards_agree": all(account == accounts[0] for account in accounts)}
+            "shards_agree": all(account == accounts[0] for account in accounts),
+            "versions": [report.get("version") for report in owners]}  # each owner's, as it reported the account
 
 
 def _mean(rows: list[dict], key: str) -> float | None:
