@@ -22,7 +22,7 @@ import redis
 from conftest import command_lines_holding, run_ddq, summary_of
 from ddq.preflight import SettingError, check_listen, check_redis
 from ddq.transport.redis_client import connect
-from ddq.transport.redis_server import EmbeddedRedis
+from ddq.transport.redis_server import EmbeddedRedis, free_port
 from ddq.transport.resp import RespConnection
 from test_downpour import processes_mentioning
 
@@ -87,12 +87,15 @@ def test_listen_must_be_an_address_of_this_host():
 @needs_tls
 @pytest.mark.slow
 def test_a_run_listening_beyond_loopback_trains_over_tls_and_keeps_its_password_secret(tmp_path):
-    """Downpour with --listen: the workers reach Redis over TLS at the listen address; the password reaches
-    the processes ddq starts through their environment only."""
+    """Downpour with --listen: the workers reach Redis over TLS at the listen address, on the port
+    --redis-port fixes (for a firewall); the password reaches the processes ddq starts through their
+    environment only."""
     run_dir = tmp_path / "run"
     log = tmp_path / "train.log"
+    port = free_port(ADDRESS)
     process = subprocess.Popen([sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "2",
-                                "--env", "CartPole-v1", "--listen", ADDRESS, "--total-steps", "3000",
+                                "--env", "CartPole-v1", "--listen", ADDRESS, "--redis-port", str(port),
+                                "--total-steps", "3000",
                                 "--eval-every", "3000", "--eval-episodes", "2", "--no-progress", "--no-celery",
                                 "--no-dashboard", "--run-dir", str(run_dir)],
                                stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
@@ -105,7 +108,8 @@ def test_a_run_listening_beyond_loopback_trains_over_tls_and_keeps_its_password_
             process.kill()
             process.wait()
     assert process.returncode == 0, log.read_text()[-3000:]
-    assert summary_of(run_dir)["env_steps"] >= 3000 and f"serves other hosts at {ADDRESS}" in log.read_text()
+    assert summary_of(run_dir)["env_steps"] >= 3000 and f"serves other hosts at {ADDRESS} (TLS on port {port}," \
+        in log.read_text()
     written = [path for path in run_dir.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
     assert written == [] and secret not in log.read_text() + out
     assert quote(secret) == secret  # a URL-safe password: what the checks above looked for is what was sent

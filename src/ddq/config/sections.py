@@ -165,6 +165,7 @@ class DistributedConfig:
     spark_master: str | None = setting(None, "cluster", "Spark master URL (default local[WORKERS])")
     redis_url: str | None = setting(None, "cluster", "Redis to use: redis://, rediss://, unix:// (default: a private redis-server ddq starts)")
     listen: str | None = setting(None, "cluster", "an address of this host where Spark's driver and the run's private Redis serve executors on other hosts; the Redis then speaks only TLS, with a certificate authority and a password made for the run (default: this host only; with a cluster master and no redis_url, the address that reaches the master)")
+    redis_port: int | None = setting(None, "cluster", "with --listen, the TLS port the run's private Redis serves other hosts on (default: a free one; fixed, a firewall can let the executors in)")
     stall_timeout: float = setting(300.0, "cluster", "seconds without a new env step from any worker after which the run ends, resumable: the driver lost its workers (a cut network), or the cluster has no executor free")
     server: ServerConfig = section(ServerConfig, "parameter server")
     publish_every: int = setting(10, "actor-learner", "learner updates between weight publications (actor-learner's learner, data-parallel's worker 0; --sync: once a round)")
@@ -176,6 +177,8 @@ class DistributedConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "workers", "publish_every", "send_every", "sync_every", "actor_backlog", "stall_timeout")
+        if self.redis_port is not None and not 1 <= self.redis_port <= 65535:
+            raise ValueError(f"redis_port must be a TCP port, 1-65535, got {self.redis_port}")
 
 
 @dataclass

@@ -40,7 +40,8 @@ class RunServices:
         else:
             embedded = stack.enter_context(EmbeddedRedis(log_dir=self.run_dir, listen=listen, advertise=advertise,
                                                          run=self.run, persist=self.run_dir / "redis",
-                                                         password=password))
+                                                         password=password,
+                                                         listen_port=self.config.distributed.redis_port))
             # every process waits on Redis: restarted at once from its snapshot, the run's keys come back, each
             # process reconnects, and the shards or the learner publish their weights again
             self.redis_watch = self.supervisor.watch("redis-server", embedded.process, embedded.log_path,
@@ -49,8 +50,8 @@ class RunServices:
             stack.callback(self.supervisor.close)  # before Redis stops: that is no death
             self.url, self.remote_url = embedded.url, embedded.remote_url
             if listen:
-                print(f"ddq: the run's Redis serves other hosts at {advertise} (TLS, a password made for the run)",
-                      file=sys.stderr, flush=True)
+                print(f"ddq: the run's Redis serves other hosts at {advertise} (TLS on port {embedded.listen_port}, "
+                      f"a password made for the run)", file=sys.stderr, flush=True)
         self.redis = connect_redis(self.url)
         self.control = RunControl(self.redis, self.run)
         self.store = RunStore(self.redis, self.run)

@@ -86,12 +86,13 @@ class EmbeddedRedis:
 
     def __init__(self, tcp: bool = False, log_dir: str | Path | None = None, timeout: float = 10.0,
                  rdb: Path | None = None, listen: str | None = None, advertise: str | None = None,
-                 run: str = "ddq", persist: Path | None = None, password: str | None = None):
+                 run: str = "ddq", persist: Path | None = None, password: str | None = None,
+                 listen_port: int | None = None):
         """`rdb`: a Redis snapshot file to start from (a copy is loaded; the file is not changed).
         `listen`: an address of this host to serve other hosts on, TLS only, as the ACL user `ddq` with a
-        `password` (default: one generated here); `advertise`: the address they reach it at (default
-        `listen`). `persist`: a folder for the server's snapshots (an older one there is removed: this
-        server starts empty)."""
+        `password` (default: one generated here) on `listen_port` (default: a free one); `advertise`: the
+        address they reach it at (default `listen`). `persist`: a folder for the server's snapshots (an
+        older one there is removed: this server starts empty)."""
         self.folder = Path(tempfile.mkdtemp(prefix="ddq-redis-"))
         if rdb is not None:
             shutil.copyfile(rdb, self.folder / "dump.rdb")
@@ -112,6 +113,7 @@ class EmbeddedRedis:
                              "stop-writes-on-bgsave-error": "yes"})
         self.remote: str | None = None  # the URL other hosts use
         self._password: str | None = password
+        self.listen_port = listen_port
         if listen:
             settings.update(self._listening(listen, advertise or listen, run))
         self._settings = "".join(f"{key} {value}\n" for key, value in settings.items())
@@ -139,7 +141,7 @@ class EmbeddedRedis:
         one user with a password generated now; clients trust the run's CA, which the remote URL carries."""
         certificates = make_server_certificates(self.folder / "tls", sorted({advertise, "127.0.0.1"}), run)
         self._password = self._password or secrets.token_urlsafe(32)
-        tls_port = free_port(listen)
+        tls_port = self.listen_port = self.listen_port or free_port(listen)
         self.remote = (f"rediss://{ACL_USER}:{self._password}@{_host(advertise)}:{tls_port}/0"
                        f"?ssl_ca_data={quote(certificates.ca_pem)}")
         return {"port": "0", "bind": listen, "tls-port": str(tls_port), "tls-cert-file": str(certificates.cert_file),
