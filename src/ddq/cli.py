@@ -14,6 +14,7 @@ from ddq.config import REDIS_URL_ENV, read_settings
 from ddq.flags import add_config_flags
 from ddq.preflight import check_redis
 from ddq.processes import process_started_at
+from ddq.run_folder import write_whole
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -130,7 +131,7 @@ def cmd_barista_serve(args: argparse.Namespace) -> int:
     server = BaristaServer(barista, args.port)
     print(f"ddq barista: worker {args.worker} of run {args.run} serving on {server.url}", file=sys.stderr, flush=True)
     if args.url_file:
-        Path(args.url_file).write_text(server.url)
+        write_whole(args.url_file, server.url.encode())  # whole: a program may read it the moment it appears
     try:
         server.serve_forever()
     finally:

@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, g, request
@@ -21,6 +20,7 @@ from werkzeug.serving import make_server
 
 from ddq.dashboard.access import COOKIE, HEADER, Access, token_terminal
 from ddq.dashboard.reader import RunNotFound, RunReader, runs_in
+from ddq.run_folder import write_whole
 from ddq.transport.redis_client import Connection, OutageRetry, StoreError
 from ddq.transport.redis_client import connect as connect_redis
 
@@ -156,5 +156,7 @@ def serve(redis_url: str, run: str | None, host: str = "127.0.0.1", port: int = 
         print(f"ddq: it listens beyond this host, over plain HTTP; open {url}?token={access.token} (this token is "
               "shown once, here, and kept nowhere)", file=terminal, flush=True)
     if url_file:
-        Path(url_file).write_text(url)  # without the token: files are for programs, the token for the user
+        # without the token: files are for programs, the token for the user; whole, as a program may read it
+        # the moment it appears
+        write_whole(url_file, url.encode())
     server.serve_forever()

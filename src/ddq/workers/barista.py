@@ -43,6 +43,7 @@ class WorkerStats:
     attempt: int
     env_steps: int = 0
     pushes: int = 0
+    gradients: int = 0  # computed: downpour merges those computed while a push is on the wire into one push
     episodes: int = 0
     backlog_waits: int = 0
     wall_time_s: float = 0.0
@@ -148,6 +149,7 @@ class Barista:
         beta = importance_beta(self.config.agent, self.global_steps, self.config.run.total_steps)
         for stats in self.agent.train(self.source, new_steps, beta):
             self.window.add_gradient(stats.loss, stats.mean_max_q)
+            self.stats.gradients += 1
 
     def heartbeat(self, state: str) -> None:
         self.report_unreported()  # what it played so far counts in the run's, and its row says as much
