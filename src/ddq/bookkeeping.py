@@ -39,6 +39,12 @@ class RunCounters:
         return cls(**{k: v for k, v in saved.items() if k in known})
 
 
+def open_run_log(config: TrainConfig, run_dir: Path) -> RunLog:
+    """The run's metrics log, whose event files name the env's score where it counts rewarded steps."""
+    score = score_of(config.agent.env)
+    return RunLog(run_dir, score.name if score.rewarded_steps else None)
+
+
 def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int, float, float] | None, updates: int,
                 checkpoint: Path, reason: str | None) -> dict[str, Any]:
     """The summary.json of a finished run, the same for every mode; `reason`: why it stopped. An env whose
@@ -88,6 +94,14 @@ def note_evaluation(result: Evaluation, config: TrainConfig, log: RunLog, counte
     return (env_steps, result.mean_return, result.mean_rewarded_steps), reached
 
 
+def note_training(log: RunLog, counters: RunCounters, env_steps: int, updates: int, epsilon: float,
+                  env_steps_per_s: float | None, updates_per_s: float | None, **values: Any) -> None:
+    """Logs one training point (at each log_every mark of env steps), the same in every mode: where the run
+    stands, its throughput, and `values` (loss, mean max-Q, staleness, ...)."""
+    log.write("train", env_steps=env_steps, updates=updates, wall_time_s=counters.wall_time_s, epsilon=epsilon,
+              episodes=counters.episodes, env_steps_per_s=env_steps_per_s, updates_per_s=updates_per_s, **values)
+
+
 def progress_values(recent_return: float | None, epsilon: float,
                     last_eval: tuple[int, float, float] | None, score: Score | None = None) -> dict[str, str]:
     """What a progress bar shows beside the steps: the recent training return, epsilon, and the newest
@@ -117,3 +131,7 @@ class RunRecord:
         self.last_eval, reached = note_evaluation(result, self.config, self.log, self.counters, env_steps, updates,
                                                   self.origin, **extra)
         return reached
+
+    def note_training(self, env_steps: int, updates: int, epsilon: float, env_steps_per_s: float | None,
+                      updates_per_s: float | None, **values: Any) -> None:
+        note_training(self.log, self.counters, env_steps, updates, epsilon, env_steps_per_s, updates_per_s, **values)

@@ -1,4 +1,5 @@
-"""A run's folder on disk: its metrics log (metrics.jsonl), its summary.json, and files written whole or not at all."""
+"""A run's folder on disk: its metrics log (metrics.jsonl, and the same points' scalars in TensorBoard event
+files beside it), its summary.json, and files written whole or not at all."""
 
 from __future__ import annotations
 
@@ -91,13 +92,45 @@ def plain(value: Any) -> Any:
     return value
 
 
-class RunLog:
-    """Appends metric points to `run_dir/metrics.jsonl`; flushed so a dashboard can tail it."""
+# What TensorBoard plots of each kind of metrics point: the point's value, and the tag it is plotted under
+# against the point's env steps. Staleness: downpour's, in updates between the weights a gradient was
+# computed on and those it was applied to; policy lag: actor-learner's, in updates between the weights
+# that played the experience and those trained on it.
+SCALARS = {
+    "episode": {"episode_return": "train/episode_return", "length": "train/episode_length"},
+    "eval": {"mean_return": "eval/mean_return"},
+    "train": {"loss": "train/loss", "epsilon": "train/epsilon", "mean_max_q": "train/mean_max_q",
+              "env_steps_per_s": "speed/env_steps_per_s", "updates_per_s": "speed/updates_per_s",
+              "staleness": "train/staleness", "policy_lag": "train/policy_lag"},
+}
+EVENTS_FLUSH_S = 5  # seconds an event waits in memory at most: TensorBoard shows a live run, a kill loses little
 
-    def __init__(self, run_dir: str | Path):
-        self.run_dir = Path(run_dir)
+
+def scalars(point: dict[str, Any], score: str | None = None) -> dict[str, float]:
+    """The TensorBoard scalars of one metrics point, by tag: the values SCALARS names for its kind that are
+    numbers (a missing or None value is no point), and an evaluation's mean count of rewarded steps by the
+    name of the env's `score` where it counts them (Snake's `eval/mean_apples`)."""
+    names = dict(SCALARS.get(point.get("kind", ""), {}))
+    if score is not None and point.get("kind") == "eval":
+        names["mean_rewarded_steps"] = f"eval/mean_{score}"
+    return {tag: float(value) for key, tag in names.items()
+            if isinstance(value := point.get(key), (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value)}
+
+
+class RunLog:
+    """Appends metric points to `run_dir/metrics.jsonl`, flushed so a dashboard can tail it, and their
+    `scalars` to TensorBoard event files in `run_dir` (a file per session: a resumed run adds one).
+    `score`: the name of the env's score where it counts rewarded steps (Snake's apples), else None.
+    Only the driver's or the serial process writes it; `close` it whatever ends the run, so no event is lost."""
+
+    def __init__(self, run_dir: str | Path, score: str | None = None):
+        from torch.utils.tensorboard import SummaryWriter  # here: the processes that only read a run never load it
+
+        self.run_dir, self.score = Path(run_dir), score
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
+        self._events = SummaryWriter(str(self.run_dir), flush_secs=EVENTS_FLUSH_S)
 
     def write(self, kind: str, **values: Any) -> None:
         point = {"kind": kind, **{k: plain(v) for k, v in values.items()}}
@@ -106,12 +139,16 @@ class RunLog:
             self._file.flush()
         except OSError as error:  # a full disk: say which file, in the user's one line
             raise OSError(f"cannot write {self._file.name}: {error.strerror or error}") from error
+        for tag, value in scalars(point, self.score).items():
+            self._events.add_scalar(tag, value, global_step=point.get("env_steps"))
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         return write_summary(self.run_dir, summary)
 
     def close(self) -> None:
+        """Flushes and closes both; closing again does nothing."""
         self._file.close()
+        self._events.close()
 
 
 def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
