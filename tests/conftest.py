@@ -58,6 +58,23 @@ def assert_events_match_metrics(run_dir: Path, tags: set[str], score: str | None
     assert read == expected
 
 
+def assert_best_is_the_best_evaluation(run_dir: Path) -> None:
+    """best.pt holds the weights of the run's first evaluation with the highest mean return: `ddq.load` takes
+    it, and its network plays that evaluation's episodes (same seeds) to the same mean return."""
+    import torch
+
+    import ddq
+    from ddq.bookkeeping import play_evaluation
+    from ddq.run_folder import read_metrics
+
+    evaluations = [point["mean_return"] for point in read_metrics(run_dir) if point["kind"] == "eval"]
+    best = evaluations.index(max(evaluations))
+    saved = torch.load(run_dir / "best.pt")
+    assert saved["counters"]["evaluations"] == best + 1 and saved["counters"]["best_eval_return"] == max(evaluations)
+    agent = ddq.load(run_dir / "best.pt")
+    assert play_evaluation(agent.network, agent.config, best, torch.device("cpu")).mean_return == max(evaluations)
+
+
 import pytest
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import assert_events_match_metrics, run_ddq, summary_of
+from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 from test_dashboard_browser import _serve_dashboard, _stop
@@ -88,6 +88,7 @@ def test_ctrl_c_then_resume_with_prioritized_replay_and_the_ratio_holds(tmp_path
     assert {e["worker"] for e in episodes if e["kind"] == "episode"} == {0, 1}
     assert processes_mentioning(str(run_dir)) == []
     assert_events_match_metrics(run_dir, TAGS | {"train/policy_lag"})
+    assert_best_is_the_best_evaluation(run_dir)
 
 
 def test_sync_rounds_meet_at_a_spark_barrier_and_start_with_the_same_weights(tmp_path):

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import assert_events_match_metrics, run_ddq, summary_of
+from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
 from test_downpour import TAGS, processes_mentioning
 from test_failures import finish, private_redis, wait_for, wait_for_progress
 
@@ -36,6 +36,7 @@ def test_two_workers_learn_cartpole_as_one_and_apply_every_update(tmp_path):
                    if '"kind": "eval"' in line]
     assert len(evaluations) >= 3 and all(e["updates"] <= summary["updates"] for e in evaluations)
     assert_events_match_metrics(run_dir, TAGS)
+    assert_best_is_the_best_evaluation(run_dir)
     assert processes_mentioning(str(run_dir)) == []
 
 

@@ -160,11 +160,15 @@ class SerialTrainer:
                                env_spec(self.config.agent).score)
 
     def _evaluate_and_check(self) -> bool:
-        """The run's periodic greedy evaluation on fresh seeds, logged; True once it reached the target."""
+        """The run's periodic greedy evaluation on fresh seeds, logged, and its weights kept in best.pt when it
+        is the best so far; True once it reached the target."""
         result = play_evaluation(self.learner.online, self.config, self.counters.evaluations, self.device)
-        self.last_eval, reached = note_evaluation(result, self.config, self.log, self.counters, self.actor.env_steps,
-                                                  self.learner.updates, self.origin)
-        return reached
+        noted = note_evaluation(result, self.config, self.log, self.counters, self.actor.env_steps,
+                                self.learner.updates, self.origin)
+        if noted.best:
+            ckpt.save_checkpoint(self.run_dir / ckpt.BEST_NAME, self.config, self.learner, self.counters.as_dict(), {})
+        self.last_eval = noted.last_eval
+        return noted.reached
 
     # ----------------------------------------------------------- checkpoints
     def save(self) -> Path:
