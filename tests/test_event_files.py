@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import errno
 import math
+import re
+import threading
 
 import pytest
 
@@ -42,3 +45,31 @@ def test_a_run_log_writes_every_point_to_its_event_file_by_the_time_it_is_closed
     assert event_scalars(tmp_path)["eval/mean_apples"] == [(30, 1.0), (60, 2.0)]
     with pytest.raises(AssertionError):  # what the modes' tests ask of their runs can fail
         assert_events_match_metrics(tmp_path, {"train/loss"}, score="apples")
+
+
+def test_a_full_disk_under_the_event_files_is_one_line_naming_them(tmp_path, monkeypatch):
+    """TensorBoard's writer thread fails to append (as on a full disk): the next write or the close raises
+    one OSError naming the event files, the thread prints no traceback, and a run's error stays its own."""
+    from tensorboard.compat.tensorflow_stub.io import gfile
+
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    told: list[threading.Thread | None] = []  # the threads whose exceptions would have been printed
+    monkeypatch.setattr(threading, "excepthook", lambda args: told.append(args.thread))
+    log = RunLog(tmp_path)
+    monkeypatch.setattr(gfile.LocalFileSystem, "append", full)
+    said = f"cannot write {tmp_path}/events.out.tfevents.*: No space left on device"
+    with pytest.raises(OSError, match=f"^{re.escape(said)}$"):
+        log.write("eval", env_steps=10, mean_return=1.0)
+        log.close()  # waits for the thread's write: it raises here if the write did not see it yet
+    for thread in threading.enumerate():
+        if type(thread).__module__.startswith("tensorboard."):
+            thread.join()  # its hook has run
+    assert told == []
+    log.close()  # once was enough
+
+    failing = RunLog(tmp_path / "other")
+    failing.write("eval", env_steps=10, mean_return=1.0)
+    with pytest.raises(ValueError, match="the run's own error"), failing:  # closing fails too: not what is told
+        raise ValueError("the run's own error")

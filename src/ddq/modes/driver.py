@@ -99,7 +99,7 @@ class Driver:
     def train(self) -> dict[str, Any]:
         c = self.config
         with contextlib.ExitStack() as stack:
-            stack.callback(self.record.log.close)  # last, whatever ends the run: every event reaches its file
+            stack.enter_context(self.record.log)  # closed last, whatever ends the run: no event is lost
             submitted = launched_by_spark_submit()
             place = self.placement = placement(c, submitted)
             master = c.distributed.spark_master or (None if submitted else local_master(c.distributed.workers))

@@ -83,10 +83,8 @@ class SerialTrainer:
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, Any]:
         """Train until the step budget is spent or the target return is reached."""
-        try:
+        with self.log:  # closed also when a second Ctrl-C aborts or an error ends the run: no event is lost
             return self._run()
-        finally:  # also when a second Ctrl-C aborts or an error ends the run: every event reaches its file
-            self.log.close()
 
     def _run(self) -> dict[str, Any]:
         c = self.config
