@@ -31,6 +31,50 @@ def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def event_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in the run folder's TensorBoard event files (each session's), by tag, as (step, value) in
+    the order written, read by TensorBoard's own reader keeping every point."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    assert list(run_dir.glob("events.out.tfevents.*")), f"no event file in {run_dir}"
+    events = EventAccumulator(str(run_dir), size_guidance={SCALARS: 0})
+    events.Reload()
+    return {tag: [(event.step, event.value) for event in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def assert_events_match_metrics(run_dir: Path, tags: set[str], score: str | None = None) -> None:
+    """The event files hold `tags` (at least), and every tag one point per metrics.jsonl point that has its value,
+    at its env steps, with its value (as float32: TensorBoard keeps that)."""
+    import numpy as np
+
+    from ddq.run_folder import read_metrics, scalars
+
+    expected: dict[str, list[tuple[int, float]]] = {}
+    for point in read_metrics(run_dir):
+        for tag, value in scalars(point, score).items():
+            expected.setdefault(tag, []).append((point["env_steps"], float(np.float32(value))))
+    read = event_scalars(run_dir)
+    assert tags <= set(read), f"missing {tags - set(read)}; the event files hold {sorted(read)}"
+    assert read == expected
+
+
+def assert_best_is_the_best_evaluation(run_dir: Path) -> None:
+    """best.pt holds the weights of the run's first evaluation with the highest mean return: `ddq.load` takes
+    it, and its network plays that evaluation's episodes (same seeds) to the same mean return."""
+    import torch
+
+    import ddq
+    from ddq.bookkeeping import play_evaluation
+    from ddq.run_folder import read_metrics
+
+    evaluations = [point["mean_return"] for point in read_metrics(run_dir) if point["kind"] == "eval"]
+    best = evaluations.index(max(evaluations))
+    saved = torch.load(run_dir / "best.pt")
+    assert saved["counters"]["evaluations"] == best + 1 and saved["counters"]["best_eval_return"] == max(evaluations)
+    agent = ddq.load(run_dir / "best.pt")
+    assert play_evaluation(agent.network, agent.config, best, torch.device("cpu")).mean_return == max(evaluations)
+
+
 import pytest
 
 

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import run_ddq, summary_of
+from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 from test_dashboard_browser import _serve_dashboard, _stop
-from test_downpour import processes_mentioning
+from test_downpour import TAGS, processes_mentioning
 from test_failures import finish, wait_for_progress
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
@@ -75,6 +75,7 @@ def test_ctrl_c_then_resume_with_prioritized_replay_and_the_ratio_holds(tmp_path
     assert [line for line in log.read_text().splitlines() if not line.startswith("ddq: ")] == []
     assert "learner stopped at version" in (run_dir / "learner.log").read_text()
     assert processes_mentioning(str(run_dir)) == []
+    assert_events_match_metrics(run_dir, TAGS | {"train/policy_lag"})  # Ctrl-C lost no event
 
     resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", str(stopped["env_steps"] + 2500))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -86,6 +87,8 @@ def test_ctrl_c_then_resume_with_prioritized_replay_and_the_ratio_holds(tmp_path
     episodes = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {e["worker"] for e in episodes if e["kind"] == "episode"} == {0, 1}
     assert processes_mentioning(str(run_dir)) == []
+    assert_events_match_metrics(run_dir, TAGS | {"train/policy_lag"})
+    assert_best_is_the_best_evaluation(run_dir)
 
 
 def test_sync_rounds_meet_at_a_spark_barrier_and_start_with_the_same_weights(tmp_path):

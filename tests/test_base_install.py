@@ -54,6 +54,7 @@ def test_a_base_install_trains_cartpole_to_exit_0(base_venv, tmp_path, mode):
                              "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (run_dir / "summary.json").is_file() and (run_dir / "checkpoint.pt").is_file()
+    assert list(run_dir.glob("events.out.tfevents.*")) and (run_dir / "best.pt").is_file()  # tensorboard is a base dependency
     said = [line for line in result.stderr.splitlines() if line.startswith("ddq: no replay.gif")]
     assert len(said) == 1 and "pygame" in said[0], result.stderr[-2000:]
     assert "Traceback" not in result.stderr

@@ -100,6 +100,29 @@ def test_progress_point_sums_running_workers_only():
     assert point["updates"] == 7 and point["layer_ratios"] == {"w": pytest.approx(1e-3)}
 
 
+def test_progress_point_without_a_parameter_server_or_workers_losses():
+    """Data-parallel (no weights server): updates are the workers' weights version, at their push rate.
+    Actor-learner (actors train nothing): the loss and the policy lag are the learner's."""
+    workers = [{"state": "running", "weights_version": 40, "pushes_per_s": 8.0, "loss": 0.5},
+               {"state": "running", "weights_version": 41, "pushes_per_s": 10.0, "loss": None}]
+    point = progress_point(merge_server([]), workers, env_steps=900, started=0.0, epsilon=0.1, now=1.0)
+    assert (point["updates"], point["updates_per_s"], point["loss"], point["policy_lag"]) == (41, 9.0, 0.5, None)
+    learner = merge_server([{"role": "learner", "version": 300, "updates_per_s": 50.0, "mean_loss": 0.2,
+                             "policy_lag": 3.5}])
+    point = progress_point(learner, [{"state": "running", "loss": None}], env_steps=900, started=0.0, epsilon=0.1,
+                           now=1.0, staleness=None)
+    assert (point["updates"], point["updates_per_s"], point["loss"], point["policy_lag"]) == (300, 50.0, 0.2, 3.5)
+
+
+def test_mean_staleness_is_of_the_gradients_judged_since_the_previous_reading():
+    from ddq.services.telemetry import mean_staleness
+
+    assert mean_staleness({"0": 3, "2": 1}, {}) == 0.5
+    assert mean_staleness({"0": 3, "2": 3, "4": 1}, {"0": 3, "2": 1}) == 8 / 3  # two of 2, one of 4
+    assert mean_staleness({"0": 3}, {"0": 3}) is None  # none judged since
+    assert mean_staleness({"1": 2}, {"1": 5}) == 1.0  # a restarted shard counts from its start again
+
+
 def test_lost_and_redone_name_dead_attempts_and_their_retries():
     from ddq.services.telemetry import lost_and_redone
 

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from conftest import run_ddq, summary_of
-from test_downpour import processes_mentioning
+from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
+from test_downpour import TAGS, processes_mentioning
 from test_failures import finish, private_redis, wait_for, wait_for_progress
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
@@ -35,6 +35,8 @@ def test_two_workers_learn_cartpole_as_one_and_apply_every_update(tmp_path):
     evaluations = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
                    if '"kind": "eval"' in line]
     assert len(evaluations) >= 3 and all(e["updates"] <= summary["updates"] for e in evaluations)
+    assert_events_match_metrics(run_dir, TAGS)
+    assert_best_is_the_best_evaluation(run_dir)
     assert processes_mentioning(str(run_dir)) == []
 
 

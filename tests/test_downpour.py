@@ -7,10 +7,13 @@ import os
 
 import pytest
 
-from conftest import run_ddq, summary_of
+from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
 
+# what a distributed run's event files plot, at least (the driver writes them, from the workers' telemetry)
+TAGS = {"train/episode_return", "eval/mean_return", "train/loss", "train/epsilon", "speed/env_steps_per_s",
+        "speed/updates_per_s"}
 SHORT = ["--mode", "downpour", "--workers", "2", "--env", "CartPole-v1", "--no-progress", "--eval-every", "2000",
          "--eval-episodes", "3"]
 
@@ -51,6 +54,9 @@ def test_two_workers_train_pqn_through_the_parameter_server(tmp_path):
     episodes = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {e["worker"] for e in episodes if e["kind"] == "episode"} == {0, 1}
     assert any(e["kind"] == "eval" for e in episodes)
+    assert_events_match_metrics(run_dir, TAGS | {"train/staleness"})
+    assert_best_is_the_best_evaluation(run_dir)
+    assert summary["best_checkpoint"] == "run/best.pt"
     assert (run_dir / "param-server-shard0.pt").exists() and (run_dir / "learning_curve.png").exists()
     evaluated = run_ddq("evaluate", str(run_dir), "--episodes", "2")
     assert summary["checkpoint"] == "run/checkpoint.pt"

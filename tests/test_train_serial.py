@@ -1,4 +1,4 @@
-"""Serial training end to end: outputs, checkpoints, resume, evaluate, plot, and learning."""
+"""Serial training end to end: outputs (metrics, event files, checkpoints), resume, evaluate, plot, and learning."""
 
 import json
 import subprocess
@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_ddq, summary_of
+from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
 from ddq.run_folder import read_metrics
 
+TAGS = {"train/episode_return", "eval/mean_return", "train/loss", "train/epsilon", "speed/env_steps_per_s",
+        "speed/updates_per_s"}  # what serial training's event files plot, at least
 SHORT = ["--mode", "serial", "--env", "CartPole-v1", "--algo", "dqn", "--no-progress", "--learning-starts", "500", "--eval-every", "1000",
          "--eval-episodes", "2", "--checkpoint-every", "1500", "--log-every", "500"]
 
@@ -59,6 +61,9 @@ def test_short_run_writes_metrics_checkpoint_summary_and_curve(short_run):
     assert summary["reached_target"] is False and summary["steps_to_target"] is None
     kinds = {point["kind"] for point in read_metrics(run_dir)}
     assert kinds == {"episode", "train", "eval"}
+    assert_events_match_metrics(run_dir, TAGS)
+    assert_best_is_the_best_evaluation(run_dir)
+    assert summary["best_checkpoint"] == str(run_dir / "best.pt")
     assert (run_dir / "learning_curve.png").stat().st_size > 5000
     assert summary["animation"] == str(run_dir / "replay.gif") and _gif_frames(run_dir / "replay.gif") >= 9
     saved = torch.load(run_dir / "checkpoint.pt")  # plain torch.load, weights_only by default
@@ -86,16 +91,25 @@ def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path):
     assert resumed[0]["loss"] is not None  # trained at once: the replay memory came back
     saved = torch.load(run_dir / "checkpoint.pt")
     assert saved["learner"]["optimizer"]["steps"] == after["updates"]
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2  # one per session, read as one
+    assert_events_match_metrics(run_dir, TAGS)
+    assert_best_is_the_best_evaluation(run_dir)  # over both sessions: a resumed run remembers its best
 
 
 def test_evaluate_prints_the_greedy_mean_return(short_run):
+    """Of best.pt, which any checkpoint file stands for: its best evaluation's episodes give that mean again."""
+    from ddq.bookkeeping import EVAL_SEED_OFFSET
+
     trained, run_dir = short_run
     assert trained.returncode == 0, trained.stderr
-    result = run_ddq("evaluate", str(run_dir / "checkpoint.pt"), "--episodes", "3", "--seed", "1")
+    summary, saved = summary_of(run_dir), torch.load(run_dir / "best.pt")
+    seed = summary["config"]["agent"]["seed"] + EVAL_SEED_OFFSET * saved["counters"]["evaluations"]
+    result = run_ddq("evaluate", str(run_dir / "best.pt"), "--episodes", "2", "--seed", str(seed), "--epsilon",
+                     str(summary["config"]["run"]["eval_epsilon"]))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert len(report["returns"]) == 3 and report["mean_return"] == pytest.approx(sum(report["returns"]) / 3)
-    assert report["mean_return"] >= 8  # a CartPole episode lasts at least 8 steps
+    assert len(report["returns"]) == 2 and report["mean_return"] == pytest.approx(sum(report["returns"]) / 2)
+    assert report["mean_return"] == summary["best_eval_return"] >= 8  # a CartPole episode lasts at least 8 steps
 
 
 def _gif_frames(path) -> int:
@@ -113,6 +127,7 @@ def test_evaluate_speaks_of_apples_for_snake_and_renders_an_episode(tmp_path):
                      "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr
     assert summary_of(run_dir)["final_eval_mean_apples"] == summary_of(run_dir)["final_eval_rewarded_steps"]
+    assert_events_match_metrics(run_dir, {"eval/mean_return", "eval/mean_apples"}, score="apples")
     result = run_ddq("evaluate", str(run_dir), "--episodes", "4", "--render", str(tmp_path / "episode.gif"))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

@@ -8,12 +8,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
 from ddq.config import TrainConfig, without_secrets
+from ddq.core.checkpoint import BEST_NAME
 from ddq.core.evaluate import Evaluation, evaluate
 from ddq.gamesim.spec import Score, score_of
 from ddq.run_folder import RunLog
@@ -29,6 +30,7 @@ class RunCounters:
     wall_time_s: float = 0.0
     steps_to_target: int | None = None
     time_to_target_s: float | None = None
+    best_eval_return: float | None = None  # the best greedy evaluation's mean return: what best.pt holds
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -39,11 +41,17 @@ class RunCounters:
         return cls(**{k: v for k, v in saved.items() if k in known})
 
 
+def open_run_log(config: TrainConfig, run_dir: Path) -> RunLog:
+    """The run's metrics log, whose event files name the env's score where it counts rewarded steps."""
+    score = score_of(config.agent.env)
+    return RunLog(run_dir, score.name if score.rewarded_steps else None)
+
+
 def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int, float, float] | None, updates: int,
                 checkpoint: Path, reason: str | None) -> dict[str, Any]:
     """The summary.json of a finished run, the same for every mode; `reason`: why it stopped. An env whose
     score counts rewarded steps also gets its final greedy evaluation's count by the score's name (Snake's
-    `final_eval_mean_apples`)."""
+    `final_eval_mean_apples`). `best_checkpoint`: best.pt beside `checkpoint`, once an evaluation wrote it."""
     score = score_of(config.agent.env)
     named = {f"final_eval_mean_{score.name}": last_eval[2] if last_eval else None} if score.rewarded_steps else {}
     return {
@@ -56,7 +64,9 @@ def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int
         "reached_target": counters.steps_to_target is not None,
         "time_to_target_s": counters.time_to_target_s,
         "steps_to_target": counters.steps_to_target,
-        "checkpoint": str(checkpoint), "config": dataclasses.asdict(without_secrets(config)),
+        "checkpoint": str(checkpoint), "best_eval_return": counters.best_eval_return,
+        "best_checkpoint": str(checkpoint.with_name(BEST_NAME)) if counters.best_eval_return is not None else None,
+        "config": dataclasses.asdict(without_secrets(config)),
     }
 
 
@@ -73,10 +83,18 @@ def play_evaluation(network: nn.Module, config: TrainConfig, index: int, device:
                     should_stop=should_stop)
 
 
+class Noted(NamedTuple):
+    """What one evaluation's result meant to the run."""
+
+    last_eval: tuple[int, float, float]  # (env steps, mean return, mean rewarded steps)
+    reached: bool  # the target return
+    best: bool  # the best mean return so far (strictly: of equals, the first stays): its weights go to best.pt
+
+
 def note_evaluation(result: Evaluation, config: TrainConfig, log: RunLog, counters: RunCounters, env_steps: int,
-                      updates: int, origin: float, **extra: Any) -> tuple[tuple[int, float, float], bool]:
-    """Counts and logs one evaluation's result (with `extra` values in its metrics point) and notes the first
-    time it reached the target; returns (env steps, mean return, mean rewarded steps) and whether it did."""
+                    updates: int, origin: float, **extra: Any) -> Noted:
+    """Counts and logs one evaluation's result (with `extra` values in its metrics point), notes the first
+    time it reached the target and the best mean return so far (in the counters, so a resumed run keeps it)."""
     counters.evaluations += 1
     log.write("eval", env_steps=env_steps, updates=updates, wall_time_s=counters.wall_time_s,
               mean_return=result.mean_return, returns=result.returns, mean_rewarded_steps=result.mean_rewarded_steps,
@@ -85,7 +103,18 @@ def note_evaluation(result: Evaluation, config: TrainConfig, log: RunLog, counte
     if reached and counters.steps_to_target is None:
         counters.steps_to_target = env_steps
         counters.time_to_target_s = time.time() - origin
-    return (env_steps, result.mean_return, result.mean_rewarded_steps), reached
+    best = counters.best_eval_return is None or result.mean_return > counters.best_eval_return
+    if best:
+        counters.best_eval_return = result.mean_return
+    return Noted((env_steps, result.mean_return, result.mean_rewarded_steps), reached, best)
+
+
+def note_training(log: RunLog, counters: RunCounters, env_steps: int, updates: int, epsilon: float,
+                  env_steps_per_s: float | None, updates_per_s: float | None, **values: Any) -> None:
+    """Logs one training point (at each log_every mark of env steps), the same in every mode: where the run
+    stands, its throughput, and `values` (loss, mean max-Q, staleness, ...)."""
+    log.write("train", env_steps=env_steps, updates=updates, wall_time_s=counters.wall_time_s, epsilon=epsilon,
+              episodes=counters.episodes, env_steps_per_s=env_steps_per_s, updates_per_s=updates_per_s, **values)
 
 
 def progress_values(recent_return: float | None, epsilon: float,
@@ -112,8 +141,13 @@ class RunRecord:
     origin: float
     last_eval: tuple[int, float, float] | None = None  # (env steps, mean return, mean rewarded steps)
 
-    def note(self, result: Evaluation, env_steps: int, updates: int, **extra: Any) -> bool:
-        """Counts and logs one evaluation; True once it reached the target return."""
-        self.last_eval, reached = note_evaluation(result, self.config, self.log, self.counters, env_steps, updates,
-                                                  self.origin, **extra)
-        return reached
+    def note(self, result: Evaluation, env_steps: int, updates: int, **extra: Any) -> Noted:
+        """Counts and logs one evaluation."""
+        noted = note_evaluation(result, self.config, self.log, self.counters, env_steps, updates, self.origin,
+                                **extra)
+        self.last_eval = noted.last_eval
+        return noted
+
+    def note_training(self, env_steps: int, updates: int, epsilon: float, env_steps_per_s: float | None,
+                      updates_per_s: float | None, **values: Any) -> None:
+        note_training(self.log, self.counters, env_steps, updates, epsilon, env_steps_per_s, updates_per_s, **values)

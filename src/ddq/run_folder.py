@@ -1,4 +1,5 @@
-"""A run's folder on disk: its metrics log (metrics.jsonl), its summary.json, and files written whole or not at all."""
+"""A run's folder on disk: its metrics log (metrics.jsonl, and the same points' scalars in TensorBoard event
+files beside it), its summary.json, and files written whole or not at all."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -56,14 +58,28 @@ def _write_temporary(path: Path, data: Writer) -> str:
             os.fsync(file.fileno())
     except (OSError, RuntimeError) as error:  # torch.save reports a failed write as RuntimeError
         Path(temporary).unlink(missing_ok=True)
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
-        failure = OSError(f"cannot write {path}: {reason}")  # the user's one line: no "[Errno 28]" before it
-        failure.errno = getattr(error, "errno", None) or errno.EIO
-        raise failure from error
+        raise cannot_write(path, error) from error
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     return temporary
+
+
+def cannot_write(path: str | Path, error: BaseException) -> OSError:
+    """The user's one line for a write that failed (a full disk): the file and the reason, without "[Errno
+    28]" before it."""
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
+    failure = OSError(f"cannot write {path}: {reason}")
+    failure.errno = getattr(error, "errno", None) or errno.EIO
+    return failure
+
+
+@contextlib.contextmanager
+def _naming(path: str | Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as error:
+        raise cannot_write(path, error) from error
 
 
 def _sync_folder(folder: Path) -> None:
@@ -91,27 +107,100 @@ def plain(value: Any) -> Any:
     return value
 
 
-class RunLog:
-    """Appends metric points to `run_dir/metrics.jsonl`; flushed so a dashboard can tail it."""
+# What TensorBoard plots of each kind of metrics point: the point's value, and the tag it is plotted under
+# against the point's env steps. Staleness: downpour's, in updates between the weights a gradient was
+# computed on and those it was applied to; policy lag: actor-learner's, in updates between the weights
+# that played the experience and those trained on it.
+SCALARS = {
+    "episode": {"episode_return": "train/episode_return", "length": "train/episode_length"},
+    "eval": {"mean_return": "eval/mean_return"},
+    "train": {"loss": "train/loss", "epsilon": "train/epsilon", "mean_max_q": "train/mean_max_q",
+              "env_steps_per_s": "speed/env_steps_per_s", "updates_per_s": "speed/updates_per_s",
+              "staleness": "train/staleness", "policy_lag": "train/policy_lag"},
+}
+EVENTS_FLUSH_S = 5  # seconds an event waits in memory at most: TensorBoard shows a live run, a kill loses little
+EVENT_FILES = "events.out.tfevents.*"  # TensorBoard's names for them
 
-    def __init__(self, run_dir: str | Path):
-        self.run_dir = Path(run_dir)
+
+def _quiet_event_writer_threads() -> None:
+    """TensorBoard's writer thread keeps a write that failed (a full disk) for the next write, flush or close
+    to raise, where RunLog names the file in one line, and also raises it on its own thread: that thread's
+    traceback is left unprinted. Other threads' go to the hook there was."""
+    previous = threading.excepthook
+    if getattr(previous, "quiets_event_writers", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not type(args.thread).__module__.startswith("tensorboard."):
+            previous(args)
+
+    hook.quiets_event_writers = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+def scalars(point: dict[str, Any], score: str | None = None) -> dict[str, float]:
+    """The TensorBoard scalars of one metrics point, by tag: the values SCALARS names for its kind that are
+    numbers (a missing or None value is no point), and an evaluation's mean count of rewarded steps by the
+    name of the env's `score` where it counts them (Snake's `eval/mean_apples`)."""
+    names = dict(SCALARS.get(point.get("kind", ""), {}))
+    if score is not None and point.get("kind") == "eval":
+        names["mean_rewarded_steps"] = f"eval/mean_{score}"
+    return {tag: float(value) for key, tag in names.items()
+            if isinstance(value := point.get(key), (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value)}
+
+
+class RunLog:
+    """Appends metric points to `run_dir/metrics.jsonl`, flushed so a dashboard can tail it, and their
+    `scalars` to TensorBoard event files in `run_dir` (a file per session: a resumed run adds one).
+    `score`: the name of the env's score where it counts rewarded steps (Snake's apples), else None.
+    Only the driver's or the serial process writes it, as the context of the run: it is closed whatever ends
+    the run, so no event is lost. A write that fails (a full disk) raises OSError naming the file."""
+
+    def __init__(self, run_dir: str | Path, score: str | None = None):
+        from torch.utils.tensorboard import SummaryWriter  # here: the processes that only read a run never load it
+
+        self.run_dir, self.score = Path(run_dir), score
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
+        _quiet_event_writer_threads()
+        self._events = SummaryWriter(str(self.run_dir), flush_secs=EVENTS_FLUSH_S)
+        self._closed = False
 
     def write(self, kind: str, **values: Any) -> None:
         point = {"kind": kind, **{k: plain(v) for k, v in values.items()}}
-        try:
+        with _naming(self._file.name):
             self._file.write(json.dumps(point) + "\n")
             self._file.flush()
-        except OSError as error:  # a full disk: say which file, in the user's one line
-            raise OSError(f"cannot write {self._file.name}: {error.strerror or error}") from error
+        with _naming(self.run_dir / EVENT_FILES):
+            for tag, value in scalars(point, self.score).items():
+                self._events.add_scalar(tag, value, global_step=point.get("env_steps"))
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         return write_summary(self.run_dir, summary)
 
     def close(self) -> None:
-        self._file.close()
+        """Flushes and closes both, once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            with _naming(self._file.name):
+                self._file.close()
+        finally:
+            with _naming(self.run_dir / EVENT_FILES):
+                self._events.close()
+
+    def __enter__(self) -> RunLog:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> None:
+        """Closes the log. If that fails too (a full disk), the error that ended the run is the one told."""
+        try:
+            self.close()
+        except OSError:
+            if error is None:
+                raise
 
 
 def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:

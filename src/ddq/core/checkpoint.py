@@ -3,7 +3,9 @@
 Holds the settings (`ddq.config.settings_document`), the Q-network's state_dict (module names, for torch users),
 the flat online and target weights, the optimizer state, the counters (env
 steps, updates, episodes, wall time; epsilon follows from env steps) and the
-RNG states. The replay memory goes beside it as `replay.npz`.
+RNG states. The replay memory goes beside it as `replay.npz`. `best.pt`, in the same format, holds the
+weights of the run's best greedy evaluation so far, without RNG states: it is for evaluating and loading
+(`ddq evaluate`, `ddq.load`); a run resumes from checkpoint.pt.
 Only tensors, numbers, strings, lists and dicts: `torch.load(path)` with its
 default `weights_only=True` opens it, and nothing in it is executable.
 """
@@ -24,6 +26,7 @@ from ddq.models.networks import network_from_definition, with_dueling_head
 from ddq.run_folder import write_whole
 
 CHECKPOINT_NAME = "checkpoint.pt"
+BEST_NAME = "best.pt"  # a checkpoint of the weights of the run's best greedy evaluation so far
 REPLAY_NAME = "replay.npz"
 
 

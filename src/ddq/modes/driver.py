@@ -26,9 +26,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ddq.bookkeeping import RunCounters, RunRecord, progress_values, run_summary
+from ddq.bookkeeping import RunCounters, RunRecord, open_run_log, progress_values, run_summary
 from ddq.config import TrainConfig, encode_settings
 from ddq.core.agent import env_spec, make_learner, resolve_device, seed_everything
+from ddq.core.dqn import next_mark
 from ddq.core.replay import state_shape
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.evaluators import Evaluator, WeightsMirror
@@ -37,7 +38,6 @@ from ddq.modes.run_services import RunServices
 from ddq.modes.spark import SparkJob, SparkJobFailed, SparkStarting, SparkTask, launched_by_spark_submit, local_master
 from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor
-from ddq.run_folder import RunLog
 from ddq.services.archive import save_telemetry
 from ddq.services.telemetry import (
     lost_and_redone,
@@ -86,7 +86,8 @@ class Driver:
                                                          self.env_spec.num_actions, device), device, self.run_dir)
         counters = RunCounters.from_dict(resume["counters"]) if resume else RunCounters()
         # the run's clock: from the command's start, less the earlier sessions of a resumed run
-        self.record = RunRecord(config, RunLog(self.run_dir), counters, self.started_at - counters.wall_time_s)
+        self.record = RunRecord(config, open_run_log(config, self.run_dir), counters,
+                                self.started_at - counters.wall_time_s)
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
         self.supervisor = Supervisor()
         self.services = RunServices(config, self.run, self.run_dir, self.supervisor)
@@ -98,6 +99,7 @@ class Driver:
     def train(self) -> dict[str, Any]:
         c = self.config
         with contextlib.ExitStack() as stack:
+            stack.enter_context(self.record.log)  # closed last, whatever ends the run: no event is lost
             submitted = launched_by_spark_submit()
             place = self.placement = placement(c, submitted)
             master = c.distributed.spark_master or (None if submitted else local_master(c.distributed.workers))
@@ -200,6 +202,7 @@ class Driver:
         c, counters, s = self.config, self.record.counters, self.services
         reached = False
         moved_at, moved_steps = time.monotonic(), counters.env_steps  # the workers' last progress
+        next_log = next_mark(counters.env_steps, c.run.log_every)
         with tqdm(total=c.run.total_steps, initial=counters.env_steps, unit="step", disable=not c.run.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
             while job.is_alive():
@@ -224,7 +227,11 @@ class Driver:
                 counters.wall_time_s = time.time() - self.record.origin
                 self._drain_episodes()
                 epsilon = self.wiring.weights.workers_epsilon(steps)
-                s.reporter.record_progress(steps, epsilon)
+                progress = s.reporter.record_progress(steps, epsilon, force=steps >= next_log)
+                if steps >= next_log and progress is not None:  # a training point: the telemetry's, as the dashboard's
+                    next_log = next_mark(steps, c.run.log_every)
+                    self.record.note_training(steps, progress["updates"], epsilon, **{key: progress[key] for key in (
+                        "env_steps_per_s", "updates_per_s", "loss", "mean_max_q", "staleness", "policy_lag")})
                 recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
                 bar.set_postfix(progress_values(recent, epsilon, self.record.last_eval, self.env_spec.score),
                                 refresh=False)
@@ -271,5 +278,4 @@ class Driver:
         summary.update(stopped_by=self.signals.received, restarts=self.supervisor.restarts(), workers=workers,
                        gradients_received=received, account=account, **lost_and_redone(workers))
         self.record.log.write_summary(summary)
-        self.record.log.close()
         return summary

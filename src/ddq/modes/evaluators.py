@@ -21,6 +21,7 @@ from ddq.modes.background_eval import BackgroundEvaluations
 from ddq.modes.run_services import RunServices
 from ddq.param_server.client import ParameterClient
 from ddq.services.telemetry import record_evaluation
+from ddq.transport.eval_points import EvaluationPoint
 from ddq.transport.wire import layout_bytes
 
 
@@ -42,22 +43,35 @@ class WeightsMirror:
     def sync(self) -> None:
         self.client.sync()
 
-    def save(self, record: RunRecord) -> Path:
-        """The weights as of the last sync, with the run's counters."""
-        self.learner.updates = self.client.version
-        return ckpt.save_checkpoint(self.run_dir / ckpt.CHECKPOINT_NAME, self.config, self.learner,
-                                    record.counters.as_dict(), {})
+    def save(self, record: RunRecord, name: str = ckpt.CHECKPOINT_NAME, version: int | None = None) -> Path:
+        """The weights (of `version`; None: as of the last sync), with the run's counters."""
+        self.learner.updates = self.client.version if version is None else version
+        return ckpt.save_checkpoint(self.run_dir / name, self.config, self.learner, record.counters.as_dict(), {})
+
+    def save_best_point(self, record: RunRecord, point: EvaluationPoint) -> Path:
+        """best.pt with a published point's weights; the mirror's own are put back after (the next sync
+        fetches only what moved)."""
+        flat = self.learner.flat
+        kept = flat.data.clone()
+        flat.assign(point.weights)
+        try:
+            return self.save(record, ckpt.BEST_NAME, point.version)
+        finally:
+            flat.data.copy_(kept)
 
     def evaluate(self, record: RunRecord, services: RunServices) -> bool:
         """Greedy evaluation of the newest weights, recorded and checkpointed (a driver killed later leaves a
-        run to resume from here); True once the target return is reached."""
+        run to resume from here), and kept in best.pt when the best so far; True once the target return is
+        reached."""
         self.sync()
         result = play_evaluation(self.learner.online, self.config, record.counters.evaluations, self.device)
-        reached = record.note(result, record.counters.env_steps, self.version)
+        noted = record.note(result, record.counters.env_steps, self.version)
         record_evaluation(services.store, "driver", self.version, record.counters.env_steps,
                           result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
+        if noted.best:
+            self.save(record, ckpt.BEST_NAME)
         self.save(record)
-        return reached
+        return noted.reached
 
 
 class Evaluator(Protocol):
@@ -105,10 +119,12 @@ class PointEvaluator:
             self.points.refused.clear()
         reached = recorded = False
         for point, result in self.background.finished():
-            hit = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps)
+            noted = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps)
             record_evaluation(self.services.store, "driver", point.version, point.env_steps,
                               result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
-            reached, recorded = reached or hit, True
+            if noted.best:
+                self.mirror.save_best_point(self.record, point)
+            reached, recorded = reached or noted.reached, True
         if recorded:  # as in-line evaluations do: a driver killed now leaves a run to resume
             self.mirror.sync()
             self.mirror.save(self.record)

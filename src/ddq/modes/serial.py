@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ddq.bookkeeping import RunCounters, note_evaluation, play_evaluation, progress_values, run_summary
+from ddq.bookkeeping import (
+    RunCounters,
+    note_evaluation,
+    note_training,
+    open_run_log,
+    play_evaluation,
+    progress_values,
+    run_summary,
+)
 from ddq.config import TrainConfig
 from ddq.core import checkpoint as ckpt
 from ddq.core.agent import build_agent, env_spec, importance_beta
@@ -24,7 +33,24 @@ from ddq.core.dqn import next_mark
 from ddq.core.symmetry import SymmetryAugmentation
 from ddq.core.weights import LocalParameters
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
-from ddq.run_folder import RunLog, write_together
+from ddq.run_folder import write_together
+
+
+@dataclass
+class Throughput:
+    """Where the run stood at its previous training point (at first: where the session began), for the env
+    steps and updates per second since."""
+
+    wall_time_s: float
+    env_steps: int
+    updates: int
+
+    def since(self, wall_time_s: float, env_steps: int, updates: int) -> dict[str, float | None]:
+        seconds = wall_time_s - self.wall_time_s
+        rates = {"env_steps_per_s": (env_steps - self.env_steps) / seconds if seconds > 0 else None,
+                 "updates_per_s": (updates - self.updates) / seconds if seconds > 0 else None}
+        self.wall_time_s, self.env_steps, self.updates = wall_time_s, env_steps, updates
+        return rates
 
 
 class SerialTrainer:
@@ -40,7 +66,7 @@ class SerialTrainer:
         self.rng, self.agent = agent.rng, agent
         self.weights = LocalParameters(self.learner)  # the learner's own optimizer applies each gradient
         self.epsilon = agent.epsilon  # driven by this process's env steps
-        self.log = RunLog(self.run_dir)
+        self.log = open_run_log(config, self.run_dir)
         self.counters = RunCounters()
         self.stopped_because: StopReason | None = None
         self.stopped_by: str | None = None  # the signal that stopped the run, if one did
@@ -51,11 +77,16 @@ class SerialTrainer:
             self._restore(resume)
         # the run's clock: from the command's start, less the earlier sessions of a resumed run
         self.origin = self.started_at - self.counters.wall_time_s
+        self.throughput = Throughput(self.counters.wall_time_s, self.counters.env_steps, self.learner.updates)
         self._window: dict[str, list[float]] = {"loss": [], "mean_max_q": [], "grad_norm": []}
 
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, Any]:
         """Train until the step budget is spent or the target return is reached."""
+        with self.log:  # closed also when a second Ctrl-C aborts or an error ends the run: no event is lost
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         c = self.config
         self.actor.reset(seed=c.agent.seed + self.counters.env_steps)
         self.actor.env_steps = self.counters.env_steps
@@ -114,9 +145,10 @@ class SerialTrainer:
         means = {k: float(np.mean(v)) if v else None for k, v in self._window.items()}
         for values in self._window.values():
             values.clear()
-        self.log.write("train", env_steps=self.actor.env_steps, updates=self.learner.updates,
-                       wall_time_s=self.counters.wall_time_s, epsilon=self.epsilon(self.actor.env_steps),
-                       episodes=self.counters.episodes, recent_return=self._recent_return(), **means)
+        steps, updates = self.actor.env_steps, self.learner.updates
+        note_training(self.log, self.counters, steps, updates, self.epsilon(steps),
+                      **self.throughput.since(self.counters.wall_time_s, steps, updates),
+                      recent_return=self._recent_return(), **means)
 
     def _recent_return(self) -> float | None:
         return float(np.mean(self.recent_returns)) if self.recent_returns else None
@@ -126,11 +158,15 @@ class SerialTrainer:
                                env_spec(self.config.agent).score)
 
     def _evaluate_and_check(self) -> bool:
-        """The run's periodic greedy evaluation on fresh seeds, logged; True once it reached the target."""
+        """The run's periodic greedy evaluation on fresh seeds, logged, and its weights kept in best.pt when it
+        is the best so far; True once it reached the target."""
         result = play_evaluation(self.learner.online, self.config, self.counters.evaluations, self.device)
-        self.last_eval, reached = note_evaluation(result, self.config, self.log, self.counters, self.actor.env_steps,
-                                                  self.learner.updates, self.origin)
-        return reached
+        noted = note_evaluation(result, self.config, self.log, self.counters, self.actor.env_steps,
+                                self.learner.updates, self.origin)
+        if noted.best:
+            ckpt.save_checkpoint(self.run_dir / ckpt.BEST_NAME, self.config, self.learner, self.counters.as_dict(), {})
+        self.last_eval = noted.last_eval
+        return noted.reached
 
     # ----------------------------------------------------------- checkpoints
     def save(self) -> Path:
@@ -180,6 +216,5 @@ class SerialTrainer:
                               reason)
         summary["stopped_by"] = self.stopped_by
         self.log.write_summary(summary)
-        self.log.close()
         self.actor.envs.close()
         return summary

@@ -162,16 +162,35 @@ def _mean(rows: list[dict], key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def mean_staleness(histogram: dict[str, int], before: dict[str, int]) -> float | None:
+    """The mean staleness of the gradients judged between two readings of the server's running histogram
+    (`merge_server`'s), None when none was."""
+    counts = {int(k): n - before.get(k, 0) for k, n in histogram.items()}
+    if any(n < 0 for n in counts.values()):  # a shard restarted: its histogram began again
+        counts = {int(k): n for k, n in histogram.items()}
+    judged = sum(counts.values())
+    return sum(k * n for k, n in counts.items()) / judged if judged > 0 else None
+
+
 def progress_point(server: dict, workers: list[dict], env_steps: int, started: float,
-                   epsilon: float, now: float | None = None) -> dict:
-    """One point of the run's progress series: throughput, learning and the per-layer update ratios."""
+                   epsilon: float, now: float | None = None, staleness: float | None = None) -> dict:
+    """One point of the run's progress series: throughput, learning and the per-layer update ratios.
+    Without a weights server (data-parallel: every worker applies every update) the updates are the
+    workers' weights version and rate; without workers' losses (actor-learner's actors train nothing) the
+    loss is the learner's. `staleness`: the parameter server's mean since the previous point."""
     now = time.time() if now is None else now
     active = [row for row in workers if row.get("state") == "running"]
-    return {"time": now, "wall_time_s": now - started, "env_steps": env_steps, "updates": server["version"],
-            "updates_per_s": server["updates_per_s"],
+    updates, updates_per_s = server["version"], server["updates_per_s"]
+    if not server["shards"]:
+        updates = int(max((_number(row.get("weights_version")) or 0 for row in workers), default=0))
+        updates_per_s = _mean(active, "pushes_per_s") or 0.0
+    loss = _mean(active, "loss")
+    return {"time": now, "wall_time_s": now - started, "env_steps": env_steps, "updates": updates,
+            "updates_per_s": updates_per_s,
             "env_steps_per_s": sum(_number(r.get("env_steps_per_s")) or 0.0 for r in active),
             "pushes_per_s": sum(_number(r.get("pushes_per_s")) or 0.0 for r in active),
-            "loss": _mean(active, "loss"), "mean_max_q": _mean(active, "mean_max_q"), "epsilon": epsilon,
+            "loss": server["mean_loss"] if loss is None else loss, "mean_max_q": _mean(active, "mean_max_q"),
+            "epsilon": epsilon, "staleness": staleness, "policy_lag": (server["learner"] or {}).get("policy_lag"),
             "rejected_total": server["rejected_total"], "dropped_stale": server["dropped_stale"],
             "layer_ratios": {row["name"]: row["update_ratio"] for row in server["layers"]}}
 
@@ -213,6 +232,7 @@ class RunReporter:
         self.store.write_info(self.info)
         self._next = 0.0
         self.workers: list[dict] = []  # the newest worker rows read: what a summary keeps if Redis dies
+        self._staleness: dict[str, int] = {}  # the server's staleness histogram at the previous point
 
     def record_progress(self, env_steps: int, epsilon: float, force: bool = False) -> dict | None:
         """Appends a progress point, at most one per `every_s` unless `force`; returns it."""
@@ -222,7 +242,10 @@ class RunReporter:
         self._next = now + self.every_s
         server = merge_server(shard_reports(self.store, self.shards))
         self.workers = newest_rows(self.workers, worker_rows(self.store, now))
-        point = progress_point(server, self.workers, env_steps, self.info["started"], epsilon, now)
+        # a parameter server's gradients' (actor-learner's learner applies its own: its lag is policy_lag)
+        staleness = mean_staleness(server["staleness"], self._staleness) if server["learner"] is None else None
+        self._staleness = server["staleness"]
+        point = progress_point(server, self.workers, env_steps, self.info["started"], epsilon, now, staleness)
         self.store.append("progress", point)
         return point
 
