@@ -1,0 +1,194 @@
+"""A chaos run across test hosts (needs root): a run under a fault every so often, then Ctrl-C and a resume.
+
+    sudo .venv/bin/python tests/bench_chaos.py [--minutes 5] [--fault-every 30] [--seed 0]
+
+A driver host (h0: the Spark master, `ddq train`, its private TLS Redis) and three worker hosts (h1-h3, a
+Spark worker daemon of one core each), with a spare (h4) that joins when a host is cut off for good. For
+each mode (downpour, then actor-learner; DQN on CartPole, a task per worker host) the run trains for
+`--minutes` while, every `--fault-every` seconds, a fault drawn at random (seeded) strikes:
+
+- a worker process SIGKILLed (a Barista or an actor, by PID);
+- a worker host's link cut for 20 s, then restored;
+- a worker host crashed (every process of it killed at once), its worker daemon started again 10 s later;
+- a worker host cut for good, and the spare host's worker daemon started (once);
+- the run's Redis SIGKILLed;
+- the weights' owner SIGKILLed (a parameter-server shard, or the learner).
+
+Then Ctrl-C, and `--resume` with 3,000 more env steps. It prints each fault and the checks: the resume
+exits 0 having spent its budget; every gradient (or experience message) was applied at most once (the
+owner's exact account: what it applied equals its version, nothing refused was applied, each worker's
+`applied + stale + lost == sent`); nothing of either session left running; no namespace left afterwards.
+Not yet among the faults: 2 +- 1 ms of latency for a minute (the latency proxy fronts a Redis of the
+test's own, and this run uses ddq's private one, which the Redis fault kills).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from hosts import PREFIX, TestHosts, deps_only_python  # noqa: E402
+from test_across_hosts import Cluster, wait_for_worker_steps  # noqa: E402
+from test_downpour import processes_mentioning  # noqa: E402
+from test_failures import child_named  # noqa: E402
+
+FAULTS = ("worker process killed", "link cut for 20 s", "host crashed, rebooted", "host cut for good",
+          "Redis killed", "weights owner killed")
+OWNER = {"downpour": "param-server", "actor-learner": "learner"}  # `ddq <this>`: the JVM's app name has them too
+
+
+def task_processes(hosts: TestHosts, host: str) -> list[int]:
+    """The PIDs of `host`'s Python workers running a task: pyspark daemons' children (the daemon forks one
+    per task)."""
+    def command(pid: int) -> tuple[int, bytes]:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                return parent, cmdline.read()
+        except (OSError, ValueError, IndexError):
+            return 0, b""
+
+    daemons = {pid for pid in hosts.pids(host) if b"pyspark.daemon" in command(pid)[1]}
+    return [pid for pid in daemons if command(pid)[0] in daemons]
+
+
+class Chaos:
+    """Strikes the cluster's worker hosts and the driver's processes, one fault at a time."""
+
+    def __init__(self, cluster: Cluster, rng: random.Random, spare: str):
+        self.cluster, self.rng, self.spare = cluster, rng, spare
+        self.live = list(cluster.workers)  # worker hosts still reachable
+
+    def strike(self, fault: str, driver: subprocess.Popen, mode: str) -> str:
+        """Does `fault`; returns what it struck."""
+        hosts, host = self.cluster.hosts, self.rng.choice(self.live)
+        if fault == "worker process killed":
+            tasks = task_processes(hosts, host)
+            if not tasks:
+                return f"{host}: no task running"
+            pid = self.rng.choice(tasks)
+            os.kill(pid, signal.SIGKILL)
+            return f"{host}, pid {pid}"
+        if fault == "link cut for 20 s":
+            hosts.link_down(host)
+            time.sleep(20)
+            hosts.link_up(host)
+            return host
+        if fault == "host crashed, rebooted":
+            hosts.crash(host)
+            time.sleep(10)
+            self.cluster.daemons.append(self.cluster.worker_daemon(host))
+            return host
+        if fault == "host cut for good":
+            hosts.link_down(host)
+            self.live.remove(host)
+            self.cluster.workers = [*self.live, self.spare]
+            self.cluster.daemons.append(self.cluster.worker_daemon(self.spare))
+            self.live.append(self.spare)
+            self.spare = ""
+            return f"{host}, {self.live[-1]} added"
+        name = "redis-server" if fault == "Redis killed" else OWNER[mode]
+        pid = child_named(driver.pid, name if fault == "Redis killed" else f"ddq\0{name}", missing_ok=True)
+        if pid is None:
+            return f"no {name} running"
+        os.kill(pid, signal.SIGKILL)
+        return f"{name}, pid {pid}"
+
+    def draw(self) -> str:
+        return self.rng.choice([fault for fault in FAULTS if fault != "host cut for good" or self.spare])
+
+
+def run_ids(log: str) -> list[str]:
+    return [line.split()[3] for line in log.splitlines() if line.startswith("ddq: run id ")]
+
+
+def chaos_run(cluster: Cluster, chaos: Chaos, mode: str, minutes: float, every: float) -> dict:
+    name = f"chaos-{mode}"
+    flags = ("--mode", mode, "--algo", "dqn", "--eval-every", "5000", "--eval-episodes", "2")
+    driver = cluster.start_training(name, *flags, "--total-steps", "100000000")
+    wait_for_worker_steps(cluster, name, 0, 1000)
+    started, faults = time.monotonic(), []
+    while time.monotonic() - started < minutes * 60 and driver.poll() is None:
+        time.sleep(max(0.0, started + (len(faults) + 1) * every - time.monotonic()))
+        fault = chaos.draw()
+        at = time.monotonic() - started
+        faults.append({"at_s": round(at), "fault": fault, "struck": chaos.strike(fault, driver, mode)})
+        print(json.dumps({"mode": mode, **faults[-1]}), flush=True)
+    driver.send_signal(signal.SIGINT)
+    code, first, log = cluster.finish(name, driver, timeout=300)
+    budget = first.get("env_steps", 0) + 3000
+    cluster.wait_for_workers()
+    resumed = cluster.start_training(name, "--resume", f"/tmp/{name}", "--total-steps", str(budget))
+    code2, after, log2 = cluster.finish(name, resumed, timeout=600)
+    left = [pid for run in run_ids(log2) for pid in processes_mentioning(run)] + processes_mentioning(f"/tmp/{name}")
+    return {"mode": mode, "faults": faults, "interrupted": code, "resumed": code2, "budget": budget, "first": first,
+            "after": after, "left_running": left, "log_tail": log2[-2000:]}
+
+
+def checks(result: dict) -> dict[str, bool]:
+    first, after = result["first"], result["after"]
+    checked = {"resume exit 0": result["resumed"] == 0,
+               "budget spent": after.get("env_steps", 0) >= result["budget"],
+               "nothing left running": result["left_running"] == []}
+    for session, summary in (("interrupted", first), ("resumed", after)):
+        account = summary.get("account") or {}
+        rows = account.get("workers", [])
+        checked[f"{session}: applied at most once"] = bool(rows) and all(
+            row["applied"] + row["dropped"] + row["lost"] == row["sent"] for row in rows) and account.get("shards_agree")
+        if result["mode"] == "downpour":  # each shard's version, as it reported its account, is what it applied
+            versions = account.get("versions") or [None]
+            checked[f"{session}: version = applied"] = versions == [account.get("applied")] * len(versions)
+    return checked
+
+
+def report(result: dict) -> str:
+    first, after = result["first"], result["after"]
+    lines = [f"### {result['mode']}", "", "| at (s) | fault | struck |", "|---|---|---|"]
+    lines += [f"| {f['at_s']} | {f['fault']} | {f['struck']} |" for f in result["faults"]]
+    account = after.get("account") or {}
+    lines += ["", f"- interrupted session: exit {result['interrupted']}, {first.get('env_steps')} env steps, "
+              f"{first.get('updates')} updates, lost {len(first.get('lost', []))} attempts, redone "
+              f"{len(first.get('redone', []))}, restarts {first.get('restarts')}",
+              f"- resumed session: exit {result['resumed']}, {after.get('env_steps')} env steps of "
+              f"{result['budget']}, restarts {after.get('restarts')}",
+              f"- account (resumed run's owner): applied {account.get('applied')}, repeats refused "
+              f"{account.get('repeats')}, workers {account.get('workers')}"]
+    lines += [f"- {'PASS' if ok else 'FAIL'}: {name}" for name, ok in checks(result).items()]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=5.0, help="minutes of faults per mode (default 5)")
+    parser.add_argument("--fault-every", type=float, default=30.0, help="seconds between faults (default 30)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the faults drawn (default 0)")
+    parser.add_argument("--modes", nargs="+", choices=tuple(OWNER), default=list(OWNER))
+    args = parser.parse_args()
+    results, started = [], time.time()
+    for mode in args.modes:
+        with TestHosts(["h0", "h1", "h2", "h3", "h4"]) as hosts:
+            cluster = Cluster(hosts, deps_only_python(hosts.folder), workers=("h1", "h2", "h3"))
+            cluster.start()
+            results.append(chaos_run(cluster, Chaos(cluster, random.Random(args.seed), "h4"), mode, args.minutes,
+                                     args.fault_every))
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    left = [line for line in namespaces.splitlines() if line.startswith(f"{PREFIX}-{os.getpid()}-")]
+    print(f"\n{args.minutes} minutes of faults every {args.fault_every} s per mode, seed {args.seed}, "
+          f"{time.time() - started:.0f} s in all; namespaces left: {left or 'none'}\n")
+    for result in results:
+        print(report(result) + "\n")
+    return 0 if all(all(checks(r).values()) for r in results) and not left else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
