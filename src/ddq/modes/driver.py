@@ -257,9 +257,7 @@ class Driver:
         holds and what the reporter read, which is all there is with Redis gone. `gradients_received`:
         the downpour pushes that reached Redis, which bound the updates applied when no gradient is
         applied twice (a worker's own count can lag by its last heartbeat; a Redis restored from its
-        snapshot counts from the snapshot's value). `account`: the exact one, from the weights owners'
-        ledgers, which their snapshots keep: per worker, what it sent, what was applied, dropped (too
-        stale, or from the future of a rolled-back shard), refused as a repeat or lost on the way."""
+        snapshot counts from the snapshot's value). `account`: the exact one (`sender_account`)."""
         counters, s = self.record.counters, self.services
         workers, received, account = s.reporter.workers, None, None
         counters.wall_time_s = time.time() - self.record.origin
