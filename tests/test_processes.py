@@ -78,3 +78,25 @@ def test_once_the_run_is_stopping_a_clean_exit_is_not_a_failure_but_a_crash_is(s
     kill(crashed)
     with pytest.raises(ProcessFailed, match="shard 1"):
         supervisor.check(stopping=True)  # a stopping run restarts nothing, so a crash then ends it
+
+
+def test_restarts_are_limited_within_a_window_so_a_long_run_outlives_rare_deaths(started, capsys):
+    """An Erlang supervisor's intensity and period: 3 restarts within the window, then the run ends; deaths
+    spread wider than the window are each restarted (the supervisor's clock is the test's)."""
+    now = [0.0]
+    supervisor = Supervisor(max_restarts=3, window_s=600, clock=lambda: now[0])
+    entry = supervisor.watch("redis-server", started(), restart=started)
+    for _ in range(5):  # one death every 4 minutes: never 3 restarts within 10
+        kill(entry.process)
+        supervisor.check()
+        assert entry.process.poll() is None
+        now[0] += 240
+    assert supervisor.restarts() == {"redis-server": 5} and "restarting it (3 of 3)" in capsys.readouterr().err
+    now[0] += 600  # a quiet window; then three deaths within a minute, the window's limit
+    for _ in range(3):
+        kill(entry.process)
+        supervisor.check()
+        now[0] += 10
+    kill(entry.process)
+    with pytest.raises(ProcessFailed, match="after 3 restarts within 10 minutes"):
+        supervisor.check()

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -21,6 +21,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 # Messages of tens of megabytes: glibc would hand each one fresh mmapped pages (a page fault per
 # 4 KiB, several times the cost of the copy itself) and return them at once; these keep the heap.
+RESTART_WINDOW_S = 600.0  # a process restarted max_restarts times within this long ends the run at its next death
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**31)}
 
 
@@ -102,6 +103,7 @@ class Watched:
     restart: Callable[[], subprocess.Popen] | None = None  # None: it cannot be restarted
     essential: bool = True  # False: the run goes on without it (Celery, the dashboard)
     restarts: int = 0
+    restarted_at: list[float] = field(default_factory=list)  # clock times of its restarts within the window
     gone: bool = False
     on_gone: Callable[[], None] | None = None  # a promptly watched process's: called once it stays dead
 
@@ -111,15 +113,18 @@ class Supervisor:
 
     `check()` (called every few hundred milliseconds) notices a death and says so in
     one line; a process with a `restart` is started again, up to `max_restarts`
-    times; an essential one that is gone for good raises ProcessFailed; any other
+    times within `window_s` (an Erlang supervisor's intensity and period: one that
+    keeps dying ends the run, one that dies now and then over hours does not);
+    an essential one that is gone for good raises ProcessFailed; any other
     is left gone with a warning. Once the run is stopping, a clean exit is expected.
     A process watched `promptly` (the run's Redis, which every other waits on) is
     restarted by a thread of its own within PROMPT_S, not at the next check."""
 
     PROMPT_S = 0.05
 
-    def __init__(self, max_restarts: int = 3):
-        self.max_restarts = max_restarts
+    def __init__(self, max_restarts: int = 3, window_s: float = RESTART_WINDOW_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.max_restarts, self.window_s, self.clock = max_restarts, window_s, clock
         self.watched: list[Watched] = []
         self.lock = threading.Lock()  # one restart at a time, from a check or a prompt thread
         self.closing = threading.Event()
@@ -144,18 +149,25 @@ class Supervisor:
             with self.lock:
                 if self.closing.is_set() or entry.gone or entry.process.poll() is None:
                     continue
-                if entry.restarts >= self.max_restarts:
+                if not self._may_restart(entry):
                     if entry.on_gone is not None:
                         entry.on_gone()  # before check() ends the run: nothing need wait for it any more
                     return
                 self._restart(entry)
 
+    def _may_restart(self, entry: Watched) -> bool:
+        """Whether `entry` was restarted fewer than max_restarts times in the last window_s."""
+        now = self.clock()
+        entry.restarted_at = [at for at in entry.restarted_at if now - at < self.window_s]
+        return len(entry.restarted_at) < self.max_restarts
+
     def _restart(self, entry: Watched) -> None:
         assert entry.restart is not None
         entry.restarts += 1
+        entry.restarted_at.append(self.clock())
         see = f"; see {entry.log}" if entry.log else ""
         _say(f"ddq: {entry.name} (pid {entry.process.pid}) died ({_exit(entry.process.returncode)}); restarting "
-             f"it ({entry.restarts} of {self.max_restarts}){see}")
+             f"it ({len(entry.restarted_at)} of {self.max_restarts}){see}")
         try:
             entry.process = entry.restart()
         except Exception as error:  # noqa: BLE001 - it stays dead: the next look tries again, or ends the run
@@ -173,11 +185,12 @@ class Supervisor:
         see = f"; see {entry.log}" if entry.log else ""
         if stopping and code == 0:
             entry.gone = True
-        elif entry.restart is not None and entry.restarts < self.max_restarts and not stopping:
+        elif entry.restart is not None and self._may_restart(entry) and not stopping:
             self._restart(entry)
         elif entry.essential:
             entry.gone = True
-            after = f" after {entry.restarts} restarts" if entry.restarts else ""
+            within = f" within {self.window_s / 60:.0f} minutes" if entry.restarted_at else ""
+            after = f" after {len(entry.restarted_at)} restarts{within}" if entry.restarts else ""
             raise ProcessFailed(f"{entry.name} (pid {pid}) died ({_exit(code)}){after}{see}")
         else:
             entry.gone = True
