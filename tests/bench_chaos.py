@@ -141,7 +141,7 @@ def chaos_run(cluster: Cluster, chaos: Chaos, mode: str, minutes: float, every: 
 
 def command_of(pid: int) -> str:
     try:
-        return f"{pid}: " + open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()[:160]
+        return f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
     except OSError:
         return f"{pid}: (gone)"
 

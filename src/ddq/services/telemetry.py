@@ -133,8 +133,8 @@ def sender_account(reports: list[dict]) -> dict[str, Any] | None:
     """The exact account of what each worker sent and what became of it, from the weights owners' reports
     (each shard's ledger, or the learner's): per worker, over its incarnations, messages `sent`, `applied`,
     `dropped` (too stale, or from the future of a rolled-back shard), refused as `repeats` (never applied
-    twice) and `lost` on the way. Every shard takes
-    every push, so their accounts agree (`shards_agree`) unless a push reached one shard and not another.
+    twice) and `lost` on the way. Every shard takes every push, so their accounts agree (`shards_agree`)
+    unless a push reached one shard and not another.
     `versions`: each owner's version with its account (a shard's is what it applied; the summary's
     `updates` are the driver's last copy of the weights, which can be a few behind)."""
     owners = [report for report in reports if isinstance(report.get("senders"), list)]
