@@ -58,6 +58,9 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
             frames = np.frombuffer(base64.b64decode(episode["frames"]), np.uint8)
             assert episode["side"] == 8 and frames.size == episode["count"] * 64 and episode["count"] >= 2
             assert episode["version"] == 3 and set(np.unique(frames).astype(str)) <= set(episode["palette"])
+            # frame by frame, the apples eaten so far and the snake's length (3 at the start, one more an apple)
+            assert len(episode["scores"]) == len(episode["lengths"]) == episode["count"]
+            assert [3 + apples for apples in episode["scores"]] == episode["lengths"]
 
             from celery import Celery
             caller = Celery(broker=celery_url(server.url), backend=celery_url(server.url))

@@ -4,6 +4,7 @@ and a long one with 16 workers. Screenshots land in test-output/<test>/."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,8 @@ def test_dashboard_follows_a_live_run_then_serves_it_finished(tmp_path, output_d
             assert page.locator("#run-state").inner_text() == "finished"
             page.screenshot(path=str(output_dir / "finished.png"), full_page=True)
             assert "greedy apples per episode" in page.locator("#chart-returns").inner_text()  # Snake
+            # the replay's frame: apples so far and the snake's length
+            assert re.fullmatch(r"apples \d+ · length \d+", page.locator("#replay-count").inner_text())
             assert page.problems == []
     finally:
         _stop(dashboard)

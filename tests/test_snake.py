@@ -9,7 +9,24 @@ from gymnasium.utils.env_checker import check_env
 
 import ddq  # noqa: F401
 from ddq.gamesim.snake import SnakeEnv, SnakeVectorEnv
-from ddq.gamesim.snake_engine import APPLE, EAST, HEAD, NECK, NORTH, SOUTH, TAIL, WALL, WEST, SnakeEngine
+from ddq.gamesim.snake_engine import (
+    APPLE,
+    EAST,
+    ENDINGS,
+    FILLED,
+    HEAD,
+    HIT_BODY,
+    HIT_WALL,
+    NECK,
+    NORTH,
+    PLAYING,
+    SOUTH,
+    STEP_LIMIT,
+    TAIL,
+    WALL,
+    WEST,
+    SnakeEngine,
+)
 
 
 def place(engine: SnakeEngine, cells: list[tuple[int, int]], direction: int, apple: tuple[int, int], game=0):
@@ -82,7 +99,11 @@ def test_eating_an_apple_rewards_one_and_grows_the_snake():
 def test_hitting_a_wall_costs_one_and_ends_the_episode():
     engine = fresh()
     place(engine, [(0, 2), (1, 2), (2, 2)], NORTH, apple=(5, 5))
+    assert engine.ending[0] == PLAYING
     assert step(engine, NORTH) == (-1.0, True, False)
+    assert ENDINGS[engine.ending[0]] == "hit a wall" and engine.ending[0] == HIT_WALL
+    engine.reset(np.array([0]))
+    assert engine.ending[0] == PLAYING  # a new game has not ended
 
 
 def test_hitting_its_own_body_costs_one_and_ends_the_episode():
@@ -90,6 +111,7 @@ def test_hitting_its_own_body_costs_one_and_ends_the_episode():
     # A hook: moving south from the head runs into the body.
     place(engine, [(2, 2), (2, 3), (3, 3), (3, 2), (3, 1)], WEST, apple=(5, 5))
     assert step(engine, SOUTH) == (-1.0, True, False)
+    assert engine.ending[0] == HIT_BODY
 
 
 def test_the_head_may_follow_the_tail_into_its_cell():
@@ -112,6 +134,7 @@ def test_an_episode_is_truncated_after_too_many_steps_without_an_apple():
     results = [step(engine, a) for a in (SOUTH, EAST, NORTH)]
     assert results[:2] == [(0.0, False, False)] * 2
     assert results[2] == (0.0, False, True)
+    assert engine.ending[0] == STEP_LIMIT
 
 
 def test_a_snake_that_starves_dies_when_asked_to():
@@ -121,6 +144,7 @@ def test_a_snake_that_starves_dies_when_asked_to():
     place(engine, [(2, 2), (2, 1), (2, 0)], SOUTH, apple=(0, 5))
     results = [step(engine, a) for a in (SOUTH, EAST, NORTH)]
     assert results == [(0.0, False, False), (0.0, False, False), (-1.0, True, False)]
+    assert engine.ending[0] == STEP_LIMIT  # starving is the step limit's end too
 
 
 def test_filling_the_board_wins_the_game():
@@ -132,6 +156,26 @@ def test_filling_the_board_wins_the_game():
     reward, terminated, truncated = step(engine, WEST)
     assert (reward, terminated, truncated) == (1.0, True, False)
     assert engine.apple[0] == -1 and (engine.body[0] > 0).sum() == n * n
+    assert engine.ending[0] == FILLED
+
+
+def test_the_envs_say_the_snakes_length_and_how_a_game_ended():
+    single = SnakeEnv(size=6)
+    _, info = single.reset(seed=3)
+    assert info == {"length": 3}
+    for _ in range(10):  # east from the middle of a 6x6 board: the wall within 3 moves
+        _, _, terminated, _, info = single.step(EAST)
+        if terminated:
+            break
+    assert info == {"length": 3, "ending": "hit a wall"}
+    games = SnakeVectorEnv(2, size=6)
+    _, info = games.reset(seed=3)
+    assert list(info["length"]) == [3, 3] and list(info["ending"]) == ["", ""]
+    for _ in range(3):  # east: the wall on the third move
+        _, _, terminated, _, info = games.step(np.array([EAST, EAST]))
+    assert terminated.all() and list(info["ending"]) == ["hit a wall", "hit a wall"]
+    _, _, _, _, info = games.step(np.array([EAST, EAST]))  # the autoreset step starts new games
+    assert list(info["ending"]) == ["", ""] and list(info["length"]) == [3, 3]
 
 
 def test_apples_land_uniformly_on_empty_cells():

@@ -126,13 +126,24 @@ def test_evaluate_speaks_of_apples_for_snake_and_renders_an_episode(tmp_path):
                      "--learning-starts", "300", "--eval-every", "600", "--eval-episodes", "3", "--no-progress",
                      "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr
-    assert summary_of(run_dir)["final_eval_mean_apples"] == summary_of(run_dir)["final_eval_rewarded_steps"]
+    summary = summary_of(run_dir)
+    assert summary["final_eval_mean_apples"] == summary["final_eval_rewarded_steps"]
+    # how the 3 greedy games ended: a wall, the body, the step limit, or a full board
+    assert sum(summary["final_eval_endings"].values()) == 3
+    assert set(summary["final_eval_endings"]) <= {"hit a wall", "hit its body", "step limit", "filled the board"}
     assert_events_match_metrics(run_dir, {"eval/mean_return", "eval/mean_apples"}, score="apples")
     result = run_ddq("evaluate", str(run_dir), "--episodes", "4", "--render", str(tmp_path / "episode.gif"))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["mean_apples"] == sum(report["apples"]) / 4 and len(report["apples"]) == 4
+    assert sum(report["endings"].values()) == 4
     assert report["animation"] == str(tmp_path / "episode.gif") and _gif_frames(tmp_path / "episode.gif") >= 2
+    from PIL import Image
+
+    from ddq.core.animation import CAPTION_HEIGHT
+
+    with Image.open(tmp_path / "episode.gif") as gif:  # the 12x12 board at 16 pixels a cell, and its caption
+        assert gif.size == (12 * 16, 12 * 16 + CAPTION_HEIGHT)
 
 
 def test_bad_input_gets_a_clear_error(tmp_path):

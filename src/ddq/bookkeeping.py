@@ -31,6 +31,8 @@ class RunCounters:
     steps_to_target: int | None = None
     time_to_target_s: float | None = None
     best_eval_return: float | None = None  # the best greedy evaluation's mean return: what best.pt holds
+    # How the newest greedy evaluation's episodes ended, where the env says (Snake: {"hit its body": 31, ...})
+    last_eval_endings: dict[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -60,6 +62,7 @@ def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int
         "updates": updates, "episodes": counters.episodes,
         "final_eval_return": last_eval[1] if last_eval else None,
         "final_eval_rewarded_steps": last_eval[2] if last_eval else None, **named,
+        **({"final_eval_endings": counters.last_eval_endings} if counters.last_eval_endings else {}),
         "target_return": config.run.target_return,
         "reached_target": counters.steps_to_target is not None,
         "time_to_target_s": counters.time_to_target_s,
@@ -98,7 +101,8 @@ def note_evaluation(result: Evaluation, config: TrainConfig, log: RunLog, counte
     counters.evaluations += 1
     log.write("eval", env_steps=env_steps, updates=updates, wall_time_s=counters.wall_time_s,
               mean_return=result.mean_return, returns=result.returns, mean_rewarded_steps=result.mean_rewarded_steps,
-              **extra)
+              **({"endings": result.endings} if result.endings else {}), **extra)
+    counters.last_eval_endings = result.endings or None
     reached = config.run.target_return is not None and result.mean_return >= config.run.target_return
     if reached and counters.steps_to_target is None:
         counters.steps_to_target = env_steps

@@ -52,6 +52,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if spec.score.rewarded_steps:  # the env names its score: Snake's apples
         report = {**report, f"mean_{spec.score.name}": result.mean_rewarded_steps,
                   spec.score.name: result.rewarded_steps}
+    if result.endings:  # how the episodes ended, where the env says: Snake's walls, body, full board, step limit
+        report["endings"] = result.endings
     if args.render:
         from ddq.core.animation import animate_checkpoint
 

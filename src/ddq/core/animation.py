@@ -12,30 +12,36 @@ from torch import nn
 from ddq.core.dqn import epsilon_greedy
 from ddq.core.replay import FrameStacker
 from ddq.gamesim.envs import EnvOptions, make_env
+from ddq.gamesim.spec import Score, score_of
 
 FRAMES_PER_SECOND = 10
 LONGEST_SIDE = 320  # pixels: larger pictures (CartPole's 600x400) are thinned, so GIFs stay small and quick
+CAPTION_HEIGHT = 16  # pixels of the strip under a picture that says the score so far
 
 
 def greedy_episode_pictures(q_net: nn.Module, env_id: str, frame_stack: int = 1,
                             env_options: EnvOptions | None = None, seed: int | None = None,
                             max_frames: int = 400, device: torch.device | str = "cpu") -> list[np.ndarray]:
     """The env's own `rgb_array` pictures of one greedy episode, the first and the last included (at most
-    `max_frames`). Raises ValueError for an env that cannot draw itself."""
+    `max_frames`), each with a caption under it where the env's score counts rewarded steps or its info gives
+    a length (Snake: "apples 12 · length 15"). Raises ValueError for an env that cannot draw itself."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame-drawn envs: no display, no warning about one
     env = make_env(env_id, env_options, render_mode="rgb_array")
+    score = score_of(env_id)
     was_training = q_net.training
     q_net.train(False)
     try:
-        observation, _ = env.reset(seed=seed)
+        observation, info = env.reset(seed=seed)
         stacker = FrameStacker.for_space(1, env.observation_space, frame_stack)
         states = stacker.reset(observation[None])
-        pictures = [_picture(env.render(), env_id)]
+        rewarded = 0
+        pictures = [_captioned(_picture(env.render(), env_id), _caption(score, rewarded, info))]
         rng = np.random.default_rng(seed)
         while len(pictures) < max_frames:
             action = int(epsilon_greedy(q_net, torch.from_numpy(states).to(device), 0.0, rng)[0])
-            observation, _, terminated, truncated, _ = env.step(action)
-            pictures.append(_picture(env.render(), env_id))
+            observation, reward, terminated, truncated, info = env.step(action)
+            rewarded += int(float(reward) > 0)
+            pictures.append(_captioned(_picture(env.render(), env_id), _caption(score, rewarded, info)))
             if terminated or truncated:
                 break
             states = stacker.push(observation[None], np.zeros(1, dtype=bool))
@@ -43,6 +49,28 @@ def greedy_episode_pictures(q_net: nn.Module, env_id: str, frame_stack: int = 1,
     finally:
         q_net.train(was_training)
         env.close()
+
+
+def _caption(score: Score, rewarded: int, info: dict) -> str:
+    """What a picture's caption says: the score so far by its name where it counts rewarded steps, and the
+    length the env's info gives (the snake's)."""
+    parts = [f"{score.name} {rewarded}"] if score.rewarded_steps else []
+    if "length" in info:
+        parts.append(f"length {int(info['length'])}")
+    return "  ".join(parts)
+
+
+def _captioned(picture: np.ndarray, caption: str) -> np.ndarray:
+    """`picture` with `caption` written in a strip under it (in PIL's own small font); unchanged without one."""
+    if not caption:
+        return picture
+    from PIL import Image, ImageDraw
+
+    height, width = picture.shape[:2]
+    canvas = Image.new("RGB", (width, height + CAPTION_HEIGHT), (0x10, 0x15, 0x1c))
+    canvas.paste(Image.fromarray(picture), (0, 0))
+    ImageDraw.Draw(canvas).text((4, height + 3), caption, fill=(0xe6, 0xe6, 0xe6))
+    return np.asarray(canvas)
 
 
 def _picture(frame: object, env_id: str) -> np.ndarray:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -18,10 +20,13 @@ from ddq.gamesim.envs import EnvOptions, make_vector_env
 
 @dataclass
 class Evaluation:
-    """Per-episode returns and counts of positively rewarded steps (apples, in Snake)."""
+    """Per-episode returns and counts of positively rewarded steps (apples, in Snake), and how many episodes
+    ended each way, by the names an env that says so gives in its info's "ending" (Snake: "hit its body",
+    ...; empty for envs that do not)."""
 
     returns: list[float]
     rewarded_steps: list[int]
+    endings: dict[str, int] = field(default_factory=dict)
 
     @property
     def mean_return(self) -> float:
@@ -33,22 +38,22 @@ class Evaluation:
 
 
 def _play(q_net: nn.Module, envs: VectorEnv, frame_stack: int, epsilon: float, seed: int | None,
-          device: torch.device | str) -> Generator[tuple[np.ndarray, ...], None, None]:
+          device: torch.device | str) -> Generator[tuple[Any, ...], None, None]:
     """Steps `envs` with (near-)greedy actions for as long as the caller reads: yields the first
-    observations, then (observations, rewards, terminated, truncated) of each vector step."""
+    (observations, info), then (observations, rewards, terminated, truncated, info) of each vector step."""
     was_training = q_net.training
     q_net.train(False)  # inference mode for layers such as dropout
     try:
-        frames, _ = envs.reset(seed=seed)
-        yield (frames,)
+        frames, info = envs.reset(seed=seed)
+        yield frames, info
         stacker = FrameStacker.for_space(envs.num_envs, envs.single_observation_space, frame_stack)
         states = stacker.reset(frames)
         rng = np.random.default_rng(seed)
         no_restart = np.zeros(envs.num_envs, dtype=bool)
         while True:
             actions = epsilon_greedy(q_net, torch.from_numpy(states).to(device), epsilon, rng)
-            frames, rewards, terminated, truncated, _ = envs.step(actions)
-            yield frames, rewards, terminated, truncated
+            frames, rewards, terminated, truncated, info = envs.step(actions)
+            yield frames, rewards, terminated, truncated, info
             states = stacker.push(frames, no_restart)
     finally:
         q_net.train(was_training)
@@ -63,36 +68,58 @@ def evaluate(q_net: nn.Module, env_id: str, episodes: int, frame_stack: int = 1,
     returns = np.zeros(episodes)
     rewarded = np.zeros(episodes, dtype=np.int64)
     done = np.zeros(episodes, dtype=bool)
+    endings: Counter[str] = Counter()
     try:
         with contextlib.closing(_play(q_net, envs, frame_stack, epsilon, seed, device)) as steps:
             next(steps)
-            for _, rewards, terminated, truncated in steps:
+            for _, rewards, terminated, truncated, info in steps:
                 returns += np.where(done, 0.0, rewards)
                 rewarded += ~done & (rewards > 0)
-                done |= terminated | truncated
+                ends = ~done & (terminated | truncated)
+                if "ending" in info:
+                    endings.update(str(name) for name in np.asarray(info["ending"])[ends])
+                done |= ends
                 if done.all() or (should_stop is not None and should_stop()):
                     break
-        return Evaluation(returns.tolist(), rewarded.tolist())
+        return Evaluation(returns.tolist(), rewarded.tolist(), dict(sorted(endings.items())))
     finally:
         envs.close()
+
+
+@dataclass
+class ReplayedEpisode:
+    """One greedy episode as a replay shows it, frame by frame: the observations (for Snake the board
+    images), the rewarded steps so far (Snake's apples eaten), and the length the env's info gives (the
+    snake's; None for envs that give none)."""
+
+    frames: list[np.ndarray]
+    rewarded_steps: list[int]
+    lengths: list[int] | None
 
 
 def greedy_episode_frames(q_net: nn.Module, env_id: str, frame_stack: int = 1,
                           env_options: EnvOptions | None = None, seed: int | None = None,
-                          max_frames: int = 2000, device: torch.device | str = "cpu") -> list[np.ndarray]:
-    """The observations of one greedy episode, the first and the last included (at most `max_frames`):
-    what a replay of the agent shows. For Snake each is the board image."""
+                          max_frames: int = 2000, device: torch.device | str = "cpu") -> ReplayedEpisode:
+    """One greedy episode, the first frame and the last included (at most `max_frames`): what a replay of
+    the agent shows."""
     envs = make_vector_env(env_id, 1, env_options)
     try:
         with contextlib.closing(_play(q_net, envs, frame_stack, 0.0, seed, device)) as steps:
-            frames = [_board(next(steps)[0][0])]
-            for observations, _, terminated, truncated in steps:
+            observations, info = next(steps)
+            frames, rewarded, lengths = [_board(observations[0])], [0], [_length(info)]
+            for observations, rewards, terminated, truncated, info in steps:
                 frames.append(_board(observations[0]))
+                rewarded.append(rewarded[-1] + int(rewards[0] > 0))
+                lengths.append(_length(info))
                 if terminated[0] or truncated[0] or len(frames) >= max_frames:
                     break
-        return frames
+        return ReplayedEpisode(frames, rewarded, None if None in lengths else cast(list[int], lengths))
     finally:
         envs.close()
+
+
+def _length(info: dict[str, Any]) -> int | None:
+    return int(np.asarray(info["length"])[0]) if "length" in info else None
 
 
 def _board(observation: np.ndarray) -> np.ndarray:

@@ -9,9 +9,10 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from ddq.gamesim.snake_engine import APPLE, EMPTY, HEAD, NECK, TAIL, WALL, SnakeEngine
+from ddq.gamesim.snake_engine import APPLE, EMPTY, ENDINGS, HEAD, NECK, TAIL, WALL, SnakeEngine
 
 _RGB_SCALE = 16  # pixels per cell in rgb_array frames, so a person can see them
+_ENDING_NAMES = np.array(ENDINGS)
 
 
 def _board_colors() -> np.ndarray:
@@ -71,7 +72,9 @@ class SnakeEnv(gym.Env):
                 bool(truncated[0]), self._info())
 
     def _info(self) -> dict[str, Any]:
-        return {"length": int(self.engine.length[0])}
+        """The snake's length, and on the step its game ends how it ended (`ENDINGS`: "hit its body", ...)."""
+        ending = int(self.engine.ending[0])
+        return {"length": int(self.engine.length[0]), **({"ending": ENDINGS[ending]} if ending else {})}
 
     def render(self):
         if self.render_mode == "ansi":
@@ -111,11 +114,16 @@ class SnakeVectorEnv(VectorEnv):
             self._stream_started = True
         self.engine.reset(np.ones(self.num_envs, dtype=bool))
         self._needs_reset[:] = False
-        return self.engine.render()[..., None], {}
+        return self.engine.render()[..., None], self._info()
 
     def step(self, actions):
         resetting = self._needs_reset.copy()
         reward, terminated, truncated = self.engine.step(actions, active=~resetting)
         self.engine.reset(resetting)
         self._needs_reset = terminated | truncated
-        return self.engine.render()[..., None], reward, terminated, truncated, {}
+        return self.engine.render()[..., None], reward, terminated, truncated, self._info()
+
+    def _info(self) -> dict[str, Any]:
+        """Each game's snake length, and how each game that ended this step ended (`ENDINGS`' name, "" for
+        a game still playing)."""
+        return {"length": self.engine.length.copy(), "ending": _ENDING_NAMES[self.engine.ending]}

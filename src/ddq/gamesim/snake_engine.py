@@ -37,6 +37,9 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 INITIAL_LENGTH = 3
+# How a game ended, by code (0: it has not): the engine notes it on the step the game ends.
+ENDINGS = ("", "filled the board", "hit a wall", "hit its body", "step limit")
+PLAYING, FILLED, HIT_WALL, HIT_BODY, STEP_LIMIT = range(len(ENDINGS))
 
 
 def stream_state_from_seed(seed: int | None) -> np.uint64:
@@ -67,6 +70,7 @@ class SnakeEngine:
         self.length = np.zeros(num_games, dtype=np.int16)
         self.apple = np.zeros(num_games, dtype=np.int64)  # flat cell index, -1 when the board is full
         self.steps_since_apple = np.zeros(num_games, dtype=np.int64)
+        self.ending = np.zeros(num_games, dtype=np.int8)  # ENDINGS' code of how each game ended, 0 while it plays
         self.stream = np.zeros(num_games, dtype=np.uint64)
         self._games = np.arange(num_games)
         self._board = np.full((num_games, size + 2, size + 2), WALL, dtype=np.uint8)
@@ -100,6 +104,7 @@ class SnakeEngine:
         self.direction[games] = EAST
         self.length[games] = INITIAL_LENGTH
         self.steps_since_apple[games] = 0
+        self.ending[games] = PLAYING
         self._place_apples(games)
 
     def step(self, actions: np.ndarray, active: np.ndarray | None = None):
@@ -142,6 +147,8 @@ class SnakeEngine:
         starves = hungry if self.starving_dies else np.zeros_like(hungry)
         reward = eats.astype(np.float32) - (dies | starves).astype(np.float32)
         terminated = dies | won | starves
+        self.ending = np.select([won, off_grid & dies, dies, hungry],
+                                [FILLED, HIT_WALL, HIT_BODY, STEP_LIMIT], self.ending).astype(np.int8)
         return reward, terminated, hungry & ~starves
 
     def _place_apples(self, games: np.ndarray) -> np.ndarray:

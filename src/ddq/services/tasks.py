@@ -123,15 +123,18 @@ def evaluate_snapshot(episodes: int | None = None) -> dict | None:
 
 
 def _board_episode(network: torch.nn.Module, seed: int, palette: dict[str, str]) -> dict:
-    """One greedy episode's board images (uint8 gray levels, base64) and the `palette` they are painted
-    with, for the dashboard to replay."""
+    """One greedy episode's board images (uint8 gray levels, base64), the `palette` they are painted with,
+    and frame by frame the score so far and the env's length where it gives one (the snake's), for the
+    dashboard to replay."""
     from ddq.core.evaluate import greedy_episode_frames
 
     options = dataclasses.replace(CONFIG.agent.env_options, step_latency_ms=0.0)  # a replay need not sleep
-    frames = greedy_episode_frames(network, CONFIG.agent.env, CONFIG.agent.frame_stack, options, seed=seed,
-                                   max_frames=EPISODE_FRAMES_LIMIT)
+    episode = greedy_episode_frames(network, CONFIG.agent.env, CONFIG.agent.frame_stack, options, seed=seed,
+                                    max_frames=EPISODE_FRAMES_LIMIT)
+    frames = episode.frames
     return {"side": int(frames[0].shape[0]), "count": len(frames),
-            "frames": base64.b64encode(np.stack(frames).tobytes()).decode(), "palette": palette}
+            "frames": base64.b64encode(np.stack(frames).tobytes()).decode(), "palette": palette,
+            "scores": episode.rewarded_steps, "lengths": episode.lengths}
 
 
 @app.task(name="ddq.tasks.archive_snapshot")

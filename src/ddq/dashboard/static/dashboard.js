@@ -312,7 +312,7 @@ function showFirstLayer(layer) {
 // Each new episode plays through once, then holds its last frame (a click plays it again): every
 // animated frame costs a browser without GPU compositing a repaint, taken from training's CPU.
 const replay = { frames: null, side: 0, count: 0, index: 0, timer: null, palette: {}, colors: {},
-                 onScreen: false, playing: false };
+                 onScreen: false, playing: false, scores: null, lengths: null };
 
 function showReplay(episode) {
   const note = document.getElementById("replay-note");
@@ -320,7 +320,8 @@ function showReplay(episode) {
   if (episode.version === ddq.replayVersion) return;
   ddq.replayVersion = episode.version;
   Object.assign(replay, { frames: decodeBytes(episode.frames), side: episode.side, count: episode.count, index: 0,
-                          palette: episode.palette || {}, colors: {}, playing: true });
+                          palette: episode.palette || {}, colors: {}, playing: true,
+                          scores: episode.scores || null, lengths: episode.lengths || null });
   note.textContent = `snapshot version ${episode.version}, greedy return ${fmt(episode.mean_return)} (mean), ` +
                      `${episode.count} frames; click to replay`;
   drawReplayFrame(true);
@@ -348,8 +349,20 @@ function drawReplayFrame(always = false) {
     pixels.set(replay.colors[level] || (replay.colors[level] = rgba(replay.palette[level], level)), 4 * p);
   }
   canvas.getContext("2d").putImageData(replay.image, 0, 0);
+  showReplayCount(replay.index);
   if (replay.index < count - 1) replay.index += 1;
   else replay.playing = false;
+}
+
+// Under the board, frame by frame: the score so far by its name where it counts rewarded steps, and the
+// length the env's info gives, where it gives one.
+function showReplayCount(index) {
+  const { scores, lengths } = replay;
+  const score = (ddq.run && ddq.run.score) || { name: "return", rewarded_steps: false };
+  const parts = [];
+  if (scores && score.rewarded_steps) parts.push(`${score.name} ${scores[index]}`);
+  if (lengths) parts.push(`length ${lengths[index]}`);
+  document.getElementById("replay-count").textContent = parts.join(" · ");
 }
 
 function rgba(hex, level) {  // "#rrggbb" from the palette, else the gray level itself
