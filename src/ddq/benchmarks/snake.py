@@ -1,4 +1,4 @@
-"""`ddq bench snake`: the Snake ablation, what each of `make run`'s settings and each change tried buys in greedy apples.
+"""`ddq bench snake`: the Snake ablation, what each of `make run`'s settings and each change tried buys in apples.
 
 Each row trains with the settings `make run` uses (a config file,
 `configs/smart-snake.toml`) with one change: a setting undone (up to the
