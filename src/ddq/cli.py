@@ -212,7 +212,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 PLUMBING = """processes ddq starts itself (each has its own --help):
   param-server  one shard of a run's parameter server (downpour)
   learner       the central learner of an actor-learner run
-  barista serve a long-lived Barista over HTTP, for the dummy client or Spark tasks
+  barista serve
+                a long-lived Barista over HTTP, for the dummy client or Spark tasks
 
 Give --debug (anywhere) to see the traceback of an error."""
 
