@@ -171,8 +171,10 @@ def test_killed_redis_then_weights_owner_then_worker_are_each_replaced_and_the_r
     wait_for_progress(run_dir, process, log, 2_000)
     os.kill(child_named(process.pid, "redis-server"), signal.SIGKILL)
     wait_for_progress(run_dir, process, log, 4_500)
-    if mode == "actor-learner":
-        wait_for(lambda: (run_dir / "learner.pt").exists(), process)  # its first snapshot (every 1000 updates)
+    # the owner's first snapshot (every 1,000 updates), which its restart is asserted to resume from: under
+    # load the shard could be killed before it, and restarted from version 0
+    first_snapshot = "learner.pt" if mode == "actor-learner" else "param-server-shard0.pt"
+    wait_for(lambda: (run_dir / first_snapshot).exists(), process)
     owner, owner_log = ("parameter-server shard 0", "param-server-0.log") if mode == "downpour" else \
         ("the learner", "learner.log")
     os.kill(child_named(process.pid, "param-server" if mode == "downpour" else "learner"), signal.SIGKILL)
