@@ -19,9 +19,9 @@ from pathlib import Path
 _PR_SET_PDEATHSIG = 1
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
+RESTART_WINDOW_S = 600.0  # a process restarted max_restarts times within this long ends the run at its next death
 # Messages of tens of megabytes: glibc would hand each one fresh mmapped pages (a page fault per
 # 4 KiB, several times the cost of the copy itself) and return them at once; these keep the heap.
-RESTART_WINDOW_S = 600.0  # a process restarted max_restarts times within this long ends the run at its next death
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**31)}
 
 

@@ -147,8 +147,11 @@ class SnakeEngine:
         starves = hungry if self.starving_dies else np.zeros_like(hungry)
         reward = eats.astype(np.float32) - (dies | starves).astype(np.float32)
         terminated = dies | won | starves
-        self.ending = np.select([won, off_grid & dies, dies, hungry],
-                                [FILLED, HIT_WALL, HIT_BODY, STEP_LIMIT], self.ending).astype(np.int8)
+        # the four are exclusive, and most steps end no game: masked writes, no array built per step
+        self.ending[won] = FILLED
+        self.ending[dies & off_grid] = HIT_WALL
+        self.ending[dies & ~off_grid] = HIT_BODY
+        self.ending[hungry] = STEP_LIMIT
         return reward, terminated, hungry & ~starves
 
     def _place_apples(self, games: np.ndarray) -> np.ndarray:

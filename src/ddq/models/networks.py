@@ -75,8 +75,13 @@ def nature_dqn(channels: int, height: int, width: int, num_actions: int) -> nn.S
     )
 
 
+SMALL_CONV = (16, 32, 128)  # the small conv net's two conv layers' channels and its hidden layer's units
+# The board-planes nets by name: "snake-conv-wide" has twice the small conv net's channels and units
+BOARD_NETS = {"snake-conv": SMALL_CONV, "snake-conv-wide": (32, 64, 256)}
+
+
 def small_conv(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False,
-               inputs: nn.Module | None = None, widths: tuple[int, int, int] = (16, 32, 128)) -> nn.Sequential:
+               inputs: nn.Module | None = None, widths: tuple[int, int, int] = SMALL_CONV) -> nn.Sequential:
     """A conv net sized for small boards (Snake's 12x12): conv 16 3x3 - conv 32 3x3/2 - fc 128 (`widths`).
 
     Two 3x3 layers see each cell with its neighbours (the head next to a wall, the neck, the apple);
@@ -97,15 +102,13 @@ def small_conv(channels: int, height: int, width: int, num_actions: int, layer_n
 
 
 def board_planes_conv(height: int, width: int, num_actions: int, layer_norm: bool = False,
-                      widths: tuple[int, int, int] = (16, 32, 128)) -> nn.Sequential:
+                      widths: tuple[int, int, int] = SMALL_CONV) -> nn.Sequential:
     """The small conv net over Snake's board split into planes (walls, apple, head, body, the body's order):
     the first layer need not tell gray levels apart, and a long snake's order (a few levels a segment)
     is spread over [0, 1]. `widths`: its two conv layers' channels and its hidden layer's units."""
     planes = BoardPlanes(*BOARD_PLANES)
     return small_conv(planes.planes, height, width, num_actions, layer_norm, inputs=planes, widths=widths)
 
-
-WIDE_BOARD = (32, 64, 256)  # "snake-conv-wide": twice the small conv net's channels and units
 
 
 def minatar_dqn(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
@@ -129,7 +132,7 @@ def with_dueling_head(network: nn.Module, source: str) -> nn.Module:
     return network
 
 
-BUILDERS = ("auto", "mlp", "small-conv", "snake-conv", "snake-conv-wide", "minatar", "deepq", "nature")
+BUILDERS = ("auto", "mlp", "small-conv", *BOARD_NETS, "minatar", "deepq", "nature")
 ZOO = Path(__file__).with_name("zoo")  # the definitions ddq ships; the repository's models/ links here
 
 
@@ -202,11 +205,10 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
         return deepq(channels, height, width, num_actions)
     if name == "small-conv":
         return small_conv(channels, height, width, num_actions, layer_norm)
-    if name in ("snake-conv", "snake-conv-wide"):
+    if name in BOARD_NETS:
         if channels != 1:
             raise ValueError(f"model {name!r} reads one {BOARD_GAME} board per state, got {channels} channels")
-        return board_planes_conv(height, width, num_actions, layer_norm,
-                                 WIDE_BOARD if name == "snake-conv-wide" else (16, 32, 128))
+        return board_planes_conv(height, width, num_actions, layer_norm, BOARD_NETS[name])
     if name == "minatar":
         return minatar_dqn(channels, height, width, num_actions, layer_norm)
     return nature_dqn(channels, height, width, num_actions)
