@@ -17,6 +17,7 @@ from ddq.gamesim.spec import Score, score_of
 FRAMES_PER_SECOND = 10
 LONGEST_SIDE = 320  # pixels: larger pictures (CartPole's 600x400) are thinned, so GIFs stay small and quick
 CAPTION_HEIGHT = 16  # pixels of the strip under a picture that says the score so far
+PALETTE_SAMPLES = 16  # frames whose colours make the GIF's one palette
 
 
 def greedy_episode_pictures(q_net: nn.Module, env_id: str, frame_stack: int = 1,
@@ -84,7 +85,11 @@ def write_gif(pictures: list[np.ndarray], path: str | Path, fps: int = FRAMES_PE
     """`pictures` (height, width, 3 uint8) as a looping GIF; the last one is held for a second."""
     from PIL import Image
 
-    images = [Image.fromarray(picture) for picture in pictures]
+    # one palette for every frame, drawn from frames across the episode: PIL's own choice of a palette per
+    # frame took 1.4 s of a 400-frame CartPole GIF, at the end of every run; mapping onto a shared one, 0.3 s
+    sample = pictures[::max(1, -(-len(pictures) // PALETTE_SAMPLES))]
+    palette = Image.fromarray(np.concatenate(sample, axis=0)).quantize(colors=255, method=Image.Quantize.MEDIANCUT)
+    images = [Image.fromarray(picture).quantize(palette=palette, dither=Image.Dither.NONE) for picture in pictures]
     durations = [1000 // fps] * (len(images) - 1) + [1000]
     path = Path(path)
     images[0].save(path, save_all=True, append_images=images[1:], duration=durations, loop=0, optimize=False)
