@@ -23,6 +23,7 @@ import pyspark
 import pytest
 
 from ddq.modes.driver import JOB_CANCEL_WAIT_S
+from ddq.modes.spark import LOCAL_JVM_OPTIONS
 from ddq.transport.redis_server import redis_server_binary
 from ddq.transport.tls import make_server_certificates
 from hosts import TestHosts, deps_only_python, executor_environment, skip_unless_root
@@ -50,12 +51,17 @@ class Cluster:
         self.conf_dir.mkdir(mode=0o700)
         defaults = self.conf_dir / "spark-defaults.conf"
         defaults.touch(mode=0o600)
+        # and, as ddq gives a local master's JVM, a light JIT and collector to the driver's and executors'
+        # JVMs, which only launch and feed Python: on a 2-core machine their start-up took the cores
         defaults.write_text(f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(16)}\n"
-                            "spark.network.crypto.enabled true\n")
+                            "spark.network.crypto.enabled true\n"
+                            f"spark.driver.defaultJavaOptions {LOCAL_JVM_OPTIONS}\n"
+                            f"spark.executor.defaultJavaOptions {LOCAL_JVM_OPTIONS}\n")
 
     def spark_env(self, host: str) -> dict[str, str]:
         return {"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": self.hosts.address(host),
-                "PYSPARK_PYTHON": str(self.python), "SPARK_CONF_DIR": str(self.conf_dir)}
+                "PYSPARK_PYTHON": str(self.python), "SPARK_CONF_DIR": str(self.conf_dir),
+                "SPARK_DAEMON_JAVA_OPTS": LOCAL_JVM_OPTIONS}
 
     def start(self) -> None:
         h = self.hosts

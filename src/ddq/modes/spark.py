@@ -168,7 +168,8 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
 
     conf = SparkConf() if master is None else SparkConf().setMaster(master)
     if master is not None and master.startswith("local"):
-        conf = conf.setIfMissing("spark.driver.defaultJavaOptions", LOCAL_JVM_OPTIONS)
+        conf = (conf.setIfMissing("spark.driver.defaultJavaOptions", LOCAL_JVM_OPTIONS)
+                .setIfMissing("spark.python.daemon.module", "ddq.modes.spark_daemon"))
     if driver_host is not None:
         conf = conf.set("spark.driver.host", driver_host).set("spark.driver.bindAddress", bind or driver_host)
     return (conf.setAppName(app).set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
