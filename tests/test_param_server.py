@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,9 +127,11 @@ def test_tcp_redis_binds_loopback_and_urls_carry_passwords():
 
 
 def test_embedded_redis_dies_with_the_process_that_started_it(tmp_path):
-    code = "from ddq.transport.redis_server import EmbeddedRedis; import time; r = EmbeddedRedis(); print(r.pid, flush=True); time.sleep(60)"
+    code = ("from ddq.transport.redis_server import EmbeddedRedis; import time; r = EmbeddedRedis(); "
+            "print(r.pid, r.folder, flush=True); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    redis_pid = int(parent.stdout.readline())
+    pid, folder = parent.stdout.readline().split()
+    redis_pid = int(pid)
     os.kill(redis_pid, 0)
     parent.send_signal(signal.SIGKILL)
     parent.wait()
@@ -140,6 +143,8 @@ def test_embedded_redis_dies_with_the_process_that_started_it(tmp_path):
         except FileNotFoundError:
             return True
     wait_for(gone, 10, "the orphaned redis-server to exit")
+    assert not (Path(folder) / "redis.sock").exists()  # it shut down, removing its socket
+    shutil.rmtree(folder)  # its log: what the killed parent would have removed, and this test made
 
 
 # ------------------------------------------------------------------ updates
