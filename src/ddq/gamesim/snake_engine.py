@@ -147,7 +147,8 @@ class SnakeEngine:
         starves = hungry if self.starving_dies else np.zeros_like(hungry)
         reward = eats.astype(np.float32) - (dies | starves).astype(np.float32)
         terminated = dies | won | starves
-        # the four are exclusive, and most steps end no game: masked writes, no array built per step
+        # the four are exclusive (won and hungry games moved; dead ones did not): writes in place, where
+        # np.select built a new array of every game's code each step
         self.ending[won] = FILLED
         self.ending[dies & off_grid] = HIT_WALL
         self.ending[dies & ~off_grid] = HIT_BODY

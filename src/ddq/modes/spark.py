@@ -19,7 +19,7 @@ TASK_RETRIES = 4
 SPARK_STOP_WAIT_S = 15.0
 # A local master's JVM schedules a few tasks that last the run and answers py4j: its optimising compiler and
 # parallel collector only take cores from the workers (a 2,000-step CartPole downpour run: 8.7 CPU-seconds
-# of the JVM's, 4.8 with these). Spark's defaultJavaOptions, so that a user's extraJavaOptions still apply.
+# of the JVM's, 3.9-4.8 with these). Spark's defaultJavaOptions, so that a user's extraJavaOptions still apply.
 LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # pyspark checks pandas' version as it starts a context, and warns of pandas 3: ddq runs no pandas code on Spark
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
@@ -222,7 +222,7 @@ def warm_workers(context: Any, workers: int) -> None:
 
 
 def _import_a_worker(_rows: Iterator) -> Iterator[int]:
-    import ddq.workers.barista  # noqa: F401  (torch, the envs, the core)
+    import ddq.modes.spark_daemon  # noqa: F401  (what every task imports; free in a worker forked from it)
 
     yield 0
 

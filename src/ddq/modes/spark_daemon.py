@@ -4,7 +4,8 @@ Spark starts one daemon per executor and forks a Python worker from it for each 
 daemon imports only pyspark, so every worker then imported torch and the envs itself (about 1.5 CPU-seconds
 each, taken from the cores that train). This one imports them first: a forked worker starts with them
 (`spark.python.daemon.module`). Nothing here runs a torch operation, so no thread pool exists to be forked.
-A cluster's executors keep pyspark's daemon: ddq reaches them with the job, after their daemon started.
+A cluster's executors keep pyspark's daemon: ddq reaches them with the job, after their daemon started;
+there `warm_workers` imports this module in each worker instead.
 """
 
 from __future__ import annotations
