@@ -218,15 +218,17 @@ def test_spark_submit_with_what_ddq_package_writes_under_latency_on_every_redis_
         assert list((h.tmp(host) / "spark-work").rglob("environment/bin/python")), f"no archive unpacked on {host}"
 
 
-def wait_for_worker_steps(cluster: Cluster, name: str, worker: int, env_steps: int, timeout: float = 180) -> None:
-    """Until the driver logged an episode of `worker` ended past `env_steps` (a condition, not a time)."""
+def wait_for_worker_steps(cluster: Cluster, name: str, worker: int, env_steps: int, timeout: float = 180,
+                          episodes: int = 1) -> None:
+    """Until the driver logged `episodes` episodes of `worker` ended past the run's `env_steps` (a condition,
+    not a time)."""
     metrics = cluster.hosts.tmp("h0") / name / "metrics.jsonl"
     deadline = time.monotonic() + timeout
     while True:
         assert time.monotonic() < deadline, f"worker {worker} never passed {env_steps} env steps:\n" + \
             cluster.log(name)[-3000:]
-        if metrics.exists() and any(point.get("worker") == worker and point.get("env_steps", 0) > env_steps
-                                    for point in map(json.loads, metrics.read_text().splitlines()[-200:])):
+        if metrics.exists() and sum(point.get("worker") == worker and point.get("env_steps", 0) > env_steps
+                                    for point in map(json.loads, metrics.read_text().splitlines()[-500:])) >= episodes:
             return
         time.sleep(0.2)
 
@@ -291,16 +293,18 @@ def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_re
     assert ended_after < 15 + JOB_CANCEL_WAIT_S + 30, ended_after
     assert (cluster.hosts.tmp("h0") / name / "checkpoint.pt").exists() and summary["env_steps"] < 200000
     cluster.wait_for_workers()  # the worker daemons register with the master again
-    budget = summary["env_steps"] + 3000
+    budget = summary["env_steps"] + 4000
     # the resumed session rides out a Redis restart, which under the suite's load once kept the workers from
     # adding a step for longer than the first session's 15 s: the resumed session is given 120 s
     resumed = cluster.start_training(name, "--resume", f"/tmp/{name}", "--total-steps", str(budget),
                                      "--stall-timeout", "120")
     # and its private Redis, serving the executors over TLS, is killed once mid-run: restarted from its
     # snapshot, it is reached again at the same address, password and certificate
-    # once both workers play (worker 1 ended an episode of the resumed run): a worker still starting when
-    # Redis died was seen once to fail its task (Spark retried it, which the assertion below counts)
-    wait_for_worker_steps(cluster, name, 1, summary["env_steps"])
+    # once both workers play: a worker in its first second when Redis died was seen twice in full suites
+    # to fail its task (Spark retried it, which the assertion below counts), once after its first episode
+    # of the resumed run; 20 episodes are a few seconds of play. (Killed that early on one host, a worker
+    # rides it out: it is not understood, and the assertion's message shows what Spark said of the task.)
+    wait_for_worker_steps(cluster, name, 1, summary["env_steps"], episodes=20)
     wait_for_worker_steps(cluster, name, 0, summary["env_steps"] + 1000)
     os.kill(child_named(resumed.pid, "redis-server"), signal.SIGKILL)
     first_session = len(log)
@@ -309,8 +313,9 @@ def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_re
     assert code == 0, log[-4000:]
     assert after["stop_reason"] == "step budget spent" and after["env_steps"] >= budget
     assert after["restarts"] == {"redis-server": 1} and "ddq: error" not in log, log[-3000:]
+    spark_log = (cluster.hosts.tmp("h0") / name / "spark.log").read_text(errors="replace")
     assert [(w["worker"], w["attempt"]) for w in after["workers"]] == [(0, 0), (1, 0)], (  # no task failed
-        after["workers"], log[-4000:])
+        after["workers"], spark_log[spark_log.find("Lost task"):][:6000])
 
 
 def test_a_worker_hosts_link_cut_for_good_mid_run_is_redone_elsewhere_and_the_run_completes(cluster):
