@@ -132,18 +132,29 @@ def chaos_run(cluster: Cluster, chaos: Chaos, mode: str, minutes: float, every: 
     cluster.wait_for_workers()
     resumed = cluster.start_training(name, "--resume", f"/tmp/{name}", "--total-steps", str(budget))
     code2, after, log2 = cluster.finish(name, resumed, timeout=600)
-    cut_off = {pid for host in chaos.cut_off for pid in cluster.hosts.pids(host)}  # out of anyone's reach
+    # a cluster's executors are its worker daemons' to stop once the driver ended its application: what is left
+    # is looked for once the master counts every core free again
+    cluster.wait_for_workers()
+    where = {pid: host for host in cluster.hosts.names for pid in cluster.hosts.pids(host)}
+    cut_off = {pid for pid, host in where.items() if host in chaos.cut_off}  # out of anyone's reach
     left = {pid for run in run_ids(log2) for pid in processes_mentioning(run)} | set(processes_mentioning(f"/tmp/{name}"))
     return {"mode": mode, "faults": faults, "interrupted": code, "resumed": code2, "budget": budget, "first": first,
-            "after": after, "left_running": [command_of(pid) for pid in sorted(left - cut_off)],
-            "left_on_cut_off_hosts": [command_of(pid) for pid in sorted(left & cut_off)], "log_tail": log2[-2000:]}
+            "after": after, "left_running": [command_of(pid, where) for pid in sorted(left - cut_off)],
+            "left_on_cut_off_hosts": [command_of(pid, where) for pid in sorted(left & cut_off)],
+            "log_tail": log2[-2000:]}
 
 
-def command_of(pid: int) -> str:
+def command_of(pid: int, where: dict[int, str]) -> str:
+    """The process's host, its parent and its command line, a JVM's by its main class."""
     try:
-        return f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        with open(f"/proc/{pid}/stat") as stat:
+            parent = stat.read().rsplit(")", 1)[1].split()[1]
     except OSError:
         return f"{pid}: (gone)"
+    if "-cp" in words:  # java -cp <classpath> [options] <main class> <arguments>
+        words = [words[0], *(word for word in words[words.index("-cp") + 2:] if not word.startswith("-X"))]
+    return f"{pid} on {where.get(pid, 'no test host')}, parent {parent}: " + " ".join(words)[:300]
 
 
 def checks(result: dict) -> dict[str, bool | None]:
