@@ -6,6 +6,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# The files that take a third of the suite's time between them (the cross-host one, 7 tests, about 7 minutes of
+# one xdist worker's). They start first, so that neither is what one worker still runs while the other idles.
+LONGEST_FIRST = ("test_across_hosts.py", "test_failures.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The order the workers take files in: LONGEST_FIRST, then files with more tests before those with fewer
+    (as xdist orders them by itself)."""
+    tests_in: dict[str, int] = {}
+    for item in items:
+        tests_in[item.path.name] = tests_in.get(item.path.name, 0) + 1
+
+    def rank(item: pytest.Item) -> tuple[int, int, str]:
+        name = item.path.name
+        return (LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST), -tests_in[name], name)
+
+    items.sort(key=rank)  # stable: a file's tests keep their order
+
 
 def run_ddq(*args: str, timeout: float = 600, cwd: Path | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
