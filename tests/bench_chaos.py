@@ -46,20 +46,22 @@ FAULTS = ("worker process killed", "link cut for 20 s", "host crashed, rebooted"
 OWNER = {"downpour": "param-server", "actor-learner": "learner"}  # `ddq <this>`: the JVM's app name has them too
 
 
+def parent_and_command(pid: int) -> tuple[int, bytes]:
+    """A live process's parent PID and its command line (NUL-separated); (0, b"") once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return parent, cmdline.read()
+    except (OSError, ValueError, IndexError):
+        return 0, b""
+
+
 def task_processes(hosts: TestHosts, host: str) -> list[int]:
     """The PIDs of `host`'s Python workers running a task: pyspark daemons' children (the daemon forks one
     per task)."""
-    def command(pid: int) -> tuple[int, bytes]:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                return parent, cmdline.read()
-        except (OSError, ValueError, IndexError):
-            return 0, b""
-
-    daemons = {pid for pid in hosts.pids(host) if b"pyspark.daemon" in command(pid)[1]}
-    return [pid for pid in daemons if command(pid)[0] in daemons]
+    daemons = {pid for pid in hosts.pids(host) if b"pyspark.daemon" in parent_and_command(pid)[1]}
+    return [pid for pid in daemons if parent_and_command(pid)[0] in daemons]
 
 
 class Chaos:
@@ -146,12 +148,10 @@ def chaos_run(cluster: Cluster, chaos: Chaos, mode: str, minutes: float, every: 
 
 def command_of(pid: int, where: dict[int, str]) -> str:
     """The process's host, its parent and its command line, a JVM's by its main class."""
-    try:
-        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        with open(f"/proc/{pid}/stat") as stat:
-            parent = stat.read().rsplit(")", 1)[1].split()[1]
-    except OSError:
+    parent, command = parent_and_command(pid)
+    if not command:
         return f"{pid}: (gone)"
+    words = command.decode(errors="replace").split("\0")
     if "-cp" in words:  # java -cp <classpath> [options] <main class> <arguments>
         words = [words[0], *(word for word in words[words.index("-cp") + 2:] if not word.startswith("-X"))]
     return f"{pid} on {where.get(pid, 'no test host')}, parent {parent}: " + " ".join(words)[:300]

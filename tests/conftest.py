@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,7 @@ LONGEST_FIRST = ("test_across_hosts.py", "test_failures.py")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The order the workers take files in: LONGEST_FIRST, then files with more tests before those with fewer
     (as xdist orders them by itself)."""
-    tests_in: dict[str, int] = {}
-    for item in items:
-        tests_in[item.path.name] = tests_in.get(item.path.name, 0) + 1
+    tests_in = Counter(item.path.name for item in items)
 
     def rank(item: pytest.Item) -> tuple[int, int, str]:
         name = item.path.name
@@ -94,8 +93,6 @@ def assert_best_is_the_best_evaluation(run_dir: Path) -> None:
     agent = ddq.load(run_dir / "best.pt")
     assert play_evaluation(agent.network, agent.config, best, torch.device("cpu")).mean_return == max(evaluations)
 
-
-import pytest
 
 
 @pytest.fixture

@@ -315,7 +315,7 @@ def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_re
     assert after["restarts"] == {"redis-server": 1} and "ddq: error" not in log, log[-3000:]
     spark_log = (cluster.hosts.tmp("h0") / name / "spark.log").read_text(errors="replace")
     assert [(w["worker"], w["attempt"]) for w in after["workers"]] == [(0, 0), (1, 0)], (  # no task failed
-        after["workers"], spark_log[spark_log.find("Lost task"):][:6000])
+        after["workers"], spark_log[spark_log.find("Lost task"):][:6000] if "Lost task" in spark_log else log[-4000:])
 
 
 def test_a_worker_hosts_link_cut_for_good_mid_run_is_redone_elsewhere_and_the_run_completes(cluster):
