@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -84,13 +85,14 @@ class Cluster:
             assert all(daemon.poll() is None for daemon in self.daemons), "a Spark daemon exited:\n" + logs
             time.sleep(0.2)
 
-    def wait_for_workers(self, timeout: float = 180) -> None:
-        """Until the master counts every worker alive with every core free (as after a cut link heals)."""
+    def wait_for_workers(self, timeout: float = 180, alive: int | None = None) -> None:
+        """Until the master counts every worker (or `alive` of them) alive with every core free (as after a
+        cut link heals)."""
         url = f"http://{self.hosts.address('h0')}:18080/json/"
         ask = f"import json, urllib.request; s = json.load(urllib.request.urlopen({url!r})); " \
               "print(s['aliveworkers'], s['coresused'])"
         deadline = time.monotonic() + timeout
-        while (answer := self.hosts.run("h0", [sys.executable, "-c", ask]).stdout.split()) != [str(len(self.workers)), "0"]:
+        while (answer := self.hosts.run("h0", [sys.executable, "-c", ask]).stdout.split()) != [str(alive or len(self.workers)), "0"]:
             assert time.monotonic() < deadline, f"the master has {answer} (alive workers, cores used)"
             time.sleep(1)
 
@@ -118,8 +120,8 @@ class Cluster:
         summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
         return code, summary, self.log(name)
 
-    def train(self, name: str, *flags: str) -> tuple[int, dict, str]:
-        return self.finish(name, self.start_training(name, *flags))
+    def train(self, name: str, *flags: str, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+        return self.finish(name, self.start_training(name, *flags, env=env))
 
 
 @pytest.fixture
@@ -300,10 +302,9 @@ def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_re
                                      "--stall-timeout", "120")
     # and its private Redis, serving the executors over TLS, is killed once mid-run: restarted from its
     # snapshot, it is reached again at the same address, password and certificate
-    # once both workers play: a worker in its first second when Redis died was seen twice in full suites
-    # to fail its task (Spark retried it, which the assertion below counts), once after its first episode
-    # of the resumed run; 20 episodes are a few seconds of play. (Killed that early on one host, a worker
-    # rides it out: it is not understood, and the assertion's message shows what Spark said of the task.)
+    # once both workers play, a few seconds in (20 episodes). Full suites saw worker 1's executor register
+    # late after the link healed: before ddq waited for a task slot per worker, its task ran after worker 0's
+    # (it played nothing), and once it was in its first second when Redis died (its task retried)
     wait_for_worker_steps(cluster, name, 1, summary["env_steps"], episodes=20)
     wait_for_worker_steps(cluster, name, 0, summary["env_steps"] + 1000)
     os.kill(child_named(resumed.pid, "redis-server"), signal.SIGKILL)
@@ -344,6 +345,33 @@ def test_a_worker_hosts_link_cut_for_good_mid_run_is_redone_elsewhere_and_the_ru
     assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"] <= summary["gradients_received"]
     assert summary["account"]["versions"] == [summary["account"]["applied"]] and summary["account"]["repeats"] == 0
     cluster.wait_for_workers()  # h1's worker daemon is back for the next test
+
+
+def test_a_worker_host_down_as_the_run_starts_is_waited_for_and_one_never_up_is_named(cluster):
+    """h2 is down as a run starts. Its daemon up once the master launched h1's executor: Spark holds the
+    tasks until h2's executor registered too, and both workers play side by side (on Spark's defaults a
+    cluster runs the tasks on the first executors to register: a worker whose executor came after the
+    budget was spent played nothing). h2 down for good (Spark told to wait 2 s): the driver says that
+    the executors offer fewer task slots than the run has workers."""
+    late = "of the 2 task slots the workers need"
+    cluster.hosts.crash("h2")
+    cluster.wait_for_workers(alive=1)
+    code, summary, log = cluster.train("h2-down", "--mode", "downpour", *DQN_PACE, "--total-steps", "500",
+                                       env={"PYSPARK_SUBMIT_ARGS": "--conf spark.scheduler.maxRegisteredResourcesWaitingTime=2s pyspark-shell"})
+    assert code == 0 and late in log, log[-4000:]
+    name = "h2-late"
+    driver = cluster.start_training(name, "--mode", "downpour", *DQN_PACE, "--total-steps", "3000", "--eval-every", "3000",
+                                    "--eval-episodes", "2")
+    deadline = time.monotonic() + 120
+    while not re.search(rf"Registered app ddq-{name}-.*\n(.*\n)*.*Launching executor", cluster.log("master")):
+        assert time.monotonic() < deadline and driver.poll() is None, cluster.log(name)[-3000:]
+        time.sleep(0.2)
+    cluster.daemons[cluster.workers.index("h2") + 1] = cluster.worker_daemon("h2")
+    code, summary, log = cluster.finish(name, driver)
+    assert code == 0 and late not in log, log[-4000:]
+    played = {row["worker"]: row["env_steps"] for row in summary["workers"]}
+    assert min(played.values()) > 500 and len(summary["workers"]) == 2, summary["workers"]
+    cluster.wait_for_workers()  # both hosts up for the next test
 
 
 def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(cluster):

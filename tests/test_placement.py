@@ -5,6 +5,7 @@ import pytest
 from ddq.core.settings import build_config
 from ddq.modes import placement as placement_module
 from ddq.modes.placement import LOOPBACK, placement
+from ddq.modes.spark import executor_wait
 
 TOWARD_MASTER = "198.18.74.1"
 
@@ -40,3 +41,10 @@ def test_listen_names_the_address_and_all_addresses_only_when_asked():
                                                                              "127.0.0.2", False)
     got = place(submitted=True, listen="198.18.74.9")  # spark-submit ships ddq itself (--py-files)
     assert (got.cluster, got.advertise, got.ship) == (True, "198.18.74.9", False)
+
+
+def test_a_clusters_tasks_wait_for_a_slot_per_worker_and_a_local_masters_need_not():
+    assert executor_wait("local[2,4]", 2, 1) == {}
+    assert executor_wait("spark://h0:7077", 3, 2) == {"spark.scheduler.minRegisteredResourcesRatio": "1.0",
+                                                      "spark.cores.max": "6"}
+    assert executor_wait("yarn", 3, 1) == {"spark.scheduler.minRegisteredResourcesRatio": "1.0"}

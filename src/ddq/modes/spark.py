@@ -176,10 +176,11 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
             .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true"))
 
 
-def start_context(conf: Any, log_path: Path | None, password: str | None = None) -> Any:
-    """Starts the JVM (its output into `log_path`, when given and ddq starts it) and the context on it. The
-    run's Redis `password` reaches the executors in their launch environment, when `password_route` allows:
-    set after the JVM started, as what the JVM starts with is on its command line."""
+def start_context(conf: Any, log_path: Path | None, password: str | None = None, workers: int = 1) -> Any:
+    """Starts the JVM (its output into `log_path`, when given and ddq starts it) and the context on it, once
+    a cluster's executors offer a task slot for each of the run's `workers` (`executor_wait`). The run's
+    Redis `password` reaches the executors in their launch environment, when `password_route` allows: set
+    after the JVM started, as what the JVM starts with is on its command line."""
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
@@ -197,11 +198,36 @@ def start_context(conf: Any, log_path: Path | None, password: str | None = None)
             conf.set(f"spark.executorEnv.{PASSWORD_VARIABLE}", password)
         else:
             print(f"ddq: {refused}", file=sys.stderr, flush=True)
+    for key, value in executor_wait(master, workers, int(settings.get("spark.task.cpus", "1"))).items():
+        if not settings.contains(key):  # an operator's spark-defaults.conf or spark-submit's say wins
+            conf.set(key, value)
     context = SparkContext(conf=conf, gateway=gateway)
     if not master.startswith("local"):  # executors have it from their launch; each task's function need not
         context.environment.pop(PASSWORD_VARIABLE, None)
     context.setLogLevel("ERROR")
     return context
+
+
+def executor_wait(master: str, workers: int, task_cpus: int) -> dict[str, str]:
+    """What makes Spark hold a cluster's tasks until its executors offer a slot for every worker (at most
+    spark.scheduler.maxRegisteredResourcesWaitingTime, 30 s by default). Without it Spark starts the tasks
+    on the first executor to register, and those beyond its cores wait for one to end: a downpour worker
+    that starts after the budget is spent plays nothing. A standalone master counts the cores it was asked
+    for (spark.cores.max, else none: no wait); YARN and Kubernetes the executors asked for. A local master's
+    cores are there from the start."""
+    if master.startswith("local"):
+        return {}
+    wait = {"spark.scheduler.minRegisteredResourcesRatio": "1.0"}
+    if master.startswith("spark://"):
+        wait["spark.cores.max"] = str(workers * task_cpus)  # and no more: ddq runs one task per worker
+    return wait
+
+
+def task_slots(context: Any) -> int:
+    """How many tasks the context's executors can run at once now (Spark's own count, as its barrier stages
+    check theirs)."""
+    spark = context._jsc.sc()
+    return spark.maxNumConcurrentTasks(spark.resourceProfileManager().defaultResourceProfile())
 
 
 def password_route(master: str, authenticated: bool, encrypted: bool) -> str | None:
@@ -253,7 +279,13 @@ class SparkStarting:
 
     def _start(self, log_path: Path | None, workers: int, ship: Callable[[Any], None]) -> None:
         try:
-            self.context = start_context(self.conf, log_path, self.password)
+            self.context = start_context(self.conf, log_path, self.password, workers)
+            slots = task_slots(self.context)
+            if slots < workers:
+                print(f"ddq: Spark's executors offer {slots} of the {workers} task slots the workers need (after "
+                      f"spark.scheduler.maxRegisteredResourcesWaitingTime): a worker without one starts once one "
+                      f"is free, perhaps after the budget is spent (are the workers' hosts up? is spark.cores.max "
+                      f"{workers} or more?)", file=sys.stderr, flush=True)
             ship(self.context)
             warm_workers(self.context, workers)
         except BaseException as error:  # the driver raises it where it waits for the context
