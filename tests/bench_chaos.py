@@ -1,11 +1,11 @@
 """A chaos run across test hosts (needs root): a run under a fault every so often, then Ctrl-C and a resume.
 
-    sudo .venv/bin/python tests/bench_chaos.py [--minutes 5] [--fault-every 30] [--seed 0]
+    sudo .venv/bin/python tests/bench_chaos.py [--minutes 5] [--fault-every 30] [--seed 0] [--topology private]
 
-A driver host (h0: the Spark master, `ddq train`, its private TLS Redis) and three worker hosts (h1-h3, a
-Spark worker daemon of one core each), with a spare (h4) that joins when a host is cut off for good. For
-each mode (downpour, then actor-learner; DQN on CartPole, a task per worker host) the run trains for
-`--minutes` while, every `--fault-every` seconds, a fault drawn at random (seeded) strikes:
+`--topology private`: a driver host (h0: the Spark master, `ddq train`, its private TLS Redis) and three
+worker hosts (h1-h3, a Spark worker daemon of one core each), with a spare (h4) that joins when a host is
+cut off for good. For each mode (downpour, then actor-learner; DQN on CartPole, a task per worker core) the
+run trains for `--minutes` while, every `--fault-every` seconds, a fault drawn at random (seeded) strikes:
 
 - a worker process SIGKILLed (a Barista or an actor, by PID);
 - a worker host's link cut for 20 s, then restored;
@@ -18,8 +18,12 @@ Then Ctrl-C, and `--resume` with 3,000 more env steps. It prints each fault and 
 exits 0 having spent its budget; every gradient (or experience message) was applied at most once (the
 owner's exact account: what it applied equals its version, nothing refused was applied, each worker's
 `applied + stale + lost == sent`); nothing of either session left running; no namespace left afterwards.
-Not yet among the faults: 2 +- 1 ms of latency for a minute (the latency proxy fronts a Redis of the
-test's own, and this run uses ddq's private one, which the Redis fault kills).
+
+`--topology proxied`: two worker hosts of two cores each (h1, h2: four workers), a spare (h3), and an
+operator's TLS Redis on h0 (`DDQ_REDIS_URL`) that every connection reaches through the latency proxy. Its
+faults: the first four above, the weights' owner SIGKILLed, the proxy SIGKILLed (every connection dropped at
+once) and started again 5 s later, and 2 +- 1 ms of latency on every connection for a minute (the proxy's
+delay turned on and off). The operator's Redis keeps nothing on disk, so it is not among what is killed.
 """
 
 from __future__ import annotations
@@ -37,12 +41,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from hosts import PREFIX, TestHosts, deps_only_python  # noqa: E402
-from test_across_hosts import Cluster, wait_for_worker_steps  # noqa: E402
+from test_across_hosts import Cluster, latency_proxy_on_h0, tls_redis_on_h0, wait_for_worker_steps  # noqa: E402
 from test_downpour import processes_mentioning  # noqa: E402
 from test_failures import child_named  # noqa: E402
 
-FAULTS = ("worker process killed", "link cut for 20 s", "host crashed, rebooted", "host cut for good",
-          "Redis killed", "weights owner killed")
+HOST_FAULTS = ("worker process killed", "link cut for 20 s", "host crashed, rebooted", "host cut for good",
+               "weights owner killed")
+FAULTS = {"private": (*HOST_FAULTS, "Redis killed"),
+          "proxied": (*HOST_FAULTS, "proxy killed, restarted", "2 +- 1 ms latency for a minute")}
 OWNER = {"downpour": "param-server", "actor-learner": "learner"}  # `ddq <this>`: the JVM's app name has them too
 
 
@@ -64,11 +70,35 @@ def task_processes(hosts: TestHosts, host: str) -> list[int]:
     return [pid for pid in daemons if parent_and_command(pid)[0] in daemons]
 
 
-class Chaos:
-    """Strikes the cluster's worker hosts and the driver's processes, one fault at a time."""
+class ProxiedRedis:
+    """An operator's TLS Redis on h0, and the latency proxy in front of it (its delay off until turned on)."""
 
-    def __init__(self, cluster: Cluster, rng: random.Random, spare: str):
-        self.cluster, self.rng, self.spare = cluster, rng, spare
+    def __init__(self, cluster: Cluster):
+        self.cluster, self.redis_url = cluster, tls_redis_on_h0(cluster)
+        self.url, self.proxy = latency_proxy_on_h0(cluster, self.redis_url, delay_ms=2.0, jitter_ms=1.0, off=True)
+
+    def restart(self) -> str:
+        old = self.proxy.pid
+        self.proxy.kill()
+        self.proxy.wait(10)
+        time.sleep(5)
+        self.url, self.proxy = latency_proxy_on_h0(self.cluster, self.redis_url, delay_ms=2.0, jitter_ms=1.0, off=True)
+        return f"pid {old}, then pid {self.proxy.pid}"
+
+    def latency(self, seconds: float) -> str:
+        self.proxy.send_signal(signal.SIGUSR1)
+        time.sleep(seconds)
+        self.proxy.send_signal(signal.SIGUSR1)
+        return f"proxy pid {self.proxy.pid}"
+
+
+class Chaos:
+    """Strikes the cluster's worker hosts and the driver's processes, one fault at a time: the `faults` of
+    the topology, with its `redis` when it is the operator's behind the proxy."""
+
+    def __init__(self, cluster: Cluster, rng: random.Random, spare: str, faults: tuple[str, ...],
+                 redis: ProxiedRedis | None = None):
+        self.cluster, self.rng, self.spare, self.faults, self.redis = cluster, rng, spare, faults, redis
         self.live = list(cluster.workers)  # worker hosts still reachable
         self.cut_off: list[str] = []
 
@@ -101,6 +131,10 @@ class Chaos:
             self.live.append(self.spare)
             self.spare = ""
             return f"{host}, {self.live[-1]} added"
+        if self.redis is not None and fault == "proxy killed, restarted":
+            return self.redis.restart()
+        if self.redis is not None and fault == "2 +- 1 ms latency for a minute":
+            return self.redis.latency(60)
         name = "redis-server" if fault == "Redis killed" else OWNER[mode]
         pid = child_named(driver.pid, name if fault == "Redis killed" else f"ddq\0{name}", missing_ok=True)
         if pid is None:
@@ -109,7 +143,7 @@ class Chaos:
         return f"{name}, pid {pid}"
 
     def draw(self) -> str:
-        return self.rng.choice([fault for fault in FAULTS if fault != "host cut for good" or self.spare])
+        return self.rng.choice([fault for fault in self.faults if fault != "host cut for good" or self.spare])
 
 
 def run_ids(log: str) -> list[str]:
@@ -119,7 +153,8 @@ def run_ids(log: str) -> list[str]:
 def chaos_run(cluster: Cluster, chaos: Chaos, mode: str, minutes: float, every: float) -> dict:
     name = f"chaos-{mode}"
     flags = ("--mode", mode, "--algo", "dqn", "--eval-every", "5000", "--eval-episodes", "2")
-    driver = cluster.start_training(name, *flags, "--total-steps", "100000000")
+    env = {"DDQ_REDIS_URL": chaos.redis.url} if chaos.redis else None  # the proxy's address stays the same
+    driver = cluster.start_training(name, *flags, "--total-steps", "100000000", env=env)
     wait_for_worker_steps(cluster, name, 0, 1000)
     started, faults = time.monotonic(), []
     while time.monotonic() - started < minutes * 60 and driver.poll() is None:
@@ -132,7 +167,7 @@ def chaos_run(cluster: Cluster, chaos: Chaos, mode: str, minutes: float, every: 
     code, first, log = cluster.finish(name, driver, timeout=300)
     budget = first.get("env_steps", 0) + 3000
     cluster.wait_for_workers()
-    resumed = cluster.start_training(name, "--resume", f"/tmp/{name}", "--total-steps", str(budget))
+    resumed = cluster.start_training(name, "--resume", f"/tmp/{name}", "--total-steps", str(budget), env=env)
     code2, after, log2 = cluster.finish(name, resumed, timeout=600)
     # a cluster's executors are its worker daemons' to stop once the driver ended its application: what is left
     # is looked for once the master counts every core free again
@@ -201,17 +236,22 @@ def main() -> int:
     parser.add_argument("--fault-every", type=float, default=30.0, help="seconds between faults (default 30)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the faults drawn (default 0)")
     parser.add_argument("--modes", nargs="+", choices=tuple(OWNER), default=list(OWNER))
+    parser.add_argument("--topology", choices=tuple(FAULTS), default="private",
+                        help="the hosts and Redis of the run (default private; see above)")
     args = parser.parse_args()
+    proxied = args.topology == "proxied"
+    workers, spare, cores = (("h1", "h2"), "h3", 2) if proxied else (("h1", "h2", "h3"), "h4", 1)
     results, started = [], time.time()
     for mode in args.modes:
-        with TestHosts(["h0", "h1", "h2", "h3", "h4"]) as hosts:
-            cluster = Cluster(hosts, deps_only_python(hosts.folder), workers=("h1", "h2", "h3"))
+        with TestHosts(["h0", *workers, spare]) as hosts:
+            cluster = Cluster(hosts, deps_only_python(hosts.folder), workers=workers, cores=cores)
             cluster.start()
-            results.append(chaos_run(cluster, Chaos(cluster, random.Random(args.seed), "h4"), mode, args.minutes,
-                                     args.fault_every))
+            chaos = Chaos(cluster, random.Random(args.seed), spare, FAULTS[args.topology],
+                          ProxiedRedis(cluster) if proxied else None)
+            results.append(chaos_run(cluster, chaos, mode, args.minutes, args.fault_every))
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     left = [line for line in namespaces.splitlines() if line.startswith(f"{PREFIX}-{os.getpid()}-")]
-    print(f"\n{args.minutes} minutes of faults every {args.fault_every} s per mode, seed {args.seed}, "
+    print(f"\n{args.topology}: {args.minutes} minutes of faults every {args.fault_every} s per mode, seed {args.seed}, "
           f"{time.time() - started:.0f} s in all; namespaces left: {left or 'none'}\n")
     for result in results:
         print(report(result) + "\n")

@@ -41,12 +41,13 @@ DQN_PACE = ("--algo", "dqn")
 
 
 class Cluster:
-    """Test hosts with a Spark standalone master on h0 and a worker daemon (1 core) on h1 and h2. Spark
+    """Test hosts with a Spark standalone master on h0 and a worker daemon (of `cores`, 1 unless told) on h1
+    and h2, a ddq worker per core. Spark
     authenticates and encrypts its channels with a secret of the cluster's (its operator's spark-defaults.conf,
     which every host and the driver read), so ddq sends the run's Redis password to the executors."""
 
-    def __init__(self, hosts: TestHosts, python: Path, workers: tuple[str, ...] = ("h1", "h2")):
-        self.hosts, self.python, self.workers = hosts, python, list(workers)
+    def __init__(self, hosts: TestHosts, python: Path, workers: tuple[str, ...] = ("h1", "h2"), cores: int = 1):
+        self.hosts, self.python, self.workers, self.cores = hosts, python, list(workers), cores
         self.master = f"spark://{hosts.address('h0')}:{MASTER_PORT}"
         self.conf_dir = hosts.folder / "spark-conf"
         self.conf_dir.mkdir(mode=0o700)
@@ -71,10 +72,10 @@ class Cluster:
         self.wait_until_registered(self.workers)
 
     def worker_daemon(self, host: str) -> subprocess.Popen:
-        """A Spark worker daemon (1 core) on `host`, as a host's boot would start it."""
+        """A Spark worker daemon (of the cluster's cores) on `host`, as a host's boot would start it."""
         h = self.hosts
         return h.start(host, [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", self.master, "--host",
-                              h.address(host), "--cores", "1", "--memory", "1g", "--webui-port", "18081",
+                              h.address(host), "--cores", str(self.cores), "--memory", "1g", "--webui-port", "18081",
                               "--work-dir", "/tmp/spark-work"], h.folder / f"worker-{host}.log", self.spark_env(host))
 
     def wait_until_registered(self, hosts: list[str]) -> None:
@@ -101,9 +102,9 @@ class Cluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def start_training(self, name: str, *flags: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-        """`ddq train` (CartPole, a task per worker host) on h0 against the cluster, into h0's /tmp/<name>."""
+        """`ddq train` (CartPole, a task per worker core) on h0 against the cluster, into h0's /tmp/<name>."""
         return self.hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--spark-master", self.master,
-                                       "--env", "CartPole-v1", "--workers", str(len(self.workers)), "--no-progress",
+                                       "--env", "CartPole-v1", "--workers", str(len(self.workers) * self.cores), "--no-progress",
                                        "--no-dashboard",
                                        "--no-celery", "--run-dir", f"/tmp/{name}", *flags],
                                 self.hosts.folder / f"{name}.log",
@@ -257,15 +258,16 @@ def tls_redis_on_h0(cluster: Cluster) -> str:
 
 
 def latency_proxy_on_h0(cluster: Cluster, url: str, delay_ms: float, jitter_ms: float,
-                        traffic: str | None = None) -> tuple[str, subprocess.Popen]:
+                        traffic: str | None = None, off: bool = False) -> tuple[str, subprocess.Popen]:
     """The latency proxy on h0 in front of the Redis at `url` (writing its byte counts to `traffic`, a path
-    on h0, when stopped); the URL through it, and the proxy process."""
+    on h0, when stopped; its delay `off` until SIGUSR1 when told); the URL through it, and the proxy process."""
     h0 = cluster.hosts.address("h0")
     log = cluster.hosts.folder / "proxy.log"
     log.unlink(missing_ok=True)
     proxy = cluster.hosts.start("h0", [sys.executable, "-m", "ddq.benchmarks.latency_proxy", "--listen",
                                        f"{h0}:{PROXY_PORT}", "--to", f"{h0}:{REDIS_PORT}", "--delay-ms", str(delay_ms),
-                                       "--jitter-ms", str(jitter_ms), *(["--traffic", traffic] if traffic else [])],
+                                       "--jitter-ms", str(jitter_ms), *(["--traffic", traffic] if traffic else []),
+                                       *(["--off"] if off else [])],
                                 log)
     deadline = time.monotonic() + 60
     while "latency proxy on" not in cluster.log("proxy"):

@@ -5,7 +5,9 @@ written at t + delay + a random jitter, never before the chunk ahead of it (a
 TCP stream keeps its order), so a request and its reply each take one delay:
 the round trip grows by twice the delay. Bytes are counted each way, which is
 how `ddq bench network` measures what an update costs on the wire. What passes
-through is not read: a TLS connection stays end to end.
+through is not read: a TLS connection stays end to end. SIGUSR1 turns the delay
+off and on again (`--off`: it starts off), on every connection at once: a spell
+of latency in a longer run.
 
     python -m ddq.benchmarks.latency_proxy --listen 10.0.0.1:7000 --to 10.0.0.1:6380 --delay-ms 2 --jitter-ms 1
 """
@@ -39,9 +41,17 @@ class LatencyProxy:
         self.target, self.delay_s, self.jitter_s = target, delay_s, jitter_s
         self.random = random.Random(seed)
         self.traffic = Traffic()
+        self.delaying = True
+
+    def toggle(self) -> None:
+        self.delaying = not self.delaying
+        print(f"latency proxy: delay {'on' if self.delaying else 'off'}", flush=True)
 
     def _due(self, after: float) -> float:
-        """When a chunk read now goes out: a delay with jitter, never before the one ahead of it."""
+        """When a chunk read now goes out: a delay with jitter (none while the delay is off), never before the
+        one ahead of it."""
+        if not self.delaying:
+            return max(time.monotonic(), after)
         jitter = self.random.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0
         return max(time.monotonic() + max(self.delay_s + jitter, 0.0), after)
 
@@ -89,7 +99,8 @@ class LatencyProxy:
     async def run(self, listen: tuple[str, int], stop: asyncio.Event) -> None:
         server = await asyncio.start_server(self._serve, *listen)
         print(f"latency proxy on {listen[0]}:{listen[1]} -> {self.target[0]}:{self.target[1]}, "
-              f"{self.delay_s * 1e3:g} ms each way +- {self.jitter_s * 1e3:g} ms", flush=True)
+              f"{self.delay_s * 1e3:g} ms each way +- {self.jitter_s * 1e3:g} ms"
+              f"{'' if self.delaying else ' (off until SIGUSR1)'}", flush=True)
         async with server:
             await stop.wait()
 
@@ -108,14 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay-ms", type=float, default=2.0, help="added to each direction (default 2)")
     parser.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +- around the delay (default 0)")
     parser.add_argument("--traffic", help="a file to write the byte counts to (JSON) on SIGTERM or SIGINT")
+    parser.add_argument("--off", action="store_true", help="start with the delay off (SIGUSR1 turns it on and off)")
     args = parser.parse_args(argv)
     proxy = LatencyProxy(args.to, args.delay_ms / 1e3, args.jitter_ms / 1e3)
+    proxy.delaying = not args.off
 
     async def serve() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGUSR1, proxy.toggle)
         await proxy.run(args.listen, stop)
 
     asyncio.run(serve())
