@@ -28,10 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from hosts import TestHosts, deps_only_python  # noqa: E402
-from test_across_hosts import Cluster, latency_proxy_on_h0, tls_redis_on_h0  # noqa: E402
+from ddq.benchmarks.spark_cluster import Cluster, latency_proxy_on_h0, tls_redis_on_h0
+from ddq.benchmarks.testhosts import TestHosts, deps_only_python
 
 SETUPS = ("one host", "two hosts", "two hosts, proxy 0 ms", "two hosts, proxy 2 ms +- 1")
 

@@ -11,118 +11,31 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
-import pyspark
 import pytest
 
+from ddq.benchmarks.procfs import child_named
+from ddq.benchmarks.spark_cluster import (
+    SPARK_HOME,
+    Cluster,
+    latency_proxy_on_h0,
+    tls_redis_on_h0,
+    wait_for_worker_steps,
+)
+from ddq.benchmarks.testhosts import TestHosts, deps_only_python, executor_environment
 from ddq.modes.driver import JOB_CANCEL_WAIT_S
-from ddq.modes.spark import LOCAL_JVM_OPTIONS
-from ddq.transport.redis_server import redis_server_binary
-from ddq.transport.tls import make_server_certificates
-from hosts import TestHosts, deps_only_python, executor_environment, skip_unless_root
-from test_failures import child_named
+from hosts import skip_unless_root
 
 pytestmark = [skip_unless_root, pytest.mark.slow]
 
-SPARK_HOME = Path(pyspark.__file__).parent
-SPARK_CLASS = str(SPARK_HOME / "bin" / "spark-class")
-MASTER_PORT = 7077
-REDIS_PORT, PROXY_PORT = 6390, 6391  # on h0, a namespace of the test's own
 # The fault tests train DQN, not CartPole's default PQN: a fault lands mid-run, and PQN's run can end first.
 DQN_PACE = ("--algo", "dqn")
-
-
-class Cluster:
-    """Test hosts with a Spark standalone master on h0 and a worker daemon (of `cores`, 1 unless told) on h1
-    and h2, a ddq worker per core. Spark
-    authenticates and encrypts its channels with a secret of the cluster's (its operator's spark-defaults.conf,
-    which every host and the driver read), so ddq sends the run's Redis password to the executors."""
-
-    def __init__(self, hosts: TestHosts, python: Path, workers: tuple[str, ...] = ("h1", "h2"), cores: int = 1):
-        self.hosts, self.python, self.workers, self.cores = hosts, python, list(workers), cores
-        self.master = f"spark://{hosts.address('h0')}:{MASTER_PORT}"
-        self.conf_dir = hosts.folder / "spark-conf"
-        self.conf_dir.mkdir(mode=0o700)
-        defaults = self.conf_dir / "spark-defaults.conf"
-        defaults.touch(mode=0o600)
-        # (not the light JIT ddq gives a local master's JVM: a cluster's driver and executors encrypt and
-        # unpack what the job ships: with it the spark-submit test's 1 GB archive took 139 s, without 86-96)
-        defaults.write_text(f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(16)}\n"
-                            "spark.network.crypto.enabled true\n")
-
-    def spark_env(self, host: str) -> dict[str, str]:
-        return {"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": self.hosts.address(host),
-                "PYSPARK_PYTHON": str(self.python), "SPARK_CONF_DIR": str(self.conf_dir),
-                "SPARK_DAEMON_JAVA_OPTS": LOCAL_JVM_OPTIONS}  # the master and worker daemons move no data
-
-    def start(self) -> None:
-        h = self.hosts
-        self.daemons = [h.start("h0", [SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", h.address("h0"), "--port",
-                       str(MASTER_PORT), "--webui-port", "18080"], h.folder / "master.log", self.spark_env("h0"))]
-        for host in self.workers:
-            self.daemons.append(self.worker_daemon(host))
-        self.wait_until_registered(self.workers)
-
-    def worker_daemon(self, host: str) -> subprocess.Popen:
-        """A Spark worker daemon (of the cluster's cores) on `host`, as a host's boot would start it."""
-        h = self.hosts
-        return h.start(host, [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", self.master, "--host",
-                              h.address(host), "--cores", str(self.cores), "--memory", "1g", "--webui-port", "18081",
-                              "--work-dir", "/tmp/spark-work"], h.folder / f"worker-{host}.log", self.spark_env(host))
-
-    def wait_until_registered(self, hosts: list[str]) -> None:
-        deadline = time.monotonic() + 120
-        while not all("Successfully registered with master" in self.log(f"worker-{host}") for host in hosts):
-            logs = "\n".join(self.log(name)[-1500:] for name in ("master", *(f"worker-{host}" for host in hosts)))
-            assert time.monotonic() < deadline, "the Spark workers did not register:\n" + logs
-            assert all(daemon.poll() is None for daemon in self.daemons), "a Spark daemon exited:\n" + logs
-            time.sleep(0.2)
-
-    def wait_for_workers(self, timeout: float = 180, alive: int | None = None) -> None:
-        """Until the master counts every worker (or `alive` of them) alive with every core free (as after a
-        cut link heals)."""
-        url = f"http://{self.hosts.address('h0')}:18080/json/"
-        ask = f"import json, urllib.request; s = json.load(urllib.request.urlopen({url!r})); " \
-              "print(s['aliveworkers'], s['coresused'])"
-        deadline = time.monotonic() + timeout
-        while (answer := self.hosts.run("h0", [sys.executable, "-c", ask]).stdout.split()) != [str(alive or len(self.workers)), "0"]:
-            assert time.monotonic() < deadline, f"the master has {answer} (alive workers, cores used)"
-            time.sleep(1)
-
-    def log(self, name: str) -> str:
-        path = self.hosts.folder / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def start_training(self, name: str, *flags: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-        """`ddq train` (CartPole, a task per worker core) on h0 against the cluster, into h0's /tmp/<name>."""
-        return self.hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--spark-master", self.master,
-                                       "--env", "CartPole-v1", "--workers", str(len(self.workers) * self.cores), "--no-progress",
-                                       "--no-dashboard",
-                                       "--no-celery", "--run-dir", f"/tmp/{name}", *flags],
-                                self.hosts.folder / f"{name}.log",
-                                {"PYSPARK_PYTHON": str(self.python), "PYTHONUNBUFFERED": "1",
-                                 "SPARK_CONF_DIR": str(self.conf_dir), **(env or {})})
-
-    def finish(self, name: str, driver: subprocess.Popen, timeout: float = 500) -> tuple[int, dict, str]:
-        """(exit code, summary, log) of the run `start_training` started."""
-        try:
-            code = driver.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the run {name} did not end within {timeout} s:\n{self.log(name)[-4000:]}") from None
-        summary_file = self.hosts.tmp("h0") / name / "summary.json"
-        summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
-        return code, summary, self.log(name)
-
-    def train(self, name: str, *flags: str, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
-        return self.finish(name, self.start_training(name, *flags, env=env))
 
 
 @pytest.fixture
@@ -219,61 +132,6 @@ def test_spark_submit_with_what_ddq_package_writes_under_latency_on_every_redis_
     assert url.split("@")[0].split(":")[-1] not in log  # the password stayed out of the log
     for host in ("h1", "h2"):  # the executors' Python came in the archive
         assert list((h.tmp(host) / "spark-work").rglob("environment/bin/python")), f"no archive unpacked on {host}"
-
-
-def wait_for_worker_steps(cluster: Cluster, name: str, worker: int, env_steps: int, timeout: float = 180,
-                          episodes: int = 1) -> None:
-    """Until the driver logged `episodes` episodes of `worker` ended past the run's `env_steps` (a condition,
-    not a time)."""
-    metrics = cluster.hosts.tmp("h0") / name / "metrics.jsonl"
-    deadline = time.monotonic() + timeout
-    while True:
-        assert time.monotonic() < deadline, f"worker {worker} never passed {env_steps} env steps:\n" + \
-            cluster.log(name)[-3000:]
-        if metrics.exists() and sum(point.get("worker") == worker and point.get("env_steps", 0) > env_steps
-                                    for point in map(json.loads, metrics.read_text().splitlines()[-500:])) >= episodes:
-            return
-        time.sleep(0.2)
-
-
-def tls_redis_on_h0(cluster: Cluster) -> str:
-    """A password-protected TLS redis-server on h0 (its settings on its stdin); the URL that reaches it,
-    whose secrets go to ddq in the environment, never on a command line."""
-    h, h0 = cluster.hosts, cluster.hosts.address("h0")
-    certificates = make_server_certificates(h.tmp("h0") / "proxied-tls", [h0], "latency")
-    inside = lambda path: f"/tmp/{Path(path).relative_to(h.tmp('h0'))}"  # noqa: E731 - the path on h0
-    password = secrets.token_urlsafe(24)
-    settings = {"port": "0", "bind": h0, "tls-port": str(REDIS_PORT), "tls-cert-file": inside(certificates.cert_file),
-                "tls-key-file": inside(certificates.key_file), "tls-ca-cert-file": inside(certificates.ca_file),
-                "tls-auth-clients": "no", "save": '""', "appendonly": "no", "dir": "/tmp",
-                "proto-max-bulk-len": str(512 * 2**20), "user default": "off",
-                "user ddq": f"on >{password} ~* &* +@all"}
-    h.start("h0", [redis_server_binary(), "-"], h.folder / "proxied-redis.log",
-            stdin_text="".join(f"{key} {value}\n" for key, value in settings.items()))
-    deadline = time.monotonic() + 60
-    while "Ready to accept" not in cluster.log("proxied-redis"):
-        assert time.monotonic() < deadline, cluster.log("proxied-redis")
-        time.sleep(0.1)
-    return f"rediss://ddq:{password}@{h0}:{REDIS_PORT}/0?ssl_ca_data={quote(certificates.ca_pem)}"
-
-
-def latency_proxy_on_h0(cluster: Cluster, url: str, delay_ms: float, jitter_ms: float,
-                        traffic: str | None = None, off: bool = False) -> tuple[str, subprocess.Popen]:
-    """The latency proxy on h0 in front of the Redis at `url` (writing its byte counts to `traffic`, a path
-    on h0, when stopped; its delay `off` until SIGUSR1 when told); the URL through it, and the proxy process."""
-    h0 = cluster.hosts.address("h0")
-    log = cluster.hosts.folder / "proxy.log"
-    log.unlink(missing_ok=True)
-    proxy = cluster.hosts.start("h0", [sys.executable, "-m", "ddq.benchmarks.latency_proxy", "--listen",
-                                       f"{h0}:{PROXY_PORT}", "--to", f"{h0}:{REDIS_PORT}", "--delay-ms", str(delay_ms),
-                                       "--jitter-ms", str(jitter_ms), *(["--traffic", traffic] if traffic else []),
-                                       *(["--off"] if off else [])],
-                                log)
-    deadline = time.monotonic() + 60
-    while "latency proxy on" not in cluster.log("proxy"):
-        assert time.monotonic() < deadline and proxy.poll() is None, cluster.log("proxy")
-        time.sleep(0.1)
-    return url.replace(f":{REDIS_PORT}/", f":{PROXY_PORT}/"), proxy
 
 
 def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_resume_continues(cluster):

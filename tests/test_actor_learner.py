@@ -22,10 +22,11 @@ import pytest
 import redis
 
 from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
+from ddq.benchmarks.procfs import processes_mentioning
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 from test_dashboard_browser import _serve_dashboard, _stop
-from test_downpour import TAGS, processes_mentioning
+from test_downpour import TAGS
 from test_failures import finish, wait_for_progress
 
 pytestmark = pytest.mark.slow  # each test starts a JVM

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hosts import link_distributions
+from ddq.benchmarks.testhosts import link_distributions
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 TORCH = "torch"  # installed first, as `make` does (there: torch==2.13.0, the CPU build these machines carry)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_ddq
+from ddq.benchmarks.procfs import processes_mentioning
 from ddq.benchmarks.snake import ROWS, Trial, run_ablation, table
-from test_downpour import processes_mentioning
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
-from test_downpour import TAGS, processes_mentioning
+from ddq.benchmarks.procfs import processes_mentioning
+from test_downpour import TAGS
 from test_failures import finish, private_redis, wait_for, wait_for_progress
 
 pytestmark = pytest.mark.slow  # each test starts a JVM

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
+from ddq.benchmarks.procfs import processes_mentioning
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
 
@@ -16,21 +16,6 @@ TAGS = {"train/episode_return", "eval/mean_return", "train/loss", "train/epsilon
         "speed/updates_per_s"}
 SHORT = ["--mode", "downpour", "--workers", "2", "--env", "CartPole-v1", "--no-progress", "--eval-every", "2000",
          "--eval-episodes", "3"]
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line or environment names `text`."""
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            for part in ("cmdline", "environ"):
-                with open(f"/proc/{pid}/{part}", "rb") as handle:
-                    if text.encode() in handle.read():
-                        found.append(int(pid))
-                        break
-        except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
-            continue
-    return [pid for pid in found if pid != os.getpid()]
 
 
 def test_two_workers_train_pqn_through_the_parameter_server(tmp_path):

@@ -24,9 +24,9 @@ import pytest
 import redis
 
 from conftest import command_lines_holding, run_ddq, summary_of
+from ddq.benchmarks.procfs import child_named, processes_mentioning
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
-from test_downpour import processes_mentioning
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
 
@@ -77,22 +77,6 @@ def wait_for_progress(run_dir: Path, process: subprocess.Popen, log: Path, env_s
                                     for line in metrics.read_text().splitlines()[-50:] if line.strip()):
             return
         time.sleep(0.2)
-
-
-def child_named(parent: int, name: str, missing_ok: bool = False) -> int | None:
-    """The PID of `parent`'s child process whose command line mentions `name` (None if `missing_ok`)."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                if ppid == parent and name.encode() in cmdline.read():
-                    return int(pid)
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue
-    if missing_ok:
-        return None
-    raise AssertionError(f"no child of {parent} runs {name}")
 
 
 def wait_for(found, process: subprocess.Popen, timeout: float = 60):

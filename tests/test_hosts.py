@@ -6,7 +6,8 @@ import subprocess
 import sys
 import time
 
-from hosts import TestHosts, _ip, deps_only_python, skip_unless_root
+from ddq.benchmarks.testhosts import TestHosts, _ip, deps_only_python
+from hosts import skip_unless_root
 
 pytestmark = skip_unless_root
 

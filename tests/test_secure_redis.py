@@ -20,11 +20,11 @@ import pytest
 import redis
 
 from conftest import command_lines_holding, run_ddq, summary_of
+from ddq.benchmarks.procfs import processes_mentioning
 from ddq.preflight import SettingError, check_listen, check_redis
 from ddq.transport.redis_client import connect
 from ddq.transport.redis_server import EmbeddedRedis, free_port
 from ddq.transport.resp import RespConnection
-from test_downpour import processes_mentioning
 
 ADDRESS = "127.0.0.2"
 needs_tls = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v redis-server"], capture_output=True).returncode,

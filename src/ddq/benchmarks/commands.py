@@ -118,6 +118,12 @@ def cmd_bench_minatar(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_chaos(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.chaos import run_bench
+
+    return run_bench(args.minutes, args.fault_every, args.seed, args.modes, args.topology)
+
+
 def cmd_bench_dashboard(args: argparse.Namespace) -> int:
     from ddq.benchmarks.dashboard import run_bench, table
 
@@ -131,7 +137,8 @@ def add_bench_commands(commands: Any) -> None:
     bench = commands.add_parser("bench", help="benchmarks: train (training to a target return), snake (the Snake "
                                               "ablation), grad (gradient cost by model size), ps (parameter "
                                               "server), scaling (distributed workers), learner, grandio, peers, "
-                                              "minatar, dashboard (what babysitting costs)")
+                                              "minatar, dashboard (what babysitting costs), chaos (faults "
+                                              "across test hosts)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("train", aliases=["serial"],
                               help="steps and wall time to a target return over several seeds (`serial` runs "
@@ -251,3 +258,19 @@ def add_bench_commands(commands: Any) -> None:
     watch.add_argument("--workers", type=int, default=2, help="downpour workers")
     watch.add_argument("--eval-every-s", type=float, default=30.0, help="seconds between Celery's evaluations")
     watch.set_defaults(func=cmd_bench_dashboard)
+
+    from ddq.benchmarks.chaos import FAULTS, OWNER
+
+    chaos = kinds.add_parser("chaos", help="a run across test hosts (network namespaces of this machine; needs "
+                                           "root) under a fault every so often, then Ctrl-C and --resume: checks "
+                                           "that nothing is applied twice and nothing is left running")
+    chaos.add_argument("--minutes", type=float, default=5.0, help="minutes of faults per mode (default 5)")
+    chaos.add_argument("--fault-every", type=float, default=30.0, help="seconds between faults (default 30)")
+    chaos.add_argument("--seed", type=int, default=0, help="seed of the faults drawn (default 0)")
+    chaos.add_argument("--modes", nargs="+", choices=tuple(OWNER), default=list(OWNER), help="distributed modes run")
+    chaos.add_argument("--topology", choices=tuple(FAULTS), default="private",
+                       help="private: 3 one-core worker hosts and a spare, ddq's private Redis (its faults include "
+                            "Redis killed); proxied: 2 two-core worker hosts and a spare, an operator's TLS Redis "
+                            "behind the latency proxy (its faults include the proxy killed and a minute of 2 +- 1 "
+                            "ms latency)")
+    chaos.set_defaults(func=cmd_bench_chaos)

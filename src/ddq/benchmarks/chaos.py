@@ -1,6 +1,8 @@
-"""A chaos run across test hosts (needs root): a run under a fault every so often, then Ctrl-C and a resume.
+"""`ddq bench chaos`: a run across test hosts under a fault every so often, then Ctrl-C and a resume.
 
-    sudo .venv/bin/python tests/bench_chaos.py [--minutes 5] [--fault-every 30] [--seed 0] [--topology private]
+    sudo .venv/bin/ddq bench chaos [--minutes 5] [--fault-every 30] [--seed 0] [--topology private]
+
+Needs root (the test hosts are network and mount namespaces of this machine, `ddq.benchmarks.testhosts`).
 
 `--topology private`: a driver host (h0: the Spark master, `ddq train`, its private TLS Redis) and three
 worker hosts (h1-h3, a Spark worker daemon of one core each), with a spare (h4) that joins when a host is
@@ -28,7 +30,6 @@ delay turned on and off). The operator's Redis keeps nothing on disk, so it is n
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -36,31 +37,22 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from hosts import PREFIX, TestHosts, deps_only_python  # noqa: E402
-from test_across_hosts import Cluster, latency_proxy_on_h0, tls_redis_on_h0, wait_for_worker_steps  # noqa: E402
-from test_downpour import processes_mentioning  # noqa: E402
-from test_failures import child_named  # noqa: E402
+from ddq.benchmarks.procfs import child_named, parent_and_command, processes_mentioning
+from ddq.benchmarks.spark_cluster import (
+    Cluster,
+    ClusterError,
+    latency_proxy_on_h0,
+    tls_redis_on_h0,
+    wait_for_worker_steps,
+)
+from ddq.benchmarks.testhosts import PREFIX, TestHosts, deps_only_python, why_not_here
 
 HOST_FAULTS = ("worker process killed", "link cut for 20 s", "host crashed, rebooted", "host cut for good",
                "weights owner killed")
 FAULTS = {"private": (*HOST_FAULTS, "Redis killed"),
           "proxied": (*HOST_FAULTS, "proxy killed, restarted", "2 +- 1 ms latency for a minute")}
 OWNER = {"downpour": "param-server", "actor-learner": "learner"}  # `ddq <this>`: the JVM's app name has them too
-
-
-def parent_and_command(pid: int) -> tuple[int, bytes]:
-    """A live process's parent PID and its command line (NUL-separated); (0, b"") once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return parent, cmdline.read()
-    except (OSError, ValueError, IndexError):
-        return 0, b""
 
 
 def task_processes(hosts: TestHosts, host: str) -> list[int]:
@@ -136,11 +128,11 @@ class Chaos:
         if self.redis is not None and fault == "2 +- 1 ms latency for a minute":
             return self.redis.latency(60)
         name = "redis-server" if fault == "Redis killed" else OWNER[mode]
-        pid = child_named(driver.pid, name if fault == "Redis killed" else f"ddq\0{name}", missing_ok=True)
-        if pid is None:
+        victim = child_named(driver.pid, name if fault == "Redis killed" else f"ddq\0{name}", missing_ok=True)
+        if victim is None:
             return f"no {name} running"
-        os.kill(pid, signal.SIGKILL)
-        return f"{name}, pid {pid}"
+        os.kill(victim, signal.SIGKILL)
+        return f"{name}, pid {victim}"
 
     def draw(self) -> str:
         return self.rng.choice([fault for fault in self.faults if fault != "host cut for good" or self.spare])
@@ -156,7 +148,8 @@ def chaos_run(cluster: Cluster, chaos: Chaos, mode: str, minutes: float, every: 
     env = {"DDQ_REDIS_URL": chaos.redis.url} if chaos.redis else None  # the proxy's address stays the same
     driver = cluster.start_training(name, *flags, "--total-steps", "100000000", env=env)
     wait_for_worker_steps(cluster, name, 0, 1000)
-    started, faults = time.monotonic(), []
+    faults: list[dict] = []
+    started = time.monotonic()
     while time.monotonic() - started < minutes * 60 and driver.poll() is None:
         time.sleep(max(0.0, started + (len(faults) + 1) * every - time.monotonic()))
         fault = chaos.draw()
@@ -174,7 +167,8 @@ def chaos_run(cluster: Cluster, chaos: Chaos, mode: str, minutes: float, every: 
     cluster.wait_for_workers()
     where = {pid: host for host in cluster.hosts.names for pid in cluster.hosts.pids(host)}
     cut_off = {pid for pid, host in where.items() if host in chaos.cut_off}  # out of anyone's reach
-    left = {pid for run in run_ids(log2) for pid in processes_mentioning(run)} | set(processes_mentioning(f"/tmp/{name}"))
+    left = {pid for run in run_ids(log2) for pid in processes_mentioning(run)}
+    left |= set(processes_mentioning(f"/tmp/{name}"))
     return {"mode": mode, "faults": faults, "interrupted": code, "resumed": code2, "budget": budget, "first": first,
             "after": after, "left_running": [command_of(pid, where) for pid in sorted(left - cut_off)],
             "left_on_cut_off_hosts": [command_of(pid, where) for pid in sorted(left & cut_off)],
@@ -230,33 +224,32 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--minutes", type=float, default=5.0, help="minutes of faults per mode (default 5)")
-    parser.add_argument("--fault-every", type=float, default=30.0, help="seconds between faults (default 30)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the faults drawn (default 0)")
-    parser.add_argument("--modes", nargs="+", choices=tuple(OWNER), default=list(OWNER))
-    parser.add_argument("--topology", choices=tuple(FAULTS), default="private",
-                        help="the hosts and Redis of the run (default private; see above)")
-    args = parser.parse_args()
-    proxied = args.topology == "proxied"
+def run_bench(minutes: float, every: float, seed: int, modes: list[str], topology: str) -> int:
+    """Each mode's chaos run on hosts of its own; prints the faults as they strike, then each run's table
+    and checks. 0 when every check holds and no namespace is left, 1 otherwise, 2 where no test host can be
+    made."""
+    cannot = why_not_here()
+    if cannot is not None:
+        print(f"ddq bench chaos: {cannot}", file=sys.stderr)
+        return 2
+    proxied = topology == "proxied"
     workers, spare, cores = (("h1", "h2"), "h3", 2) if proxied else (("h1", "h2", "h3"), "h4", 1)
     results, started = [], time.time()
-    for mode in args.modes:
+    for mode in modes:
         with TestHosts(["h0", *workers, spare]) as hosts:
-            cluster = Cluster(hosts, deps_only_python(hosts.folder), workers=workers, cores=cores)
-            cluster.start()
-            chaos = Chaos(cluster, random.Random(args.seed), spare, FAULTS[args.topology],
-                          ProxiedRedis(cluster) if proxied else None)
-            results.append(chaos_run(cluster, chaos, mode, args.minutes, args.fault_every))
+            try:
+                cluster = Cluster(hosts, deps_only_python(hosts.folder), workers=workers, cores=cores)
+                cluster.start()
+                chaos = Chaos(cluster, random.Random(seed), spare, FAULTS[topology],
+                              ProxiedRedis(cluster) if proxied else None)
+                results.append(chaos_run(cluster, chaos, mode, minutes, every))
+            except ClusterError as error:  # its logs follow its first line: the hosts' folder goes with them
+                print(f"ddq bench chaos ({mode}): {error}", file=sys.stderr)
+                return 1
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     left = [line for line in namespaces.splitlines() if line.startswith(f"{PREFIX}-{os.getpid()}-")]
-    print(f"\n{args.topology}: {args.minutes} minutes of faults every {args.fault_every} s per mode, seed {args.seed}, "
+    print(f"\n{topology}: {minutes:g} minutes of faults every {every:g} s per mode, seed {seed}, "
           f"{time.time() - started:.0f} s in all; namespaces left: {left or 'none'}\n")
     for result in results:
         print(report(result) + "\n")
     return 0 if all(ok is not False for r in results for ok in checks(r).values()) and not left else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
