@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ddq.benchmarks.procfs import child_named
+from ddq.benchmarks.procfs import child_named, processes_mentioning
 from ddq.benchmarks.spark_cluster import (
     SPARK_HOME,
     Cluster,
@@ -152,6 +152,9 @@ def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_re
         cluster.hosts.link_up("h0")
     assert code == 1, log[-4000:]
     assert "no worker added an env step for 15 s" in summary["stop_reason"], summary["stop_reason"]
+    # Spark could not say goodbye to the executors cut off: its JVM was killed, not left to its shutdown hook
+    first_run = next(line.split()[3] for line in log.splitlines() if line.startswith("ddq: run id "))
+    assert processes_mentioning(f"spark.app.name=ddq-{first_run}") == [], log[-2000:]
     assert ended_after < 15 + JOB_CANCEL_WAIT_S + 30, ended_after
     assert (cluster.hosts.tmp("h0") / name / "checkpoint.pt").exists() and summary["env_steps"] < 200000
     cluster.wait_for_workers()  # the worker daemons register with the master again

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -300,17 +301,33 @@ class SparkStarting:
 
     def stop(self) -> None:
         """Stops the context, waiting at most SPARK_STOP_WAIT_S: with its executors unreachable (a driver cut
-        off from them), Spark's goodbyes wait out its RPC timeouts, minutes with authentication on. The JVM
-        ends with this process either way (it watches its standard input)."""
+        off from them), Spark's goodbyes wait out its RPC timeouts, minutes with authentication on. Past that
+        the JVM ddq started is killed: told to exit as this process ends (it watches its standard input), it
+        runs Spark's own stop again in its shutdown hook, and a chaos run found one alive minutes after its
+        driver ended. A JVM of spark-submit's is spark-submit's to end."""
         self.thread.join()
         if self.context is None:
             return
-        stopping = threading.Thread(target=self.context.stop, name="spark-stop", daemon=True)
+        stopping = threading.Thread(target=stop_quietly, args=(self.context,), name="spark-stop", daemon=True)
         stopping.start()
         stopping.join(SPARK_STOP_WAIT_S)
-        if stopping.is_alive():
-            print(f"ddq: Spark did not stop within {SPARK_STOP_WAIT_S:.0f} s (its executors unreachable?); "
-                  f"leaving it to end with this process", file=sys.stderr, flush=True)
+        if not stopping.is_alive():
+            return
+        jvm = getattr(getattr(self.context, "_gateway", None), "proc", None)  # None: spark-submit's JVM
+        if jvm is not None:
+            jvm.kill()
+            jvm.wait(SPARK_STOP_WAIT_S)
+        print(f"ddq: Spark did not stop within {SPARK_STOP_WAIT_S:.0f} s (its executors unreachable?); "
+              f"{'its JVM was killed' if jvm is not None else 'leaving it to spark-submit'}",
+              file=sys.stderr, flush=True)
+
+
+def stop_quietly(context: Any) -> None:
+    """`context.stop()`, whose py4j call fails once its JVM was killed (`SparkStarting.stop`): nothing to say."""
+    from py4j.protocol import Py4JError
+
+    with contextlib.suppress(Py4JError, ConnectionError):
+        context.stop()
 
 
 def local_master(workers: int) -> str:
