@@ -67,14 +67,17 @@ class ProxiedRedis:
 
     def __init__(self, cluster: Cluster):
         self.cluster, self.redis_url = cluster, tls_redis_on_h0(cluster)
-        self.url, self.proxy = latency_proxy_on_h0(cluster, self.redis_url, delay_ms=2.0, jitter_ms=1.0, off=True)
+        self._start_proxy()
+
+    def _start_proxy(self) -> None:
+        self.url, self.proxy = latency_proxy_on_h0(self.cluster, self.redis_url, delay_ms=2.0, jitter_ms=1.0, off=True)
 
     def restart(self) -> str:
         old = self.proxy.pid
         self.proxy.kill()
         self.proxy.wait(10)
         time.sleep(5)
-        self.url, self.proxy = latency_proxy_on_h0(self.cluster, self.redis_url, delay_ms=2.0, jitter_ms=1.0, off=True)
+        self._start_proxy()
         return f"pid {old}, then pid {self.proxy.pid}"
 
     def latency(self, seconds: float) -> str:

@@ -37,11 +37,11 @@ class Traffic:
 
 
 class LatencyProxy:
-    def __init__(self, target: tuple[str, int], delay_s: float, jitter_s: float = 0.0, seed: int = 0):
-        self.target, self.delay_s, self.jitter_s = target, delay_s, jitter_s
+    def __init__(self, target: tuple[str, int], delay_s: float, jitter_s: float = 0.0, seed: int = 0,
+                 delaying: bool = True):
+        self.target, self.delay_s, self.jitter_s, self.delaying = target, delay_s, jitter_s, delaying
         self.random = random.Random(seed)
         self.traffic = Traffic()
-        self.delaying = True
 
     def toggle(self) -> None:
         self.delaying = not self.delaying
@@ -121,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traffic", help="a file to write the byte counts to (JSON) on SIGTERM or SIGINT")
     parser.add_argument("--off", action="store_true", help="start with the delay off (SIGUSR1 turns it on and off)")
     args = parser.parse_args(argv)
-    proxy = LatencyProxy(args.to, args.delay_ms / 1e3, args.jitter_ms / 1e3)
-    proxy.delaying = not args.off
+    proxy = LatencyProxy(args.to, args.delay_ms / 1e3, args.jitter_ms / 1e3, delaying=not args.off)
 
     async def serve() -> None:
         stop = asyncio.Event()
