@@ -148,8 +148,8 @@ def test_rooms_stay_small():
 # code: every identifier (names, attributes, definitions, arguments, keywords, imports) and every string
 # constant (f-strings' text included) is read. Allowed, and only these: docstrings; help texts (the `help=` and
 # `description=` of a call, and a `setting(...)`'s third argument), which may give env ids as examples; a string that is
-# exactly an env id gamesim registers (a preset's key, a bench's workload); the network names "snake-conv" and
-# "snake-conv-wide" that users type; the names of the env options gamesim declares (`snake_size`, ...); and the import of
+# exactly an env id gamesim registers (a preset's key, a bench's workload); the network names that users type
+# ("snake-conv" and its kin); the names of the env options gamesim declares (`snake_size`, ...); and the import of
 # `ddq.benchmarks.snake` itself.
 ENV_WORDS = re.compile("apple|snake", re.IGNORECASE)
 OWN_WORDS = ("ddq.gamesim", "ddq.benchmarks.snake")
@@ -160,8 +160,9 @@ def _allowed_words() -> set[str]:
 
     from ddq.gamesim import SNAKE_ID
     from ddq.gamesim.envs import EnvOptions
+    from ddq.models.networks import BOARD_NETS, HEADING_NETS
 
-    return {SNAKE_ID, "snake-conv", "snake-conv-wide", "ddq.benchmarks.snake", *(f.name for f in fields(EnvOptions))}
+    return {SNAKE_ID, *BOARD_NETS, *HEADING_NETS, "ddq.benchmarks.snake", *(f.name for f in fields(EnvOptions))}
 
 
 def _skipped(tree: ast.AST) -> set[int]:

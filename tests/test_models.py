@@ -81,7 +81,8 @@ def test_dueling_head_adds_the_value_to_the_advantages_minus_their_mean():
 
 
 @pytest.mark.parametrize("name,shape", [("mlp", (4,)), ("small-conv", (1, 12, 12)), ("snake-conv", (1, 12, 12)),
-                                        ("snake-conv-wide", (1, 12, 12)), ("deepq16", (4, 16, 16))])
+                                        ("snake-conv-wide", (1, 12, 12)), ("snake-conv-egocentric", (1, 12, 12)),
+                                        ("deepq16", (4, 16, 16))])
 def test_every_network_takes_dueling_heads_in_place_of_its_last_layer(name, shape):
     plain = build_q_network(name, shape, 4)
     dueling = build_q_network(name, shape, 4, dueling=True)
@@ -138,6 +139,48 @@ def test_snake_conv_reads_one_board_per_state(name):
     assert build_q_network(name, (1, 12, 12), 4)(torch.zeros(3, 1, 12, 12, dtype=torch.uint8)).shape == (3, 4)
     with pytest.raises(ValueError, match="one Snake board per state"):
         build_q_network(name, (4, 12, 12), 4)
+
+
+def _board_after(moves, size=10):
+    from ddq.gamesim.snake import SnakeEnv
+
+    env = SnakeEnv(size=size)
+    board = env.reset(seed=3)[0][:, :, 0]
+    for action in moves:
+        board = env.step(action)[0][:, :, 0]
+    return board
+
+
+@pytest.mark.parametrize("name", ["snake-conv-turned", "snake-conv-egocentric"])
+def test_a_heading_net_values_a_turned_board_as_the_board_itself(name):
+    """The board as the snake sees it does not change when the board turns: a heading net's value of each
+    move is the same on all four quarter turns (the moves turned with the board), and differs from the
+    plain board net's, which is not built to be."""
+    from ddq.core.symmetry import board_symmetries
+    from ddq.gamesim.snake_engine import ACTION_MOVES
+
+    torch.manual_seed(0)
+    board = _board_after((2, 1, 1, 3, 3, 0))  # east, south twice, west twice, north: a bent body
+    turns = board_symmetries(ACTION_MOVES)[:4]
+    boards = torch.from_numpy(np.stack([turn.frames(board).copy() for turn in turns]))[:, None]
+    for net_name, invariant in ((name, True), ("snake-conv", False)):
+        values = build_q_network(net_name, (1, 12, 12), 4, dueling=True, layer_norm=True)(boards).detach()
+        seen = torch.stack([values[t, list(turn.actions)] for t, turn in enumerate(turns)])
+        assert torch.allclose(seen, seen[0].expand_as(seen), atol=1e-5) == invariant, net_name
+
+
+def test_the_egocentric_view_puts_the_head_in_the_middle_and_what_is_ahead_above_it():
+    from ddq.gamesim.snake_engine import ACTION_MOVES, HEAD, NECK, WALL
+    from ddq.models.layers import HeadingView
+
+    view = HeadingView(12, HEAD, NECK, WALL, ACTION_MOVES, centred=True)
+    board = _board_after((2,) * 4)  # east from the middle (col 5 of 10) to the east wall's cell (col 9)
+    seen, heading = view(torch.from_numpy(board)[None, None])
+    middle = 9
+    assert seen.shape == (1, 1, 19, 19) and ACTION_MOVES[int(heading)] == (0, 1)
+    assert seen[0, 0, middle, middle] == HEAD and seen[0, 0, middle + 1, middle] == NECK  # the neck behind
+    assert seen[0, 0, middle - 1, middle] == WALL  # the wall ahead
+    assert (seen[0, 0, middle:middle + 2, middle - 1] != WALL).all()  # the board goes on to the left
 
 
 def test_the_wide_board_net_has_twice_the_channels_and_units():

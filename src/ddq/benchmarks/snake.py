@@ -59,6 +59,11 @@ ROWS = (
     Ablation("Q(lambda) 0.9", ("--q-lambda", "0.9")),  # a dead end's cost carried further back
     # What two data-parallel workers of 64 boards each learn per env step (their gradients averaged)
     Ablation("128 boards (minibatches of 512)", ("--num-envs", "128")),
+    # The board as the snake sees it, as the published agents that fill most of the board see it: one
+    # pattern for "the wall ahead" wherever the head is and whichever way it goes
+    Ablation("the board turned so the snake heads up (snake-conv-turned)", ("--model", "snake-conv-turned")),
+    Ablation("the board turned and centred on the head (snake-conv-egocentric)",
+             ("--model", "snake-conv-egocentric")),
 )
 
 

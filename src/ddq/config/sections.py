@@ -54,7 +54,7 @@ class AgentConfig:
     num_envs: int = setting(8, "environment", "envs stepped together per actor")
     frame_stack: int = setting(1, "environment", "frames per state (stacked at sampling time)")
     env_options: EnvOptions = section(EnvOptions, "environment")
-    model: str = setting("auto", "network", "Q-network: auto, mlp, small-conv, snake-conv (Snake's board as planes), snake-conv-wide (the same, twice the channels and units), minatar, deepq, nature, a shipped definition (ddq models) or a Caffe .prototxt file")
+    model: str = setting("auto", "network", "Q-network: auto, mlp, small-conv, snake-conv (Snake's board as planes), snake-conv-wide (the same, twice the channels and units), snake-conv-turned (snake-conv on the board turned so the snake heads up), snake-conv-egocentric (turned and centred on its head), minatar, deepq, nature, a shipped definition (ddq models) or a Caffe .prototxt file")
     hidden: list[int] = setting([256, 256], "network", "MLP hidden layer widths")
     dueling: bool = setting(False, "network", "dueling heads: Q = V(s) + A(s, a) - mean A (Wang et al. 2016)")
     algo: str = setting("dqn", "algorithm", "dqn (a replay memory and a target network) or pqn (Q(lambda) on fresh rollouts with LayerNorm, no replay, no target: Gallici et al. 2024); unnamed, the env's measured choice (CartPole-v1, LunarLander-v3: pqn), but dqn in actor-learner mode or beside a setting only DQN reads", True)

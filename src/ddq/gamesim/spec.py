@@ -25,7 +25,7 @@ import numpy as np
 from ddq.gamesim import SNAKE_ID
 from ddq.gamesim.envs import EnvOptions, board_action_moves, make_vector_env
 from ddq.gamesim.snake import board_palette
-from ddq.gamesim.snake_engine import APPLE, HEAD, NECK, TAIL, WALL
+from ddq.gamesim.snake_engine import ACTION_MOVES, APPLE, HEAD, NECK, TAIL, WALL
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,9 @@ BOARD_GAME = "Snake"  # ddq's own board game, as messages name it (it declares b
 # The gray levels of its board as the board-planes network ("snake-conv") splits them: one plane per mark
 # (walls, apple, head), and the body's levels (low, high) as a body plane and its order.
 BOARD_PLANES: tuple[tuple[int, ...], tuple[int, int]] = ((WALL, APPLE, HEAD), (TAIL, NECK))
+# What the heading view (the board as the snake sees it) reads: the head's and the neck's levels (the
+# heading runs from the neck to the head), the level of what lies beyond the board, and each action's move.
+BOARD_HEADING: tuple[int, int, int, tuple[tuple[int, int], ...]] = (HEAD, NECK, WALL, ACTION_MOVES)
 
 
 def score_of(env_id: str) -> Score:

@@ -9,8 +9,8 @@ from typing import Any
 
 from torch import nn
 
-from ddq.gamesim.spec import BOARD_GAME, BOARD_PLANES
-from ddq.models.layers import BoardPlanes, ChannelNorm, DuelingHead, ScaleBytes
+from ddq.gamesim.spec import BOARD_GAME, BOARD_HEADING, BOARD_PLANES
+from ddq.models.layers import BoardPlanes, ChannelNorm, DuelingHead, HeadingActions, HeadingView, ScaleBytes
 from ddq.models.prototxt import read_definition
 
 
@@ -78,6 +78,9 @@ def nature_dqn(channels: int, height: int, width: int, num_actions: int) -> nn.S
 SMALL_CONV = (16, 32, 128)  # the small conv net's two conv layers' channels and its hidden layer's units
 # The board-planes nets by name: "snake-conv-wide" has twice the small conv net's channels and units
 BOARD_NETS = {"snake-conv": SMALL_CONV, "snake-conv-wide": (32, 64, 256)}
+# The same small net on the board as the snake sees it (`HeadingView`): turned so that it heads up, and also
+# centred on its head; the value of each name is whether it is centred
+HEADING_NETS = {"snake-conv-turned": False, "snake-conv-egocentric": True}
 
 
 def small_conv(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False,
@@ -110,6 +113,18 @@ def board_planes_conv(height: int, width: int, num_actions: int, layer_norm: boo
     return small_conv(planes.planes, height, width, num_actions, layer_norm, inputs=planes, widths=widths)
 
 
+def heading_planes_conv(side: int, num_actions: int, layer_norm: bool, centred: bool) -> HeadingActions:
+    """The board-planes conv net on the board as the snake sees it (`HeadingView`), its action values mapped
+    back to the env's actions by the snake's heading (`HeadingActions`)."""
+    head, neck, beyond, moves = BOARD_HEADING
+    if num_actions != len(moves):
+        raise ValueError(f"a heading view values {BOARD_GAME}'s {len(moves)} moves, but this env has "
+                         f"{num_actions} actions")
+    view = HeadingView(side, head, neck, beyond, moves, centred)
+    layers = board_planes_conv(view.size, view.size, num_actions, layer_norm)
+    return HeadingActions(view, *layers, moves=moves)
+
+
 
 def minatar_dqn(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
     """Young and Tian (2019)'s MinAtar DQN: conv 16 3x3 (stride 1, no padding) - fc 128, for 10x10 games;
@@ -132,7 +147,7 @@ def with_dueling_head(network: nn.Module, source: str) -> nn.Module:
     return network
 
 
-BUILDERS = ("auto", "mlp", "small-conv", *BOARD_NETS, "minatar", "deepq", "nature")
+BUILDERS = ("auto", "mlp", "small-conv", *BOARD_NETS, *HEADING_NETS, "minatar", "deepq", "nature")
 ZOO = Path(__file__).with_name("zoo")  # the definitions ddq ships; the repository's models/ links here
 
 
@@ -205,9 +220,12 @@ def _q_network(name: str, state_shape: tuple[int, ...], num_actions: int, hidden
         return deepq(channels, height, width, num_actions)
     if name == "small-conv":
         return small_conv(channels, height, width, num_actions, layer_norm)
-    if name in BOARD_NETS:
-        if channels != 1:
-            raise ValueError(f"model {name!r} reads one {BOARD_GAME} board per state, got {channels} channels")
+    if name in BOARD_NETS or name in HEADING_NETS:
+        if channels != 1 or height != width:
+            raise ValueError(f"model {name!r} reads one {BOARD_GAME} board per state (one square channel), got "
+                             f"{channels} channels of {height}x{width}")
+        if name in HEADING_NETS:
+            return heading_planes_conv(height, num_actions, layer_norm, HEADING_NETS[name])
         return board_planes_conv(height, width, num_actions, layer_norm, BOARD_NETS[name])
     if name == "minatar":
         return minatar_dqn(channels, height, width, num_actions, layer_norm)
