@@ -78,6 +78,9 @@ class HeadingView(nn.Module):
     its move in `moves`), which `HeadingActions` needs to map the view's action values back.
     """
 
+    heading_by_code: torch.Tensor  # buffers, typed for mypy
+    sources: torch.Tensor
+
     def __init__(self, side: int, head: int, neck: int, beyond: int, moves: Sequence[tuple[int, int]],
                  centred: bool) -> None:
         super().__init__()
@@ -126,6 +129,8 @@ class HeadingActions(nn.Sequential):
     """A Q-network over `HeadingView`'s view (its first layer): the network values the view's actions
     (up is ahead), and these are mapped back to the env's actions by each board's heading. Being an
     nn.Sequential, its last layer can be swapped for a dueling head like any built-in network's."""
+
+    view_action: torch.Tensor  # a buffer, typed for mypy
 
     def __init__(self, view: HeadingView, *layers: nn.Module, moves: Sequence[tuple[int, int]]) -> None:
         super().__init__(view, *layers)
