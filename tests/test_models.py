@@ -81,8 +81,8 @@ def test_dueling_head_adds_the_value_to_the_advantages_minus_their_mean():
 
 
 @pytest.mark.parametrize("name,shape", [("mlp", (4,)), ("small-conv", (1, 12, 12)), ("snake-conv", (1, 12, 12)),
-                                        ("snake-conv-wide", (1, 12, 12)), ("snake-conv-egocentric", (1, 12, 12)),
-                                        ("deepq16", (4, 16, 16))])
+                                        ("snake-conv-wide", (1, 12, 12)), ("snake-conv-turned", (1, 12, 12)),
+                                        ("snake-conv-egocentric", (1, 12, 12)), ("deepq16", (4, 16, 16))])
 def test_every_network_takes_dueling_heads_in_place_of_its_last_layer(name, shape):
     plain = build_q_network(name, shape, 4)
     dueling = build_q_network(name, shape, 4, dueling=True)

@@ -1,4 +1,5 @@
-"""Layers of ddq's own that every network starts with, built-in or imported from Caffe."""
+"""Layers of ddq's own: the inputs every network starts with, built-in or imported from Caffe, and the heads and
+views its own networks use."""
 
 from __future__ import annotations
 
@@ -115,6 +116,8 @@ class HeadingView(nn.Module):
         head = (flat == self.head).to(torch.uint8).argmax(1)
         neck = (flat == self.neck).to(torch.uint8).argmax(1)
         code = (head // self.side - neck // self.side + 1) * 3 + (head % self.side - neck % self.side + 1)
+        # A board without a head and neck side by side (no Snake frame has one) reads as heading north rather
+        # than indexing out of range: such a state's values mean nothing anyway.
         heading = self.heading_by_code[code.clamp(0, 8)]
         offsets = self.sources[heading]  # (N, size * size, 2)
         if self.pad:  # centred: offsets from the head, on the board padded with what lies beyond it

@@ -125,7 +125,6 @@ def heading_planes_conv(side: int, num_actions: int, layer_norm: bool, centred: 
     return HeadingActions(view, *layers, moves=moves)
 
 
-
 def minatar_dqn(channels: int, height: int, width: int, num_actions: int, layer_norm: bool = False) -> nn.Sequential:
     """Young and Tian (2019)'s MinAtar DQN: conv 16 3x3 (stride 1, no padding) - fc 128, for 10x10 games;
     with `layer_norm` (PQN), each hidden layer is normalised before its ReLU."""
