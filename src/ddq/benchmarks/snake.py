@@ -55,13 +55,14 @@ ROWS = (
     # Changes tried against the plateau at about 38 greedy apples (docs/benchmarks.md), where most greedy
     # games end with the snake hitting its own body:
     Ablation("gamma 0.995", ("--gamma", "0.995")),  # a long snake's apple can be 50+ moves away
-    Ablation("the wide board net (snake-conv-wide)", ("--model", "snake-conv-wide")),  # room to plan a way out
+    Ablation("the wide board net, not turned (snake-conv-wide)", ("--model", "snake-conv-wide")),  # room to plan
     Ablation("Q(lambda) 0.9", ("--q-lambda", "0.9")),  # a dead end's cost carried further back
     # What two data-parallel workers of 64 boards each learn per env step (their gradients averaged)
     Ablation("128 boards (minibatches of 512)", ("--num-envs", "128")),
-    # The board as the snake sees it, as the published agents that fill most of the board see it: one
-    # pattern for "the wall ahead" wherever the head is and whichever way it goes
-    Ablation("the board turned so the snake heads up (snake-conv-turned)", ("--model", "snake-conv-turned")),
+    # The board as the snake sees it, as the published agents that fill most of the board see it: make run
+    # turns it so that the snake heads up (one pattern for "a wall ahead" whichever way it goes); these undo
+    # that, and centre it on the head as well
+    Ablation("the board not turned (snake-conv)", ("--model", "snake-conv")),
     Ablation("the board turned and centred on the head (snake-conv-egocentric)",
              ("--model", "snake-conv-egocentric")),
 )
