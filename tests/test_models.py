@@ -114,14 +114,10 @@ def test_pqn_networks_normalise_every_hidden_layer(name, shape, norms):
 
 
 def test_board_planes_split_a_snake_board_into_walls_apple_head_body_and_its_order():
-    from ddq.gamesim.snake import SnakeEnv
     from ddq.gamesim.snake_engine import APPLE, HEAD, NECK, TAIL, WALL
     from ddq.models.layers import BoardPlanes
 
-    env = SnakeEnv(size=6)
-    board = env.reset(seed=0)[0][:, :, 0]
-    for action in (2, 2, 1):  # east, east, south: the head, and a body behind it
-        board = env.step(action)[0][:, :, 0]
+    board = _board_after((2, 2, 1), size=6, seed=0)  # east, east, south: the head, and a body behind it
     planes = BoardPlanes((WALL, APPLE, HEAD), (TAIL, NECK))(torch.from_numpy(board)[None, None])[0]
     assert planes.shape == (5, 8, 8)
     for plane, level in enumerate((WALL, APPLE, HEAD)):
@@ -141,11 +137,12 @@ def test_snake_conv_reads_one_board_per_state(name):
         build_q_network(name, (4, 12, 12), 4)
 
 
-def _board_after(moves, size=10):
+def _board_after(moves, size=10, seed=3):
+    """The board (height, width) of a Snake game of `size` after `moves` (action indices) from its reset."""
     from ddq.gamesim.snake import SnakeEnv
 
     env = SnakeEnv(size=size)
-    board = env.reset(seed=3)[0][:, :, 0]
+    board = env.reset(seed=seed)[0][:, :, 0]
     for action in moves:
         board = env.step(action)[0][:, :, 0]
     return board
@@ -181,6 +178,29 @@ def test_the_egocentric_view_puts_the_head_in_the_middle_and_what_is_ahead_above
     assert seen[0, 0, middle, middle] == HEAD and seen[0, 0, middle + 1, middle] == NECK  # the neck behind
     assert seen[0, 0, middle - 1, middle] == WALL  # the wall ahead
     assert (seen[0, 0, middle:middle + 2, middle - 1] != WALL).all()  # the board goes on to the left
+
+
+# the snake along a wall, heading each way: north with the east wall on its right, south with it on its left,
+# west with the north wall on its right, east with the south wall on its right
+@pytest.mark.parametrize("moves", [(2, 2, 2, 2, 0), (2, 2, 2, 2, 1), (0, 0, 0, 0, 0, 3), (1, 1, 1, 1, 2)])
+def test_the_move_a_heading_net_values_as_ahead_or_right_reaches_the_cell_its_view_shows_there(moves):
+    """The view and the actions agree: the env action that `HeadingActions` maps to the view's "up" moves
+    the head onto the board cell the centred view shows above the head, and its "right" onto the cell on
+    the right (a table at odds with its view, one that swapped left and right, would still value turned boards
+    alike)."""
+    from ddq.gamesim.snake_engine import ACTION_MOVES, HEAD
+
+    network = build_q_network("snake-conv-egocentric", (1, 12, 12), 4)
+    board = _board_after(moves)
+    seen, heading = network[0](torch.from_numpy(board)[None, None])
+    head = np.argwhere(board == HEAD)[0]
+    middle = 9
+    assert seen[0, 0, middle, middle + 1] != seen[0, 0, middle, middle - 1]  # a wall on one side only
+    for view_cell in ((-1, 0), (0, 1), (0, -1)):  # ahead, right, left
+        view_action = ACTION_MOVES.index(view_cell)
+        [env_action] = (network.view_action[int(heading)] == view_action).nonzero()[0].tolist()
+        row, col = head + ACTION_MOVES[env_action]
+        assert seen[0, 0, middle + view_cell[0], middle + view_cell[1]] == board[row, col], (view_cell, env_action)
 
 
 def test_the_wide_board_net_has_twice_the_channels_and_units():

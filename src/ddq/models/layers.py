@@ -4,6 +4,7 @@ views its own networks use."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -67,6 +68,14 @@ class DuelingHead(nn.Module):
         return self.value(x) + advantage - advantage.mean(dim=1, keepdim=True)
 
 
+def board_offset(forward: tuple[int, int], d_row: Any, d_col: Any) -> tuple[Any, Any]:
+    """The board offset (row, col) of what a snake heading `forward` sees `d_row` rows down and `d_col`
+    columns right of its head, up being ahead and right being forward turned clockwise: the one rule of
+    the heading view, for numbers or tensors of them."""
+    right = (forward[1], -forward[0])
+    return -d_row * forward[0] + d_col * right[0], -d_row * forward[1] + d_col * right[1]
+
+
 class HeadingView(nn.Module):
     """Turns each board (N, 1, H, W) of uint8 cells so that the snake heads up, and with `centred` also
     centres it on the head: the egocentric view of the published Snake agents, where "a wall ahead" or
@@ -96,13 +105,11 @@ class HeadingView(nn.Module):
                              persistent=False)
 
     def _sources(self, forward: tuple[int, int], centred: bool) -> torch.Tensor:
-        """(size * size, 2): the board offset each view cell shows, for a snake heading `forward`: the
-        view's up is forward and its right is forward turned clockwise, as the snake sees it."""
-        right = (forward[1], -forward[0])
+        """(size * size, 2): the board offset each view cell shows, for a snake heading `forward`."""
         middle = (self.size - 1) / 2
         rows, cols = torch.meshgrid(torch.arange(self.size) - middle, torch.arange(self.size) - middle,
                                     indexing="ij")
-        offsets = torch.stack([-rows * forward[0] + cols * right[0], -rows * forward[1] + cols * right[1]], -1)
+        offsets = torch.stack(board_offset(forward, rows, cols), -1)
         if not centred:  # turned about the board's middle rather than the head
             offsets = offsets + (self.side - 1) / 2
         return offsets.reshape(-1, 2).round().long()
@@ -140,10 +147,8 @@ class HeadingActions(nn.Sequential):
         # view_action[h, a]: the view's action that moves the snake as the env's action a does, heading h
         table = [[0] * len(moves) for _ in moves]
         for h, forward in enumerate(moves):
-            right = (forward[1], -forward[0])
             for e, (d_row, d_col) in enumerate(moves):
-                move = (-d_row * forward[0] + d_col * right[0], -d_row * forward[1] + d_col * right[1])
-                table[h][moves.index(move)] = e
+                table[h][list(moves).index(board_offset(forward, d_row, d_col))] = e
         self.register_buffer("view_action", torch.tensor(table), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
