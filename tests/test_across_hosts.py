@@ -119,6 +119,10 @@ def test_spark_submit_with_what_ddq_package_writes_under_latency_on_every_redis_
     command = run_ddq_package(h.tmp("h0") / "package", executor_environment(h.folder))
     inside = [part.replace(str(h.tmp("h0")), "/tmp") for part in command]  # the same files, as h0 sees them
     inside[0], inside[inside.index("URL")] = str(SPARK_HOME / "bin" / "spark-submit"), cluster.master
+    # the full JIT for the JVMs that encrypt and unpack the 1 GB archive (the cluster's light one is for its
+    # one-core hosts' workers: `Cluster`)
+    inside[1:1] = [part for jvm in ("driver", "executor")
+                   for part in ("--conf", f"spark.{jvm}.defaultJavaOptions=-XX:+TieredCompilation")]
     url, _ = latency_proxy_on_h0(cluster, tls_redis_on_h0(cluster), delay_ms=1.0, jitter_ms=0.5)
     name = "submitted"
     flags = ["--workers", "2", "--env", "CartPole-v1", "--total-steps", "2000", "--eval-every", "2000",

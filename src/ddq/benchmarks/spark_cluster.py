@@ -44,10 +44,15 @@ class Cluster:
         self.conf_dir.mkdir(mode=0o700)
         defaults = self.conf_dir / "spark-defaults.conf"
         defaults.touch(mode=0o600)
-        # (not the light JIT ddq gives a local master's JVM: a cluster's driver and executors encrypt and
-        # unpack what the job ships: with it the spark-submit test's 1 GB archive took 139 s, without 86-96)
+        # The light JIT ddq gives a local master's JVM, as an operator of one-core hosts would give theirs: the
+        # optimising compiler's threads took the core from the worker beside it (a data-parallel CartPole run
+        # across h1 and h2, 2026-11-27: 21 s where it took 28; Spark's start 5.7 s where it took 8.3). A job that
+        # ships a large archive wants it back: AES runs on the optimising compiler's intrinsics (the spark-submit
+        # test's 1 GB archive took 139 s with the light JIT, 86-96 without), so that test asks for it.
         defaults.write_text(f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(16)}\n"
-                            "spark.network.crypto.enabled true\n")
+                            "spark.network.crypto.enabled true\n"
+                            f"spark.driver.defaultJavaOptions {LOCAL_JVM_OPTIONS}\n"
+                            f"spark.executor.defaultJavaOptions {LOCAL_JVM_OPTIONS}\n")
 
     def spark_env(self, host: str) -> dict[str, str]:
         return {"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": self.hosts.address(host),
