@@ -2,7 +2,7 @@
 
 Actors only play and send experience; one learner trains at the replay ratio and publishes weights.
 The tests check that the learner keeps the replay ratio whatever the actors do, that --sync rounds meet
-at a Spark barrier, and Ctrl-C and --resume. What the mode survives (a killed Redis, learner and actor)
+(a Spark barrier stage's process group), and Ctrl-C and --resume. What the mode survives (a killed Redis, learner and actor)
 is test_failures.py's, beside downpour; that it learns (CartPole's 475 within a number of env steps)
 is test_across_hosts.py's, beside downpour.
 """

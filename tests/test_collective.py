@@ -1,6 +1,6 @@
 """The data-parallel collective between two real processes (torch.distributed's gloo over loopback), met
-through a queue standing in for Spark's barrier allGather: the mean, rank 0's weights, a vote, and
-nothing listening beyond the address it was given."""
+through a queue standing in for Spark's barrier allGather: the mean, rank 0's weights, a vote, the highest
+number (where --sync actors meet), and nothing listening beyond the address it was given."""
 
 from __future__ import annotations
 
@@ -42,12 +42,12 @@ def _rank(rank: int, addresses: multiprocessing.Queue, results: multiprocessing.
     listening = listening_addresses()
     gradient = collective.average_(torch.full((5,), float(rank + 1)))
     weights = collective.broadcast_(torch.full((3,), float(10 * (rank + 1))))
-    votes = (collective.any(rank == 1), collective.any(False))
+    votes = (collective.any(rank == 1), collective.any(False), collective.highest(7 + 5 * rank))
     collective.close()
     results.put((rank, gradient.tolist(), weights.tolist(), votes, listening))
 
 
-def test_two_ranks_average_take_rank_zeros_weights_and_vote_listening_on_loopback_only():
+def test_two_ranks_average_take_rank_zeros_weights_vote_and_agree_on_the_highest_listening_on_loopback_only():
     context = multiprocessing.get_context("spawn")
     addresses, results = context.Queue(), context.Queue()
     ranks = [context.Process(target=_rank, args=(rank, addresses, results)) for rank in (0, 1)]
@@ -59,7 +59,7 @@ def test_two_ranks_average_take_rank_zeros_weights_and_vote_listening_on_loopbac
         assert process.exitcode == 0
     for rank in (0, 1):
         gradient, weights, votes, _ = got[rank]
-        assert gradient == [1.5] * 5 and weights == [10.0] * 3 and votes == (True, False)
+        assert gradient == [1.5] * 5 and weights == [10.0] * 3 and votes == (True, False, 12)
     # rank 0 listens (its store, its gloo links) on 127.0.0.1 only: 0100007F in /proc/net/tcp
     listening = got[0][3]
     assert listening and all(address.startswith("0100007F:") for address in listening), listening

@@ -7,7 +7,7 @@ The wiring of Grandio's "Distributed Deep Q-Learning algorithm based on MPI"
 replay ratio and publishes weights where workers read them. The driver
 evaluates, beside the run, the weights the learner kept at each eval_every
 mark of the env steps it trained on. With --sync the tasks form a barrier
-stage and meet between rounds (the MPI collective variant). A dead learner
+stage and meet between rounds in its process group (the MPI collective variant). A dead learner
 is restarted from its snapshot; a dead task is retried by Spark.
 """
 

@@ -75,11 +75,20 @@ class Collective:
             self._all_reduce(votes)
         return bool(votes.item() > 0)
 
-    def _all_reduce(self, tensor: torch.Tensor) -> None:
+    def highest(self, number: int) -> int:
+        """The highest of the ranks' `number`s, on every rank."""
+        numbers = torch.tensor([number], dtype=torch.int64, device=self.device)
+        if self.world > 1:
+            self._all_reduce(numbers, dist.ReduceOp.MAX)
+        return int(numbers.item())
+
+    def _all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
         if self.gloo:
-            self.group.allreduce([tensor]).wait()
+            options = dist.AllreduceOptions()
+            options.reduceOp = op
+            self.group.allreduce([tensor], options).wait()
         else:
-            dist.all_reduce(tensor)
+            dist.all_reduce(tensor, op)
 
     def close(self) -> None:
         """Leaves the group (Spark reuses the task's Python process, which may join another)."""

@@ -19,6 +19,7 @@ import time
 import typing
 from collections.abc import Callable
 from dataclasses import asdict
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -39,9 +40,18 @@ from ddq.workers.barista import HEARTBEAT_S, WORKER_SEED_STRIDE, StatsWindow, Wo
 
 # Builds an actor's weights source around its network's flat parameters (kept current by `sync`).
 WeightsFactory = Callable[[FlatParameters], WeightsSource]
-# --sync: every actor's message in, every actor's messages out, once all of them called it (Spark's
-# BarrierTaskContext.allGather: a barrier that also exchanges a word).
-Meeting = Callable[[str], list[str]]
+
+class Meeting(Protocol):
+    """--sync: where the actors meet between rounds. Each call returns once every actor made it (the
+    barrier stage's process group: `ddq.transport.collective.Collective`)."""
+
+    def highest(self, number: int) -> int:
+        """The highest of the actors' `number`s."""
+
+    def any(self, flag: bool) -> bool:
+        """Whether any actor's `flag` is True."""
+
+
 BACKLOG_DEADLINE_S = 120.0  # an actor waiting for the learner to take its messages gives up after this
 
 
@@ -151,7 +161,7 @@ class ExperienceActor:
         # about twice serial's env steps to reach CartPole's 475, a backlog of 1 about as many as serial
         self.backlog_limit = config.distributed.actor_backlog * config.distributed.workers
         if config.distributed.sync and meet is None:
-            raise ValueError("sync rounds need a barrier to meet at (a Spark barrier stage)")
+            raise ValueError("sync rounds need a meeting (a Spark barrier stage's process group)")
         self.meet = meet
 
     def epsilon(self) -> float:
@@ -245,13 +255,13 @@ class ExperienceActor:
         together at the barrier, so that no actor waits there for one that left."""
         assert self.meet is not None
         done_before = self.channel.round_done()
-        number = max(int(word) for word in self.meet(str(done_before + 1)))  # a retried stage agrees where it is
+        number = self.meet.highest(done_before + 1)  # a retried stage agrees where it is
         while True:
             if not self.finished():  # the weights this round is played with, for the record
                 self.stats.round_weights = [*self.stats.round_weights[-1:], [number, self.source.version]]
             self._play(rounds=True)
             self.send(everything=True)
-            if "stop" in self.meet("stop" if self.finished() else "go"):
+            if self.meet.any(self.finished()):
                 return
             if self.index == 0:
                 self.channel.set_round_ready(number)
