@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import subprocess
 import sys
 import threading
 import warnings
@@ -14,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import decode_settings
+from ddq.modes.jvm_archive import jvm_options, note_class_path, writes_archive
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
 TASK_RETRIES = 4
 SPARK_STOP_WAIT_S = 15.0
+JVM_ARCHIVE_WAIT_S = 60.0  # a first run's JVM writing its class-data archive as it exits took 7 s on 2 cores
 # --sync actors wait at their meeting for the slowest one's round, however long its episodes: Spark ends a
 # barrier stage's other tasks when one fails, so the wait needs no deadline of its own
 MEETING_TIMEOUT_S = 7 * 24 * 3600.0
@@ -182,7 +185,7 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
 
     conf = SparkConf() if master is None else SparkConf().setMaster(master)
     if master is not None and master.startswith("local"):
-        conf = (conf.setIfMissing("spark.driver.defaultJavaOptions", LOCAL_JVM_OPTIONS)
+        conf = (conf.setIfMissing("spark.driver.defaultJavaOptions", f"{LOCAL_JVM_OPTIONS} {jvm_options()}".rstrip())
                 .setIfMissing("spark.python.daemon.module", "ddq.modes.spark_daemon"))
     if driver_host is not None:
         conf = conf.set("spark.driver.host", driver_host).set("spark.driver.bindAddress", bind or driver_host)
@@ -203,6 +206,8 @@ def start_context(conf: Any, log_path: Path | None, password: str | None = None,
     else:
         with open(log_path, "ab") as log:
             gateway = launch_gateway(conf, {"stderr": log})
+    if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's: the class path an archive it writes needs
+        note_class_path(conf.get("spark.driver.defaultJavaOptions", ""), gateway.proc.pid)
     settings = gateway.jvm.org.apache.spark.SparkConf(True)  # conf, spark-submit's and spark-defaults.conf's
     master = settings.get("spark.master", "local[*]")
     if password is not None:
@@ -324,15 +329,44 @@ class SparkStarting:
         stopping = threading.Thread(target=stop_quietly, args=(self.context,), name="spark-stop", daemon=True)
         stopping.start()
         stopping.join(SPARK_STOP_WAIT_S)
-        if not stopping.is_alive():
-            return
         jvm = getattr(getattr(self.context, "_gateway", None), "proc", None)  # None: spark-submit's JVM
+        forget_gateway(self.context)
+        if not stopping.is_alive():
+            if jvm is not None and writes_archive(self.conf.get("spark.driver.defaultJavaOptions", "")):
+                end_stopped_jvm(jvm)  # else it exits with this process, in the background
+            return
         if jvm is not None:
             jvm.kill()
             jvm.wait(SPARK_STOP_WAIT_S)
         print(f"ddq: Spark did not stop within {SPARK_STOP_WAIT_S:.0f} s (its executors unreachable?); "
               f"{'its JVM was killed' if jvm is not None else 'leaving it to spark-submit'}",
               file=sys.stderr, flush=True)
+
+
+def forget_gateway(context: Any) -> None:
+    """pyspark keeps a process's first gateway for every later context, even one made on a gateway of its own
+    (`start_context`'s): forgotten once its context stops, a later run in this process (`ddq.train` called
+    again) starts on its own JVM, not on one that ended."""
+    from pyspark import SparkContext
+
+    with SparkContext._lock:
+        if SparkContext._gateway is getattr(context, "_gateway", None):
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+
+
+def end_stopped_jvm(jvm: Any) -> None:
+    """Closes the standard input of the JVM whose Spark stopped, which makes it exit (pyspark's gateway
+    watches it), and waits for it to write its class-data archive (`ddq.modes.jvm_archive`): a first run's
+    JVM takes seconds to, and would otherwise still be writing after `ddq train` ended. Killed if it has not
+    ended within JVM_ARCHIVE_WAIT_S."""
+    with contextlib.suppress(OSError, ValueError):
+        jvm.stdin.close()
+    try:
+        jvm.wait(JVM_ARCHIVE_WAIT_S)
+    except subprocess.TimeoutExpired:
+        jvm.kill()
+        jvm.wait(SPARK_STOP_WAIT_S)
 
 
 def stop_quietly(context: Any) -> None:

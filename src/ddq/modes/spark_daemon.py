@@ -10,6 +10,8 @@ there `warm_workers` imports this module in each worker instead.
 
 from __future__ import annotations
 
+import pyspark.worker  # noqa: F401  (what pyspark's daemon runs in each worker it forks, importing it there)
+
 import ddq.workers.actor  # noqa: F401  (actor-learner's task)
 import ddq.workers.barista  # noqa: F401  (torch, the envs, the core: every task)
 import ddq.workers.data_parallel  # noqa: F401  (data-parallel's task)

@@ -1,0 +1,49 @@
+"""A local master's JVM shares Spark's classes through Java's class-data archive: a real JVM writes one as it
+exits, a later start adopts it only once Java maps it, and one cut short is refused and removed (a JVM
+that mapped it would crash)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddq.benchmarks.procfs import processes_mentioning
+from ddq.modes import jvm_archive
+from ddq.modes.spark import SparkStarting, local_master
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "ddq"
+
+
+def test_a_first_jvm_writes_the_archive_as_it_exits_and_a_later_start_adopts_only_what_java_maps(cache, tmp_path):
+    java = jvm_archive.java_binary()
+    assert java is not None
+    archive = jvm_archive.archive_path(java)
+    assert jvm_archive.jvm_options().startswith(jvm_archive.WRITE_OPTION)  # none yet: this JVM is to write it
+    starting = SparkStarting(local_master(1), "ddq-archive-test", tmp_path / "spark.log", "127.0.0.1", None, 1,
+                             lambda context: None)
+    starting.result().parallelize(range(2), 1).map(lambda x: x + 1).collect()
+    starting.stop()  # waits for the JVM to write its archive and exit
+    written = list(cache.glob("*.writing"))
+    assert len(written) == 1 and written[0].stat().st_size > 1_000_000, list(cache.iterdir())
+    assert processes_mentioning(str(written[0])) == []  # no JVM left writing it
+    class_path = Path(f"{written[0]}.classpath").read_text()
+    assert "pyspark" in class_path and "jars" in class_path
+
+    # cut short (as by a JVM killed while writing): refused, removed, never made the archive
+    cut = cache / f"{archive.stem}.999999999.writing"
+    cut.write_bytes(written[0].read_bytes()[: written[0].stat().st_size // 2])
+    Path(f"{cut}.classpath").write_text(class_path)
+    hidden = written[0].rename(tmp_path / "whole.writing")  # so that the cut one is the only candidate
+    jvm_archive.adopt_finished(archive, java)
+    assert not archive.exists() and not cut.exists() and not Path(f"{cut}.classpath").exists()
+
+    hidden.rename(written[0])  # the whole one: adopted, its note removed
+    assert jvm_archive.jvm_options() == f"-XX:SharedArchiveFile={archive} -Xshare:auto"
+    assert archive.exists() and list(cache.iterdir()) == [archive]
+    assert jvm_archive.maps(java, archive, class_path)  # (every later local run of the suite maps it in its JVM)
+
