@@ -1,10 +1,13 @@
 """The Python API: `ddq.train(...)` returns a Run, `ddq.load(...)` an agent that plays a Gymnasium env."""
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import ddq
+from ddq.benchmarks.procfs import processes_mentioning
 
 
 def play(agent: ddq.Agent, episodes: int) -> list[float]:
@@ -52,9 +55,19 @@ def test_a_bad_setting_is_one_clear_error_before_anything_starts(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_in_downpour_mode_returns_the_run(tmp_path):
+def test_train_in_downpour_mode_returns_the_run_and_a_second_call_starts_spark_anew(tmp_path):
     run = ddq.train(env="CartPole-v1", mode="downpour", workers=2, total_steps=3_000, eval_every=3_000,
-                    eval_episodes=2, dashboard=False, celery=False, run_dir=tmp_path / "run")
+                    eval_episodes=2, dashboard=False, celery=False, run_dir=tmp_path / "api-first-call")
     assert run.stop_reason == "step budget spent" and run.env_steps >= 3_000
     assert sorted(worker["worker"] for worker in run.summary["workers"]) == [0, 1]
     assert run.agent().act(np.zeros(4, np.float32)) in (0, 1)
+    # a second run in this process, on a master of another size: a JVM of its own (pyspark keeps a process's
+    # first gateway for later contexts), and none of the two left running once it ended
+    again = ddq.train(env="CartPole-v1", mode="downpour", workers=1, total_steps=500, eval_every=500,
+                      eval_episodes=1, dashboard=False, celery=False, animate=False, run_dir=tmp_path / "api-second-call")
+    assert again.stop_reason == "step budget spent" and [w["worker"] for w in again.summary["workers"]] == [0]
+    deadline = time.monotonic() + 20  # each exits once its standard input closes, within a second or two
+    while (jvms := [pid for name in ("api-first-call", "api-second-call")
+                    for pid in processes_mentioning(f"spark.app.name=ddq-{name}-")]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert jvms == []

@@ -332,8 +332,8 @@ class SparkStarting:
         jvm = getattr(getattr(self.context, "_gateway", None), "proc", None)  # None: spark-submit's JVM
         forget_gateway(self.context)
         if not stopping.is_alive():
-            if jvm is not None and writes_archive(self.conf.get("spark.driver.defaultJavaOptions", "")):
-                end_stopped_jvm(jvm)  # else it exits with this process, in the background
+            if jvm is not None:
+                end_stopped_jvm(jvm, writes_archive(self.conf.get("spark.driver.defaultJavaOptions", "")))
             return
         if jvm is not None:
             jvm.kill()
@@ -355,13 +355,16 @@ def forget_gateway(context: Any) -> None:
             SparkContext._jvm = None
 
 
-def end_stopped_jvm(jvm: Any) -> None:
+def end_stopped_jvm(jvm: Any, writing_archive: bool) -> None:
     """Closes the standard input of the JVM whose Spark stopped, which makes it exit (pyspark's gateway
-    watches it), and waits for it to write its class-data archive (`ddq.modes.jvm_archive`): a first run's
-    JVM takes seconds to, and would otherwise still be writing after `ddq train` ended. Killed if it has not
-    ended within JVM_ARCHIVE_WAIT_S."""
+    watches it) now rather than when this process does: a second run in this process starts a JVM of its
+    own (`forget_gateway`). Where it writes its class-data archive (`ddq.modes.jvm_archive`), waits for it:
+    a first run's JVM takes seconds to, and would still be writing after `ddq train` ended. Killed if it
+    has not ended within JVM_ARCHIVE_WAIT_S. Otherwise it exits in the background, within a second or two."""
     with contextlib.suppress(OSError, ValueError):
         jvm.stdin.close()
+    if not writing_archive:
+        return
     try:
         jvm.wait(JVM_ARCHIVE_WAIT_S)
     except subprocess.TimeoutExpired:
