@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import secrets
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,6 +27,10 @@ from ddq.run_folder import write_whole
 
 CHECK_S = 30.0  # the most `java -Xshare:on -version` may take to check a finished archive
 WRITE_OPTION = "-XX:ArchiveClassesAtExit="
+# an archive's regions carry checksums, which the check verifies: a file two writers mixed fails it
+CHECKSUMS = "-XX:+VerifySharedSpaces"
+# a check that crashes on a file cut short leaves no crash log or core file in the folder ddq runs in
+QUIET_CRASH = ("-XX:ErrorFile=/dev/null", "-XX:-CreateCoredumpOnCrash")
 
 
 def cache_folder() -> Path:
@@ -50,20 +55,24 @@ def archive_path(java: str) -> Path:
 
 def jvm_options() -> str:
     """Options that share Spark's classes: map the archive, or (none yet) write one as this JVM exits.
-    "" without a java to check archives with, or a cache folder."""
-    java = java_binary()
-    if java is None:
-        return ""
-    archive = archive_path(java)
+    "" without a java to check archives with, or a cache folder this process may write in: the JVM then
+    starts as it would without ddq."""
     try:
+        java = java_binary()
+        if java is None:
+            return ""
+        archive = archive_path(java)
         archive.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:
+        if not os.access(archive.parent, os.W_OK):
+            return ""
+        if not archive.exists():
+            adopt_finished(archive, java)
+        if archive.exists():
+            return f"-XX:SharedArchiveFile={archive} -Xshare:auto"
+        # its own name: another process (another container sharing the folder, too) may be writing one
+        return f"{WRITE_OPTION}{archive.with_suffix(f'.{secrets.token_hex(6)}.writing')} {CHECKSUMS}"
+    except (OSError, RuntimeError, ValueError):  # no home folder, no /proc, a file another run just took
         return ""
-    if not archive.exists():
-        adopt_finished(archive, java)
-    if archive.exists():
-        return f"-XX:SharedArchiveFile={archive} -Xshare:auto"
-    return f"{WRITE_OPTION}{archive.with_suffix(f'.{os.getpid()}.writing')}"
 
 
 def writing_to(options: str) -> str | None:
@@ -93,7 +102,10 @@ def adopt_finished(archive: Path, java: str) -> None:
         if being_written(written):
             continue
         noted = Path(f"{written}.classpath")
-        class_path = noted.read_text() if noted.exists() else None
+        try:
+            class_path: str | None = noted.read_text()
+        except OSError:  # not noted (or another run adopted it meanwhile)
+            class_path = None
         adopted = False
         if class_path is not None and maps(java, written, class_path):
             with contextlib.suppress(OSError):
@@ -119,8 +131,9 @@ def being_written(path: Path) -> bool:
 def maps(java: str, archive: Path, class_path: str) -> bool:
     """Whether java maps `archive` with `class_path` (-Xshare:on fails where it cannot)."""
     try:
-        checked = subprocess.run([java, f"-XX:SharedArchiveFile={archive}", "-Xshare:on", "-cp", class_path,
-                                  "-version"], capture_output=True, timeout=CHECK_S)
+        checked = subprocess.run([java, f"-XX:SharedArchiveFile={archive}", "-Xshare:on", CHECKSUMS, *QUIET_CRASH,
+                                  "-cp", class_path, "-version"], capture_output=True, timeout=CHECK_S,
+                                 cwd=archive.parent)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return checked.returncode == 0

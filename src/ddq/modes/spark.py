@@ -12,11 +12,14 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddq.config import decode_settings
 from ddq.modes.jvm_archive import jvm_options, note_class_path, writes_archive
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
+
+if TYPE_CHECKING:
+    from ddq.transport.collective import Collective
 
 TASK_RETRIES = 4
 SPARK_STOP_WAIT_S = 15.0
@@ -84,7 +87,7 @@ def data_parallel_task(index: int, _rows: Iterator, settings: str, redis_url: st
     yield dataclasses.asdict(worker.run())
 
 
-def stage_collective(index: int, timeout_s: float, device: Any) -> Any:
+def stage_collective(index: int, timeout_s: float, device: Any) -> Collective:
     """This barrier task's membership of its stage's process group, which the tasks form by meeting at the
     stage's barrier (rank 0 says where its store listens, at the executor's own address as Spark knows it)."""
     from pyspark import BarrierTaskContext
@@ -185,12 +188,19 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
 
     conf = SparkConf() if master is None else SparkConf().setMaster(master)
     if master is not None and master.startswith("local"):
-        conf = (conf.setIfMissing("spark.driver.defaultJavaOptions", f"{LOCAL_JVM_OPTIONS} {jvm_options()}".rstrip())
+        # (a JVM spark-submit started already runs: no option reaches it, so no archive is looked for)
+        sharing = "" if launched_by_spark_submit() else jvm_options()
+        conf = (conf.setIfMissing("spark.driver.defaultJavaOptions", f"{LOCAL_JVM_OPTIONS} {sharing}".rstrip())
                 .setIfMissing("spark.python.daemon.module", "ddq.modes.spark_daemon"))
     if driver_host is not None:
         conf = conf.set("spark.driver.host", driver_host).set("spark.driver.bindAddress", bind or driver_host)
     return (conf.setAppName(app).set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
             .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true"))
+
+
+def java_options(conf: Any) -> str:
+    """The options ddq gives the JVM it starts (`spark_conf`)."""
+    return str(conf.get("spark.driver.defaultJavaOptions", ""))
 
 
 def start_context(conf: Any, log_path: Path | None, password: str | None = None, workers: int = 1) -> Any:
@@ -207,7 +217,7 @@ def start_context(conf: Any, log_path: Path | None, password: str | None = None,
         with open(log_path, "ab") as log:
             gateway = launch_gateway(conf, {"stderr": log})
     if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's: the class path an archive it writes needs
-        note_class_path(conf.get("spark.driver.defaultJavaOptions", ""), gateway.proc.pid)
+        note_class_path(java_options(conf), gateway.proc.pid)
     settings = gateway.jvm.org.apache.spark.SparkConf(True)  # conf, spark-submit's and spark-defaults.conf's
     master = settings.get("spark.master", "local[*]")
     if password is not None:
@@ -290,6 +300,7 @@ class SparkStarting:
         self.password = password
         prepare_environment(master, driver_host, bind)
         self.conf = spark_conf(master, app, driver_host, bind)
+        self.java_options = java_options(self.conf)
         self.context: Any = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._start, args=(log_path, workers, ship), name="spark-start",
@@ -333,7 +344,7 @@ class SparkStarting:
         forget_gateway(self.context)
         if not stopping.is_alive():
             if jvm is not None:
-                end_stopped_jvm(jvm, writes_archive(self.conf.get("spark.driver.defaultJavaOptions", "")))
+                end_stopped_jvm(jvm, writes_archive(self.java_options))
             return
         if jvm is not None:
             jvm.kill()

@@ -1,4 +1,4 @@
-"""A data-parallel run's collective: torch.distributed among the tasks of one Spark barrier stage.
+"""A barrier stage's collective: torch.distributed among its tasks (data-parallel's workers, --sync's actors).
 
 The stage's tasks meet through Spark (`BarrierTaskContext.allGather`, handed
 in as `meet`): rank 0 opens torch's `TCPStore` on a free port of its own

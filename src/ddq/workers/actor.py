@@ -41,6 +41,7 @@ from ddq.workers.barista import HEARTBEAT_S, WORKER_SEED_STRIDE, StatsWindow, Wo
 # Builds an actor's weights source around its network's flat parameters (kept current by `sync`).
 WeightsFactory = Callable[[FlatParameters], WeightsSource]
 
+
 class Meeting(Protocol):
     """--sync: where the actors meet between rounds. Each call returns once every actor made it (the
     barrier stage's process group: `ddq.transport.collective.Collective`)."""
