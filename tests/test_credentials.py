@@ -87,7 +87,15 @@ def test_a_runs_password_is_the_given_urls_or_the_hosts_or_made_for_a_redis_serv
 def test_a_real_spark_task_without_its_hosts_password_fails_the_job_with_that_one_line(tmp_path, monkeypatch):
     """On a local master's real Python workers, which ddq was not asked to give the password: the job's error
     is the executor's line, not Py4J's."""
-    from ddq.modes.spark import SparkJob, barista_task, local_master, spark_conf, start_context
+    from ddq.modes.spark import (
+        SparkJob,
+        barista_task,
+        end_stopped_jvm,
+        forget_gateway,
+        local_master,
+        spark_conf,
+        start_context,
+    )
 
     monkeypatch.delenv(PASSWORD_VARIABLE, raising=False)
     monkeypatch.delenv(PASSWORD_FILE_VARIABLE, raising=False)
@@ -101,4 +109,7 @@ def test_a_real_spark_task_without_its_hosts_password_fails_the_job_with_that_on
         assert not job.is_alive() and job.error is not None
         assert "MissingPasswordError: the run's Redis wants a password" in str(job.error), job.error
     finally:
+        jvm = context._gateway.proc
         context.stop()
+        forget_gateway(context)  # as a run's end does: its JVM ends, and no later context in this process uses it
+        end_stopped_jvm(jvm, writing_archive=True)  # (waits for it to end, archive or not)
