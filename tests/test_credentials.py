@@ -87,21 +87,16 @@ def test_a_runs_password_is_the_given_urls_or_the_hosts_or_made_for_a_redis_serv
 def test_a_real_spark_task_without_its_hosts_password_fails_the_job_with_that_one_line(tmp_path, monkeypatch):
     """On a local master's real Python workers, which ddq was not asked to give the password: the job's error
     is the executor's line, not Py4J's."""
-    from ddq.modes.spark import (
-        SparkJob,
-        barista_task,
-        end_stopped_jvm,
-        forget_gateway,
-        local_master,
-        spark_conf,
-        start_context,
-    )
+    from ddq.modes.spark import SparkJob, SparkStarting, barista_task, local_master
 
     monkeypatch.delenv(PASSWORD_VARIABLE, raising=False)
     monkeypatch.delenv(PASSWORD_FILE_VARIABLE, raising=False)
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # as a run sets it for a local master
     template, _ = split_password(f"rediss://ddq:{QUOTED}@127.0.0.1:1/0")
-    context = start_context(spark_conf(local_master(1), "ddq-test-credentials", None, None), tmp_path / "spark.log")
+    # started and stopped as a run does (its JVM ends, and no later context in this process uses its gateway)
+    starting = SparkStarting(local_master(1), "ddq-test-credentials", tmp_path / "spark.log", "127.0.0.1", None, 1,
+                             lambda context: None)
+    context = starting.result()
     try:
         job = SparkJob(context, barista_task, 1, False, "{}", template, "run-1")
         job.start()
@@ -109,7 +104,4 @@ def test_a_real_spark_task_without_its_hosts_password_fails_the_job_with_that_on
         assert not job.is_alive() and job.error is not None
         assert "MissingPasswordError: the run's Redis wants a password" in str(job.error), job.error
     finally:
-        jvm = context._gateway.proc
-        context.stop()
-        forget_gateway(context)  # as a run's end does: its JVM ends, and no later context in this process uses it
-        end_stopped_jvm(jvm, writing_archive=True)  # (waits for it to end, archive or not)
+        starting.stop()

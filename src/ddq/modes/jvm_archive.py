@@ -80,10 +80,6 @@ def writing_to(options: str) -> str | None:
     return next((option[len(WRITE_OPTION):] for option in options.split() if option.startswith(WRITE_OPTION)), None)
 
 
-def writes_archive(options: str) -> bool:
-    return writing_to(options) is not None
-
-
 def note_class_path(options: str, jvm_pid: int) -> None:
     """Beside the archive a JVM started with `options` will write, the class path it runs with (read from
     its command line), which the archive's check needs."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddq.config import decode_settings
-from ddq.modes.jvm_archive import jvm_options, note_class_path, writes_archive
+from ddq.modes.jvm_archive import jvm_options, note_class_path, writing_to
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
 if TYPE_CHECKING:
@@ -300,7 +300,7 @@ class SparkStarting:
         self.password = password
         prepare_environment(master, driver_host, bind)
         self.conf = spark_conf(master, app, driver_host, bind)
-        self.java_options = java_options(self.conf)
+        self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
         self.context: Any = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._start, args=(log_path, workers, ship), name="spark-start",
@@ -344,7 +344,7 @@ class SparkStarting:
         forget_gateway(self.context)
         if not stopping.is_alive():
             if jvm is not None:
-                end_stopped_jvm(jvm, writes_archive(self.java_options))
+                end_stopped_jvm(jvm, self.writes_archive)
             return
         if jvm is not None:
             jvm.kill()

@@ -83,12 +83,14 @@ class Collective:
         return int(numbers.item())
 
     def _all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
-        if self.gloo:
+        if not self.gloo:
+            dist.all_reduce(tensor, op)
+        elif op == dist.ReduceOp.SUM:  # every update's: gloo's default, with no options to build
+            self.group.allreduce([tensor]).wait()
+        else:
             options = dist.AllreduceOptions()
             options.reduceOp = op
             self.group.allreduce([tensor], options).wait()
-        else:
-            dist.all_reduce(tensor, op)
 
     def close(self) -> None:
         """Leaves the group (Spark reuses the task's Python process, which may join another)."""
