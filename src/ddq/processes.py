@@ -166,7 +166,7 @@ class Supervisor:
         entry.restarts += 1
         entry.restarted_at.append(self.clock())
         see = f"; see {entry.log}" if entry.log else ""
-        _say(f"ddq: {entry.name} (pid {entry.process.pid}) died ({_exit(entry.process.returncode)}); restarting "
+        _say(f"ddq: {entry.name} (pid {entry.process.pid}) died ({how_it_ended(entry.process.returncode)}); restarting "
              f"it ({len(entry.restarted_at)} of {self.max_restarts}){see}")
         try:
             entry.process = entry.restart()
@@ -191,17 +191,19 @@ class Supervisor:
             entry.gone = True
             within = f" within {self.window_s / 60:.0f} minutes" if entry.restarted_at else ""
             after = f" after {len(entry.restarted_at)} restarts{within}" if entry.restarts else ""
-            raise ProcessFailed(f"{entry.name} (pid {pid}) died ({_exit(code)}){after}{see}")
+            raise ProcessFailed(f"{entry.name} (pid {pid}) died ({how_it_ended(code)}){after}{see}")
         else:
             entry.gone = True
-            _say(f"ddq: warning: {entry.name} (pid {pid}) exited ({_exit(code)}); the run goes on without it{see}")
+            _say(f"ddq: warning: {entry.name} (pid {pid}) exited ({how_it_ended(code)}); "
+                 f"the run goes on without it{see}")
 
     def restarts(self) -> dict[str, int]:
         """Restarts so far, by process name (only those restarted)."""
         return {entry.name: entry.restarts for entry in self.watched if entry.restarts}
 
 
-def _exit(code: int) -> str:
+def how_it_ended(code: int) -> str:
+    """A child's return code in words: "exit code 2", or "killed by SIGKILL" for a signal."""
     return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 

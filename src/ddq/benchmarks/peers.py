@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.benchmarks.peer_runs import CLEANRL_SCRIPT, EVAL_EPISODES
+from ddq.processes import how_it_ended
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,8 @@ def run_one(peer: str, env_id: str, seed: int, folder: Path, cleanrl: str | None
     done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=folder,
                           env={**os.environ, "SB3_LOGDIR": str(folder / "sb3-log")})
     if done.returncode != 0:
-        raise RuntimeError(f"{PEER_NAMES[peer]}'s run of seed {seed} failed: {done.stderr.strip().splitlines()[-1:]}")
+        raise RuntimeError(f"{PEER_NAMES[peer]}'s run of seed {seed} failed ({how_it_ended(done.returncode)}): "
+                           f"{done.stderr.strip().splitlines()[-1:]}")
     return json.loads(result_file.read_text())
 
 

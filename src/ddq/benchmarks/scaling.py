@@ -17,6 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddq.processes import how_it_ended
+
 
 @dataclass
 class ScalingRow:
@@ -36,7 +38,8 @@ def run_workers(workers: int, latency_ms: float, steps_per_worker: int, folder: 
                "--eval-episodes", "1", "--no-progress", "--run-dir", str(run_dir)]
     finished = subprocess.run(command, capture_output=True, text=True)
     if finished.returncode != 0:
-        raise RuntimeError(f"the {workers}-worker run failed:\n{finished.stderr[-2000:]}")
+        raise RuntimeError(f"the {workers}-worker run failed ({how_it_ended(finished.returncode)}):\n"
+                           f"{finished.stderr[-2000:]}")
     summary = json.loads((run_dir / "summary.json").read_text())
     return ScalingRow(workers, *worker_rates(summary), summary["updates"])
 

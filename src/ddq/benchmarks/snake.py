@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.gamesim import SNAKE_ID
-from ddq.processes import spawn
+from ddq.processes import how_it_ended, spawn
 
 DEFAULT_CONFIG = "configs/smart-snake.toml"
 
@@ -97,7 +97,7 @@ def _finish(trial: Trial) -> None:
     label = f"{ROWS[trial.row].change}, seed {trial.seed}"
     if trial.process.returncode != 0:
         tail = _log(trial).read_text(errors="replace").strip().splitlines()[-1:]
-        print(f"ddq: {label} failed (exit code {trial.process.returncode}): {' '.join(tail)}", file=sys.stderr)
+        print(f"ddq: {label} failed ({how_it_ended(trial.process.returncode)}): {' '.join(tail)}", file=sys.stderr)
         return
     summary = json.loads((trial.run_dir / "summary.json").read_text())
     trial.apples = float(summary["final_eval_mean_apples"])

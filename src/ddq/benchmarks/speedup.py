@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddq.processes import how_it_ended
+
 # The tasks of the scaling issue: each env's target, and what the command adds to ddq's defaults for it.
 TASKS: dict[str, tuple[float, list[str]]] = {
     "LunarLander-v3": (200.0, []),
@@ -49,7 +51,8 @@ def run_one(env: str, mode: str, workers: int, seed: int, folder: Path) -> Outco
                *extra, *(["--mode", "serial"] if mode == "serial" else ["--mode", mode, "--workers", str(workers)])]
     finished = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     if finished.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[3:])} failed:\n{finished.stderr[-2000:]}")
+        raise RuntimeError(f"{' '.join(command[3:])} failed ({how_it_ended(finished.returncode)}):\n"
+                           f"{finished.stderr[-2000:]}")
     summary = json.loads((run_dir / "summary.json").read_text())
     return Outcome(configuration_name(mode, workers), seed, summary["time_to_target_s"], summary["steps_to_target"])
 
