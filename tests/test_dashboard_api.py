@@ -19,8 +19,11 @@ import pytest
 import redis
 
 from conftest import command_lines_holding
+from ddq.config import settings_document
+from ddq.core.settings import build_config
 from ddq.dashboard.app import create_app
 from ddq.dashboard.series import bucket_starts
+from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 from synthetic_run import beat_workers, write_synthetic_run
 
@@ -93,6 +96,23 @@ def test_latest_state_panels(api, big_run):
     assert [w["worker"] for w in workers] == list(range(16))
     assert workers[5]["state"] == "silent" and workers[5]["heartbeat_age_s"] > 30
     assert workers[3]["restarts"] == 1 and workers[0]["state"] == "running"
+
+
+def test_a_run_without_a_parameter_server_counts_its_workers_updates(big_run):
+    """Data-parallel's workers apply every update themselves and no shard reports: the header's updates are
+    the workers' newest weights version (it said 0)."""
+    client, _ = big_run
+    run, config = "data-parallel-1", build_config({"env": "CartPole-v1", "mode": "data-parallel", "workers": 2})
+    client.set(RunKeys(run).info, json.dumps({"run": run, "started": time.time(), "state": "running",
+                                              "settings": settings_document(config)}))
+    for worker, version in ((0, 40), (1, 41)):
+        client.hset(RunKeys(run).workers, str(worker), json.dumps({
+            "worker": worker, "attempt": 0, "env_steps": 1000, "pushes": version, "state": "running",
+            "heartbeat": time.time(), "weights_version": version, "pushes_per_s": 8.0}))
+    app = create_app(client, run)
+    app.testing = True
+    overview = app.test_client().get("/api/run").get_json()
+    assert (overview["mode"], overview["updates"]) == ("data-parallel", 41)
 
 
 def test_first_layer_images_are_the_published_weights(api, big_run):

@@ -172,18 +172,24 @@ def mean_staleness(histogram: dict[str, int], before: dict[str, int]) -> float |
     return sum(k * n for k, n in counts.items()) / judged if judged > 0 else None
 
 
+def run_updates(server: dict, workers: list[dict]) -> tuple[int, float]:
+    """The run's updates so far and their rate now: its weights server's, or without one (data-parallel:
+    every worker applies every update) the workers' newest weights version and their running mean rate."""
+    if server["shards"]:
+        return server["version"], server["updates_per_s"]
+    active = [row for row in workers if row.get("state") == "running"]
+    return (int(max((_number(row.get("weights_version")) or 0 for row in workers), default=0)),
+            _mean(active, "pushes_per_s") or 0.0)
+
+
 def progress_point(server: dict, workers: list[dict], env_steps: int, started: float,
                    epsilon: float, now: float | None = None, staleness: float | None = None) -> dict:
-    """One point of the run's progress series: throughput, learning and the per-layer update ratios.
-    Without a weights server (data-parallel: every worker applies every update) the updates are the
-    workers' weights version and rate; without workers' losses (actor-learner's actors train nothing) the
+    """One point of the run's progress series: throughput, learning and the per-layer update ratios
+    (updates: `run_updates`); without workers' losses (actor-learner's actors train nothing) the
     loss is the learner's. `staleness`: the parameter server's mean since the previous point."""
     now = time.time() if now is None else now
     active = [row for row in workers if row.get("state") == "running"]
-    updates, updates_per_s = server["version"], server["updates_per_s"]
-    if not server["shards"]:
-        updates = int(max((_number(row.get("weights_version")) or 0 for row in workers), default=0))
-        updates_per_s = _mean(active, "pushes_per_s") or 0.0
+    updates, updates_per_s = run_updates(server, workers)
     loss = _mean(active, "loss")
     return {"time": now, "wall_time_s": now - started, "env_steps": env_steps, "updates": updates,
             "updates_per_s": updates_per_s,
