@@ -100,7 +100,7 @@ def test_latest_state_panels(api, big_run):
 
 def test_a_run_without_a_parameter_server_counts_its_workers_updates(big_run):
     """Data-parallel's workers apply every update themselves and no shard reports: the header's updates are
-    the workers' newest weights version (it said 0)."""
+    the workers' newest weights version (it said 0), and it has no shards (it said 1)."""
     client, _ = big_run
     run, config = "data-parallel-1", build_config({"env": "CartPole-v1", "mode": "data-parallel", "workers": 2})
     client.set(RunKeys(run).info, json.dumps({"run": run, "started": time.time(), "state": "running",
@@ -112,7 +112,7 @@ def test_a_run_without_a_parameter_server_counts_its_workers_updates(big_run):
     app = create_app(client, run)
     app.testing = True
     overview = app.test_client().get("/api/run").get_json()
-    assert (overview["mode"], overview["updates"]) == ("data-parallel", 41)
+    assert (overview["mode"], overview["updates"], overview["shards"]) == ("data-parallel", 41, 0)
 
 
 def test_first_layer_images_are_the_published_weights(api, big_run):

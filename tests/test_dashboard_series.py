@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ddq.dashboard.series import Columns, bucket_starts, downsample
-from ddq.services.telemetry import json_object, merge_layers, merge_server, progress_point
+from ddq.services.telemetry import json_object, merge_layers, merge_server, parameter_server_shards, progress_point
 
 
 def test_columns_grow_and_fill_gaps_with_nan():
@@ -112,6 +112,14 @@ def test_progress_point_without_a_parameter_server_or_workers_losses():
     point = progress_point(learner, [{"state": "running", "loss": None}], env_steps=900, started=0.0, epsilon=0.1,
                            now=1.0, staleness=None)
     assert (point["updates"], point["updates_per_s"], point["loss"], point["policy_lag"]) == (300, 50.0, 0.2, 3.5)
+
+
+def test_only_a_parameter_servers_shards_count_as_shards():
+    """The header's shards: downpour's that report; none for data-parallel (no reports) or actor-learner
+    (its learner's report stands where shard 0's would)."""
+    assert parameter_server_shards(merge_server([{"version": 3}, {"version": 4}])) == 2
+    assert parameter_server_shards(merge_server([])) == 0
+    assert parameter_server_shards(merge_server([{"role": "learner", "version": 300}])) == 0
 
 
 def test_mean_staleness_is_of_the_gradients_judged_since_the_previous_reading():

@@ -172,6 +172,12 @@ def mean_staleness(histogram: dict[str, int], before: dict[str, int]) -> float |
     return sum(k * n for k, n in counts.items()) / judged if judged > 0 else None
 
 
+def parameter_server_shards(server: dict) -> int:
+    """The parameter-server shards that report (`merge_server`'s): none in data-parallel, which has no
+    server, nor in actor-learner, whose learner reports where shard 0 would."""
+    return 0 if server["learner"] is not None else server["shards"]
+
+
 def run_updates(server: dict, workers: list[dict]) -> tuple[int, float]:
     """The run's updates so far and their rate now: its weights server's, or without one (data-parallel:
     every worker applies every update) the workers' newest weights version and their running mean rate."""

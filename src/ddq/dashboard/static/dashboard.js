@@ -170,7 +170,8 @@ function showRun(run) {
   const now = run.finished || Date.now() / 1000;
   const counters = [["env steps", fmt(run.env_steps)], ["of", fmt(run.total_steps)], ["updates", fmt(run.updates)],
                     ["episodes", fmt(run.episodes)], ["evaluations", fmt(run.evaluations)],
-                    ["workers", fmt(run.workers)], ["shards", fmt(run.shards)],
+                    ["workers", fmt(run.workers)],
+                    ...(run.shards ? [["shards", fmt(run.shards)]] : []),  // none without a parameter server
                     ["elapsed", fmtDuration(run.started ? now - run.started : null)]];
   const restarts = Object.values(run.restarts || {}).reduce((sum, n) => sum + n, 0);
   if (restarts) counters.push(["process restarts", fmt(restarts)]);  // shards the driver restarted
