@@ -94,9 +94,7 @@ def create_app(client: Connection, run: str, access: Access | None = None) -> Fl
         "/api/workers": reader.workers,
         "/api/first-layer": reader.first_layer,
         "/api/replay": reader.replay,
-        "/api/live": lambda: {"run": reader.overview(), "returns": reader.returns(_points()),
-                              "progress": reader.progress(_points()), "server": reader.server(),
-                              "workers": reader.workers()},
+        "/api/live": lambda: reader.live(_points()),
     }
     for path, read in routes.items():
         app.add_url_rule(path, path, lambda read=read: _json(read()), methods=["GET"])

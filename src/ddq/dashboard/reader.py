@@ -87,10 +87,12 @@ class RunReader:
             self._config = config_from_document((info or self.info()).get("settings"), f"run {self.run}'s info")
         return self._config
 
-    def overview(self) -> dict:
+    def overview(self, server: dict | None = None, workers: list[dict] | None = None) -> dict:
+        """The run's header: `server` and `workers` as `server()` and `workers()` read them, when the
+        caller already has them (`live`)."""
         info = self.info()
         config = self.config(info)
-        server = self.server(info)
+        server = self.server(info) if server is None else server
         return {"run": self.run, "state": info.get("state"), "started": info.get("started"),
                 "finished": info.get("finished"), "run_dir": info.get("run_dir"),
                 "env": config.agent.env, "score": dataclasses.asdict(score_of(config.agent.env)),
@@ -98,10 +100,16 @@ class RunReader:
                 "workers": config.distributed.workers, "shards": parameter_server_shards(server),
                 "total_steps": config.run.total_steps, "target_return": config.run.target_return,
                 "env_steps": self.store.env_steps(), "pushes": self.store.pushes(),
-                "updates": run_updates(server, self.workers())[0],
+                "updates": run_updates(server, self.workers() if workers is None else workers)[0],
                 "episodes": self.store.length("episodes"), "evaluations": self.store.length("evaluations"),
                 "summary": info.get("summary"), "restarts": info.get("restarts") or {},
                 "replay_version": self.store.replay_version()}
+
+    def live(self, points: int) -> dict:
+        """What the page polls once a second, in one answer, the parameter server and the workers read once."""
+        server, workers = self.server(), self.workers()
+        return {"run": self.overview(server, workers), "returns": self.returns(points),
+                "progress": self.progress(points), "server": server, "workers": workers}
 
     def _started(self) -> float:
         started = self.info().get("started")
