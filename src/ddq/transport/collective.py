@@ -5,11 +5,21 @@ in as `meet`): rank 0 opens torch's `TCPStore` on a free port of its own
 address and tells the others where; torch.distributed does the rest (gloo on
 CPU, NCCL on a GPU). Nothing here picks a fixed port or listens beyond the
 address the task was given: in local mode that is 127.0.0.1.
+
+Gloo reads its sockets on a thread of its own, which spins while a message has
+arrived before its receiver's buffer is posted. On a one-core host that spin
+holds the core the posting thread needs until the kernel's next tick: about a
+third of the all-reduces took 4 ms, a mean of 1.5-1.7 ms for 1,000-132,467
+floats. Run at SCHED_IDLE, the reading thread gives way the moment any other
+thread of the host can run; the same all-reduces took 0.18-0.29 ms
+(2026-11-27, two processes each pinned to a core). A collective call blocks
+its caller, so the reader still has the core whenever it has work.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +28,23 @@ import torch
 import torch.distributed as dist
 
 Meet = Callable[[str], list[str]]  # every task's message, in rank order (Spark's barrier allGather)
+
+
+GLOO_READER = "gloo_tcp_loop"  # the name gloo gives the thread that reads its sockets
+
+
+def let_gloo_readers_yield() -> None:
+    """Puts this process's gloo socket readers at SCHED_IDLE (see above); each group makes its own. Where
+    the system has no /proc or SCHED_IDLE (macOS), gloo stays as it was."""
+    if not hasattr(os, "SCHED_IDLE") or not os.path.isdir("/proc/self/task"):
+        return
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{thread}/comm") as comm:
+                if comm.read().strip() == GLOO_READER:
+                    os.sched_setscheduler(int(thread), os.SCHED_IDLE, os.sched_param(0))
+        except OSError:  # the thread ended meanwhile
+            continue
 
 
 class Collective:
@@ -50,7 +77,9 @@ class Collective:
         options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # torch's stubs leave it out
         options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]  # gloo's links: this address only
         options._timeout = timeout
-        return dist.ProcessGroupGloo(self.store, self.rank, self.world, options)
+        group = dist.ProcessGroupGloo(self.store, self.rank, self.world, options)
+        let_gloo_readers_yield()
+        return group
 
     def average_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Replaces `tensor` by its mean over the ranks, in place."""
