@@ -19,7 +19,8 @@ def cache(tmp_path, monkeypatch) -> Path:
     return tmp_path / "cache" / "ddq"
 
 
-def test_a_first_jvm_writes_the_archive_as_it_exits_and_a_later_start_adopts_only_what_java_maps(cache, tmp_path):
+def test_a_first_jvm_writes_the_archive_as_it_exits_and_a_later_start_adopts_only_what_java_maps(cache, tmp_path,
+                                                                                                  capfd):
     java = jvm_archive.java_binary()
     assert java is not None
     archive = jvm_archive.archive_path(java)
@@ -28,6 +29,7 @@ def test_a_first_jvm_writes_the_archive_as_it_exits_and_a_later_start_adopts_onl
                              lambda context: None)
     starting.result().parallelize(range(2), 1).map(lambda x: x + 1).collect()
     starting.stop()  # waits for the JVM to write its archive and exit
+    assert "[cds]" not in capfd.readouterr().out  # Java's notes on what it left out: not on the driver's stdout
     written = list(cache.glob("*.writing"))
     assert len(written) == 1 and written[0].stat().st_size > 1_000_000, list(cache.iterdir())
     assert processes_mentioning(str(written[0])) == []  # no JVM left writing it
@@ -43,7 +45,7 @@ def test_a_first_jvm_writes_the_archive_as_it_exits_and_a_later_start_adopts_onl
     assert not archive.exists() and not cut.exists() and not Path(f"{cut}.classpath").exists()
 
     hidden.rename(written[0])  # the whole one: adopted, its note removed
-    assert jvm_archive.jvm_options() == f"-XX:SharedArchiveFile={archive} -Xshare:auto"
+    assert jvm_archive.jvm_options() == f"-XX:SharedArchiveFile={archive} -Xshare:auto {jvm_archive.QUIET_SHARING}"
     assert archive.exists() and list(cache.iterdir()) == [archive]
     assert jvm_archive.maps(java, archive, class_path)  # (every later local run of the suite maps it in its JVM)
 

@@ -31,6 +31,9 @@ WRITE_OPTION = "-XX:ArchiveClassesAtExit="
 CHECKSUMS = "-XX:+VerifySharedSpaces"
 # a check that crashes on a file cut short leaves no crash log or core file in the folder ddq runs in
 QUIET_CRASH = ("-XX:ErrorFile=/dev/null", "-XX:-CreateCoredumpOnCrash")
+# Java logs what it leaves out of an archive (164 "[warning][cds]" lines as a first run's JVM exited) and an
+# archive it cannot map to its standard output, which is the driver's: where `ddq train` prints its summary
+QUIET_SHARING = "-Xlog:cds*=off"
 
 
 def cache_folder() -> Path:
@@ -68,9 +71,10 @@ def jvm_options() -> str:
         if not archive.exists():
             adopt_finished(archive, java)
         if archive.exists():
-            return f"-XX:SharedArchiveFile={archive} -Xshare:auto"
+            return f"-XX:SharedArchiveFile={archive} -Xshare:auto {QUIET_SHARING}"
         # its own name: another process (another container sharing the folder, too) may be writing one
-        return f"{WRITE_OPTION}{archive.with_suffix(f'.{secrets.token_hex(6)}.writing')} {CHECKSUMS}"
+        writing = archive.with_suffix(f".{secrets.token_hex(6)}.writing")
+        return f"{WRITE_OPTION}{writing} {CHECKSUMS} {QUIET_SHARING}"
     except (OSError, RuntimeError, ValueError):  # no home folder, no /proc, a file another run just took
         return ""
 
