@@ -140,7 +140,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
 
 
 def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple[dict[str, Any], str | None]:
-    """`values`, with the mode measured fastest here when neither they nor the config file name one, and
+    """`values`, with the mode measured best here when neither they nor the config file name one, and
     the reason for it (None when one was named): the run's first line."""
     from ddq.config.measured import measured_mode
 

@@ -108,8 +108,8 @@ class AgentConfig:
 class RunConfig:
     """One run: its mode, budgets, output folder, evaluations and checkpoints."""
 
-    mode: str = setting("downpour", "run", f"training mode: {', '.join(MODES)} (default: the one measured fastest "
-                        "to a target here: serial on one machine; downpour with a cluster master or a setting only "
+    mode: str = setting("downpour", "run", f"training mode: {', '.join(MODES)} (default: the one measured best "
+                        "to a target here: serial on one machine, never slower; downpour with a cluster master or a setting only "
                         "distributed runs read)", True)
     total_steps: int = setting(200_000, "run", "env steps to train for", True)
     total_episodes: int | None = setting(None, "run", "stop once this many training episodes have ended (every worker's together)")
