@@ -154,11 +154,9 @@ class Driver:
         return None
 
     def _start_services(self, stack: contextlib.ExitStack, spark: SparkStarting) -> None:
-        """Redis (unless given), the weights service, Celery and the dashboard, each supervised, then the
-        driver's mirror of the weights and the evaluator; a first checkpoint, so a driver killed at any
-        moment leaves a run to resume. Celery and the dashboard start once `spark`'s JVM is up: beside it
-        they took the cores its start needed, while the Python workers warming after it leave one free (a
-        local CartPole run's workers took their first step 7.0 s after the command where they took 7.3)."""
+        """Redis (unless given) and the weights service; Celery and the dashboard once `spark`'s JVM is up (beside
+        it they slowed its start: a local run's first step came at 7.3 s, not 7.0); each supervised. Then the
+        mirror of the weights, the evaluator and a first checkpoint (a driver killed now leaves a run to resume)."""
         weights, flat = self.wiring.weights, self.mirror.learner.flat
         info = {"run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
                 "network": network_info(flat.layout, flat.layout_hash(), self.state_shape)}
