@@ -166,7 +166,7 @@ class Driver:
         weights.start(ServiceContext(s.settings, s.url, self.run, self.run_dir, s.redis, self.supervisor))
         stack.callback(weights.stop)  # before waiting: a process that dies at start leaves none behind
         weights.serving()
-        spark.wait_for_jvm()
+        spark.jvm_up.wait()
         s.start_helpers(stack)
         self.mirror.connect(stack, s.url, self.run, weights.slices)
         self.evaluator = self.wiring.evaluator(self.mirror, self.record, s)

@@ -303,17 +303,15 @@ class SparkStarting:
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
         self.context: Any = None
         self.error: BaseException | None = None
-        self.jvm_up = threading.Event()  # set once the context is made, or its making failed
+        self.jvm_up = threading.Event()  # the context is made (its workers may still warm), or failed: see result()
         self.thread = threading.Thread(target=self._start, args=(log_path, workers, ship), name="spark-start",
                                        daemon=True)
         self.thread.start()
 
     def _start(self, log_path: Path | None, workers: int, ship: Callable[[Any], None]) -> None:
         try:
-            try:
-                self.context = start_context(self.conf, log_path, self.password, workers)
-            finally:
-                self.jvm_up.set()
+            self.context = start_context(self.conf, log_path, self.password, workers)
+            self.jvm_up.set()
             slots = task_slots(self.context)
             if slots < workers:
                 print(f"ddq: Spark's executors offer {slots} of the {workers} task slots the workers need (after "
@@ -324,11 +322,8 @@ class SparkStarting:
             warm_workers(self.context, workers)
         except BaseException as error:  # the driver raises it where it waits for the context
             self.error = error
-
-    def wait_for_jvm(self) -> None:
-        """Returns once the context is made (or failed to be: `result` raises why); its workers may still be
-        warming."""
-        self.jvm_up.wait()
+        finally:
+            self.jvm_up.set()  # a failed start releases its waiters too
 
     def result(self) -> Any:
         """The context, once made (an error in making it is raised here)."""
