@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import sys
 import time
+import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -68,11 +74,39 @@ class MinAtarFrames(gym.ObservationWrapper):
         return None if picture is None else (np.asarray(picture) * 255).astype(np.uint8)
 
 
+# What MinAtar imports for its human display and its pictures: 1.9 s of a run's start (seaborn brings scipy.stats)
+# in the driver and again in each worker, for what only a replay's pictures use.
+MINATAR_DISPLAY_MODULES = ("matplotlib.pyplot", "seaborn")
+
+
+class _ImportedOnFirstUse(types.ModuleType):
+    """Stands in for the module of its name until one of its attributes is asked for, then imports it.
+    (The standard library's LazyLoader does not do here: Python 3.11's import statement reads a module's
+    __spec__, which loads it.)"""
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(importlib.import_module(self.__name__), attribute)
+
+
+@contextlib.contextmanager
+def _display_modules_deferred() -> Iterator[None]:
+    """While MinAtar imports, its display modules are stand-ins; anything imported after gets the real ones."""
+    stand_ins = {name: _ImportedOnFirstUse(name) for name in MINATAR_DISPLAY_MODULES if name not in sys.modules}
+    sys.modules.update(stand_ins)
+    try:
+        yield
+    finally:
+        for name, stand_in in stand_ins.items():
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
+
+
 def _minatar(env_id: str, render_mode: str | None) -> gym.Env:
     """`MinAtar/Breakout-v1` (the minimal action set) or `-v0` (all 6 actions) and their kind: sticky actions
     0.1 (MinAtar's own)."""
     try:
-        import minatar.gym  # registers its ids with Gymnasium when asked
+        with _display_modules_deferred():
+            import minatar.gym  # registers its ids with Gymnasium when asked
     except ImportError as error:
         raise RuntimeError(f"MinAtar games need the minatar extra ({error}): pip install 'ddq[minatar]'") from None
     if env_id not in gym.registry:
