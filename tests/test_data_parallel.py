@@ -36,6 +36,10 @@ def test_two_workers_learn_cartpole_as_one_and_apply_every_update(tmp_path):
     evaluations = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
                    if '"kind": "eval"' in line]
     assert len(evaluations) >= 3 and all(e["updates"] <= summary["updates"] for e in evaluations)
+    # each point was published within a vector step of both workers (2 x 4 envs) past its mark: the run's
+    # count is the workers' own, not Redis's, which lags their reports (so one seed makes one run)
+    points = [e["env_steps"] for e in evaluations if "trained_steps" in e]
+    assert points and all(steps % 1000 < 8 for steps in points), points
     assert_events_match_metrics(run_dir, TAGS)
     assert_best_is_the_best_evaluation(run_dir)
     assert processes_mentioning(str(run_dir)) == []

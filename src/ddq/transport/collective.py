@@ -111,6 +111,11 @@ class Collective:
             self._all_reduce(numbers, dist.ReduceOp.MAX)
         return int(numbers.item())
 
+    def rank_zeros(self, number: int) -> int:
+        """Rank 0's `number`, on every rank."""
+        numbers = torch.tensor([number], dtype=torch.int64, device=self.device)
+        return int(self.broadcast_(numbers).item())
+
     def _all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
         if not self.gloo:
             dist.all_reduce(tensor, op)

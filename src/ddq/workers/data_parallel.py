@@ -138,8 +138,19 @@ class DataParallelWorker(Barista):
         super().__init__(config, redis_url, run, rank, averaged, attempt)
         self.rank, self.agreed, self.votes = rank, False, 0
         self.stats.started_from = self.resumed_updates
+        assert self.collective is not None  # made by `averaged`, above
+        # In lockstep every worker plays as many env steps as this one: the run's count is where the stage
+        # began plus `workers` times this worker's own (`play`). Read back from Redis at each report, as other
+        # workers do, it lagged the other workers' last reports, so a run's epsilon and evaluation marks
+        # depended on timing and one seed's runs differed.
+        self.global_steps = self.collective.rank_zeros(self.channel.report(0, []).env_steps)
         self.duties = RankZeroDuties(config, redis_url, run, self.learner, self.global_steps) if rank == 0 else None
         self.stepping_together = config.distributed.workers  # every worker steps with every other
+
+    def report_unreported(self) -> None:
+        counted = self.global_steps
+        super().report_unreported()
+        self.global_steps = counted  # this worker's count of the run's (above), not Redis's
 
     def learn(self, new_steps: int) -> None:
         super().learn(new_steps)
