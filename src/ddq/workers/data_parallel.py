@@ -139,12 +139,14 @@ class DataParallelWorker(Barista):
         self.rank, self.agreed, self.votes = rank, False, 0
         self.stats.started_from = self.resumed_updates
         assert self.collective is not None  # made by `averaged`, above
-        # In lockstep every worker plays as many env steps as this one: the run's count is where the stage
-        # began plus `workers` times this worker's own (`play`). Read back from Redis at each report, as other
-        # workers do, it lagged the other workers' last reports, so a run's epsilon and evaluation marks
-        # depended on timing and one seed's runs differed.
+        # In lockstep every worker plays a vector step as this one does: this worker counts the run's env steps
+        # as where the stage began plus `workers` times its own (`play`; an env's reset step counts for none, so
+        # this differs from the workers' sum by their resets). Read back from Redis at each report, as other
+        # workers do, the count lagged the other workers' reports: epsilon and the evaluation marks followed
+        # timing, and one seed's runs differed.
         self.global_steps = self.collective.rank_zeros(self.channel.report(0, []).env_steps)
-        self.duties = RankZeroDuties(config, redis_url, run, self.learner, self.global_steps) if rank == 0 else None
+        self.duties: RankZeroDuties | None = (RankZeroDuties(config, redis_url, run, self.learner, self.global_steps)
+                                              if rank == 0 else None)
         self.stepping_together = config.distributed.workers  # every worker steps with every other
 
     def report_unreported(self) -> None:
