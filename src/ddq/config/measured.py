@@ -23,9 +23,9 @@ class ModeChoice:
 def measured_mode(named: set[str], spark_master: str | None, cores: int) -> ModeChoice:
     """The mode for a run that names none. A cluster master, or a setting only distributed runs read, asks
     for Spark: downpour, ddq's distributed wiring until a cluster comparison says otherwise. Otherwise
-    serial, the one choice never slower on a local master with 2 cores: data-parallel reached LunarLander-v3's
-    and MinAtar Breakout's targets sooner (0.86x-0.90x and 0.77x-0.79x serial's time) but CartPole-v1's 3.9x later, its
-    Spark start costing more than a task that serial solves in seconds."""
+    serial, the one choice never slower on a local master with 2 cores: data-parallel reached MinAtar Breakout's
+    target sooner (0.84x serial's time) but LunarLander-v3's at 1.02x and CartPole-v1's 4.2x later, its Spark start
+    costing more than a task that serial solves in seconds."""
     if spark_master is not None and not spark_master.startswith("local"):
         return ModeChoice("downpour", "downpour: a cluster master was named (--mode names another)")
     asked = sorted(named & DISTRIBUTED_SETTINGS)
@@ -34,6 +34,6 @@ def measured_mode(named: set[str], spark_master: str | None, cores: int) -> Mode
                                       "(--mode names another)")
     beyond = "" if cores <= MEASURED_CORES else f"; this machine's {cores} cores are more than measured so far"
     return ModeChoice("serial", "serial: on one machine the one mode never slower to the targets measured "
-                                "(data-parallel took 0.9x its time on LunarLander-v3 and 0.8x on MinAtar Breakout, "
-                                "but 3.9x on CartPole-v1, with 2 cores: docs/benchmarks.md)"
+                                "(data-parallel took 0.84x its time on MinAtar Breakout, but 1.02x on LunarLander-v3 "
+                                "and 4.2x on CartPole-v1, with 2 cores: docs/benchmarks.md)"
                                 f"{beyond}; --mode data-parallel --workers N trains on N")
