@@ -50,7 +50,8 @@ def _rank(rank: int, addresses: multiprocessing.Queue, results: multiprocessing.
     readers = [os.sched_getscheduler(thread) == os.SCHED_IDLE for thread in gloo_readers()]
     gradient = collective.average_(torch.full((5,), float(rank + 1)))
     weights = collective.broadcast_(torch.full((3,), float(10 * (rank + 1))))
-    votes = (collective.any(rank == 1), collective.any(False), collective.highest(7 + 5 * rank))
+    votes = (collective.any(rank == 1), collective.any(False), collective.highest(7 + 5 * rank),
+             collective.from_rank_zero(3 + rank), collective.totals([rank, 10 + rank]))
     collective.close()
     results.put((rank, gradient.tolist(), weights.tolist(), votes, listening, readers))
 
@@ -67,7 +68,7 @@ def test_two_ranks_average_take_rank_zeros_weights_vote_and_agree_on_the_highest
         assert process.exitcode == 0
     for rank in (0, 1):
         gradient, weights, votes, _, readers = got[rank]
-        assert gradient == [1.5] * 5 and weights == [10.0] * 3 and votes == (True, False, 12)
+        assert gradient == [1.5] * 5 and weights == [10.0] * 3 and votes == (True, False, 12, 3, [1, 21])
         # gloo's socket readers give way to the threads that post its buffers (a one-core host's 4 ms stalls)
         assert readers and all(readers), readers
     # rank 0 listens (its store, its gloo links) on 127.0.0.1 only: 0100007F in /proc/net/tcp

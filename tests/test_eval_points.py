@@ -50,6 +50,10 @@ def test_points_arrive_in_order_with_their_counts_and_are_deleted_once_read(clie
     assert [p.version for p in reader.read_new()] == [140] and client.xlen("points") == 0
     assert len(reader.refused) == 1 and "evaluation point in points is malformed" in reader.refused[0]
     assert "layout" in reader.refused[0]
+    # learners that played what they trained on (data-parallel's workers) keep their own count, not Redis's
+    client.set("acted", 30_000)
+    publish_point(client, "points", encode(Header(WEIGHTS, layout, 160, flat.size), flat.data.numpy()), 20_008, None)
+    assert [(p.trained_steps, p.env_steps) for p in reader.read_new()] == [(20_008, 20_008)]
 
 
 def test_background_evaluations_play_each_point_with_its_own_weights_and_report_in_order():

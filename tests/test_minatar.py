@@ -39,8 +39,9 @@ def test_a_game_is_made_without_minatars_display_modules_and_still_draws_its_col
               "picture = env.render()\n"
               "print(json.dumps({'loaded': loaded, 'shape': picture.shape,\n"
               "                  'colours': len({tuple(pixel) for pixel in picture.reshape(-1, 3).tolist()})}))\n")
-    shown = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                                      check=True).stdout)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = json.loads(done.stdout)
     assert shown["loaded"] == [] and shown["shape"] == [10, 10, 3]
     assert shown["colours"] >= 3  # black, and seaborn's cubehelix for the paddle, the ball and the bricks
 

@@ -81,10 +81,14 @@ MINATAR_DISPLAY_MODULES = ("matplotlib.pyplot", "seaborn")
 
 class _ImportedOnFirstUse(types.ModuleType):
     """Stands in for the module of its name until one of its attributes is asked for, then imports it.
-    (The standard library's LazyLoader does not do here: Python 3.11's import statement reads a module's
-    __spec__, which loads it.)"""
+    (The standard library's LazyLoader would not do: the import statement reads a module's __spec__, which
+    loads a lazy one.) What the import machinery and tools ask of a module (dunder names) it does not have."""
 
     def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        if sys.modules.get(self.__name__) is self:  # asked while MinAtar imports: the real one from here on
+            del sys.modules[self.__name__]
         return getattr(importlib.import_module(self.__name__), attribute)
 
 
@@ -105,7 +109,7 @@ def _minatar(env_id: str, render_mode: str | None) -> gym.Env:
     """`MinAtar/Breakout-v1` (the minimal action set) or `-v0` (all 6 actions) and their kind: sticky actions
     0.1 (MinAtar's own)."""
     try:
-        with _display_modules_deferred():
+        with _display_modules_deferred() if "minatar.gym" not in sys.modules else contextlib.nullcontext():
             import minatar.gym  # registers its ids with Gymnasium when asked
     except ImportError as error:
         raise RuntimeError(f"MinAtar games need the minatar extra ({error}): pip install 'ddq[minatar]'") from None

@@ -111,10 +111,17 @@ class Collective:
             self._all_reduce(numbers, dist.ReduceOp.MAX)
         return int(numbers.item())
 
-    def rank_zeros(self, number: int) -> int:
+    def from_rank_zero(self, number: int) -> int:
         """Rank 0's `number`, on every rank."""
         numbers = torch.tensor([number], dtype=torch.int64, device=self.device)
         return int(self.broadcast_(numbers).item())
+
+    def totals(self, numbers: list[int]) -> list[int]:
+        """Each of `numbers` summed over the ranks, on every rank (one all-reduce)."""
+        summed = torch.tensor(numbers, dtype=torch.int64, device=self.device)
+        if self.world > 1:
+            self._all_reduce(summed)
+        return [int(total) for total in summed.tolist()]
 
     def _all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
         if not self.gloo:

@@ -40,9 +40,10 @@ class EvaluationPoint:
 
 
 def publish_point(client: redis.Redis, stream: str, weights_message: bytes, trained_steps: int,
-                  acted_key: str) -> None:
-    """Appends the weights of one mark (a wire-format weights message) with the env steps played so far."""
-    env_steps = int(client.get(acted_key) or 0)
+                  acted_key: str | None) -> None:
+    """Appends the weights of one mark (a wire-format weights message) with the env steps played so far: the
+    actors' count at `acted_key` as it is sent, or (None) those trained on, where the learners play them."""
+    env_steps = int(client.get(acted_key) or 0) if acted_key is not None else trained_steps
     client.xadd(stream, {"weights": weights_message, "trained_steps": str(trained_steps),
                          "env_steps": str(max(env_steps, trained_steps))}, maxlen=MAX_ENTRIES, approximate=False)
 

@@ -77,8 +77,11 @@ class LearnerChannel:
             pipe.set(self.keys.trained_steps, trained)
         pipe.execute()
 
-    def publish_evaluation_point(self, weights_message: bytes, trained: int) -> None:
-        publish_point(self.client, self.keys.eval_points, weights_message, trained, self.keys.env_steps)
+    def publish_evaluation_point(self, weights_message: bytes, trained: int, plays_trained: bool = False) -> None:
+        """`plays_trained`: the learner played what it trained on (data-parallel's workers), whose count the
+        point keeps; else the point keeps the actors' count in Redis as it is sent, which lags their play."""
+        publish_point(self.client, self.keys.eval_points, weights_message, trained,
+                      None if plays_trained else self.keys.env_steps)
 
     # ---------------------------------------------------------------- snapshots
     def save_snapshot(self, state: snapshots.ShardState, path: Path | None, layout: bytes,

@@ -32,10 +32,12 @@ def weights_messages(layout: bytes, version: int, weights: torch.Tensor, target_
 
 class WeightsPublisher:
     """Publishes the newest weights handed over (a newer hand-over replaces an older one not yet sent) and
-    every evaluation point, in order. `failed` is set once Redis refused: the learner then stops."""
+    every evaluation point, in order. `failed` is set once Redis refused: the learner then stops.
+    `plays_trained`: the publisher's learner played what it trained on (`publish_evaluation_point`)."""
 
-    def __init__(self, client: Connection, run: str):
+    def __init__(self, client: Connection, run: str, plays_trained: bool = False):
         self.client, self.run, self.channel = client, run, LearnerChannel(client, run)
+        self.plays_trained = plays_trained
         self.outbox: tuple[int, list[bytes], int] | None = None  # version, messages, trained steps
         self.eval_outbox: list[tuple[bytes, int]] = []  # weights of eval_every marks, with their trained steps
         self.ready = threading.Condition()
@@ -108,7 +110,7 @@ class WeightsPublisher:
                 self.send(self.client, *weights)
             try:
                 for message, trained in points:
-                    self.channel.publish_evaluation_point(message, trained)
+                    self.channel.publish_evaluation_point(message, trained, self.plays_trained)
             except StoreError as error:
                 log.error("could not publish an evaluation point (%s)", error)
                 self.failed.set()

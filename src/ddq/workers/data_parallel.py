@@ -32,7 +32,7 @@ from ddq.transport.weights_publisher import WeightsPublisher, weights_messages
 from ddq.transport.wire import layout_bytes
 from ddq.workers.barista import Barista
 
-AGREE_EVERY = 16  # vector steps between the workers' votes on stopping: one small all-reduce each time
+AGREE_EVERY = 16  # vector steps between the workers' votes (on stopping; they count the run's steps): one all-reduce
 CollectiveFactory = Callable[[torch.device], Collective]  # joins the stage's group, for a learner on a device
 
 
@@ -58,7 +58,7 @@ class RankZeroDuties:
         self.config, self.learner = config, learner
         self.channel = LearnerChannel(connect_redis(redis_url), run)
         self.layout, self.bounds = layout_bytes(learner.flat.layout_hash()), (0, learner.flat.size)
-        self.publisher = WeightsPublisher(connect_redis(redis_url), run)
+        self.publisher = WeightsPublisher(connect_redis(redis_url), run, plays_trained=True)
         self.published = self.snapshotted = learner.updates
         self.next_point = next_mark(global_steps, config.run.eval_every)
         self.publisher.start()
@@ -139,12 +139,14 @@ class DataParallelWorker(Barista):
         self.rank, self.agreed, self.votes = rank, False, 0
         self.stats.started_from = self.resumed_updates
         assert self.collective is not None  # made by `averaged`, above
-        # In lockstep every worker plays a vector step as this one does: this worker counts the run's env steps
-        # as where the stage began plus `workers` times its own (`play`; an env's reset step counts for none, so
-        # this differs from the workers' sum by their resets). Read back from Redis at each report, as other
-        # workers do, the count lagged the other workers' reports: epsilon and the evaluation marks followed
-        # timing, and one seed's runs differed.
-        self.global_steps = self.collective.rank_zeros(self.channel.report(0, []).env_steps)
+        # The workers play their vector steps together, so each counts the run's env steps itself: exactly at
+        # each vote (`finished`: every worker's steps since the last, summed) and, between votes, as `workers`
+        # times its own (`play`). Read back from Redis at each report, as other workers do, the count lagged
+        # the other workers' reports: epsilon and the evaluation marks followed timing, and a seed's runs differed.
+        began = self.channel.report(0, []).env_steps if rank == 0 else 0  # a resumed run's or restarted stage's
+        self.voted_count: int = self.collective.from_rank_zero(began)  # the run's env steps at the last vote
+        self.voted_own: int = self.actor.env_steps  # this worker's then
+        self.global_steps = self.voted_count
         self.duties: RankZeroDuties | None = (RankZeroDuties(config, redis_url, run, self.learner, self.global_steps)
                                               if rank == 0 else None)
         self.stepping_together = config.distributed.workers  # every worker steps with every other
@@ -160,14 +162,18 @@ class DataParallelWorker(Barista):
             self.duties.after(self.global_steps)
 
     def finished(self) -> bool:
-        """The workers' common answer, voted every AGREE_EVERY vector steps: stop once any of them saw the
-        budget spent (by its count of the run's steps) or the run stopped (at its last report). Once agreed, no
-        more votes (the loop's last check included)."""
+        """The workers' common answer, voted every AGREE_EVERY vector steps in one all-reduce of each worker's
+        env steps since the last vote and whether it saw the run stopped (at its last report): with the run's
+        exact count and the flag the same on every worker, the Barista's rule gives each the same answer. Once
+        agreed, no more votes (the loop's last check included)."""
         if self.agreed or self.collective is None:
             return self.agreed
         self.votes += 1
         if self.votes % AGREE_EVERY == 0:
-            self.agreed = self.collective.any(super().finished())
+            stopped, played = self.collective.totals([int(self.stopped), self.actor.env_steps - self.voted_own])
+            self.voted_own, self.voted_count = self.actor.env_steps, self.voted_count + played
+            self.global_steps, self.stopped = self.voted_count, stopped > 0
+            self.agreed = super().finished()
         return self.agreed
 
     def close(self) -> None:
