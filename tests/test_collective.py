@@ -1,16 +1,20 @@
-"""The data-parallel collective between two real processes (torch.distributed's gloo over loopback), met
-through a queue standing in for Spark's barrier allGather: the mean, rank 0's weights, a vote, the highest
-number (where --sync actors meet), nothing listening beyond the address it was given, and gloo's socket
-readers at SCHED_IDLE."""
+"""The data-parallel collective between two real processes (torch.distributed's gloo over loopback), formed
+through its store in a real Redis: the mean, rank 0's weights, a vote, the highest number (where --sync actors
+meet), nothing listening beyond the address it was given, gloo's socket readers at SCHED_IDLE, and a rank
+whose peer never comes failing after the store's timeout instead of waiting forever."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 
+import pytest
 import torch
 
 from ddq.transport.collective import GLOO_READER, Collective
+from ddq.transport.redis_client import connect
+from ddq.transport.redis_server import EmbeddedRedis
+from ddq.transport.stage_store import KEY_LIFETIME_S, StageStore
 
 
 def listening_addresses() -> list[str]:
@@ -38,14 +42,9 @@ def gloo_readers() -> list[int]:
             if open(f"/proc/self/task/{thread}/comm").read().strip() == GLOO_READER]
 
 
-def _rank(rank: int, addresses: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
-    def meet(message: str) -> list[str]:  # what allGather gives: every rank's message, in rank order
-        if rank == 0:
-            addresses.put(message)
-            return [message, ""]
-        return [addresses.get(timeout=60), ""]
-
-    collective = Collective(rank, 2, "127.0.0.1", meet, 60.0, torch.device("cpu"))
+def _rank(rank: int, url: str, results: multiprocessing.Queue) -> None:
+    collective = Collective(rank, 2, "127.0.0.1", StageStore(connect(url), "ddq:test:stage:0.0", 60.0), 60.0,
+                            torch.device("cpu"))
     listening = listening_addresses()
     readers = [os.sched_getscheduler(thread) == os.SCHED_IDLE for thread in gloo_readers()]
     gradient = collective.average_(torch.full((5,), float(rank + 1)))
@@ -56,10 +55,17 @@ def _rank(rank: int, addresses: multiprocessing.Queue, results: multiprocessing.
     results.put((rank, gradient.tolist(), weights.tolist(), votes, listening, readers))
 
 
-def test_two_ranks_average_take_rank_zeros_weights_vote_and_agree_on_the_highest_listening_on_loopback_only():
+@pytest.fixture(scope="module")
+def redis_url():
+    with EmbeddedRedis() as server:
+        yield server.url
+
+
+def test_two_ranks_average_take_rank_zeros_weights_vote_and_agree_on_the_highest_listening_on_loopback_only(
+        redis_url):
     context = multiprocessing.get_context("spawn")
-    addresses, results = context.Queue(), context.Queue()
-    ranks = [context.Process(target=_rank, args=(rank, addresses, results)) for rank in (0, 1)]
+    results = context.Queue()
+    ranks = [context.Process(target=_rank, args=(rank, redis_url, results)) for rank in (0, 1)]
     for process in ranks:
         process.start()
     got = dict((r[0], r[1:]) for r in (results.get(timeout=120) for _ in ranks))
@@ -71,6 +77,17 @@ def test_two_ranks_average_take_rank_zeros_weights_vote_and_agree_on_the_highest
         assert gradient == [1.5] * 5 and weights == [10.0] * 3 and votes == (True, False, 12, 3, [1, 21])
         # gloo's socket readers give way to the threads that post its buffers (a one-core host's 4 ms stalls)
         assert readers and all(readers), readers
-    # rank 0 listens (its store, its gloo links) on 127.0.0.1 only: 0100007F in /proc/net/tcp
+    # rank 0 listens (its gloo links) on 127.0.0.1 only: 0100007F in /proc/net/tcp
     listening = got[0][3]
     assert listening and all(address.startswith("0100007F:") for address in listening), listening
+
+
+def test_a_rank_whose_peer_never_comes_fails_at_the_store_timeout_and_its_keys_expire(redis_url):
+    store = StageStore(connect(redis_url), "ddq:test:stage:1.0", 0.5)
+    with pytest.raises(Exception, match="no task of the stage wrote"):
+        Collective(0, 2, "127.0.0.1", store, 0.5, torch.device("cpu"))
+    store.close()
+    client = connect(redis_url)
+    keys = client.keys("ddq:test:stage:1.0:*")  # what rank 0 wrote for its peer: Redis forgets it in a day
+    assert keys and all(0 < client.ttl(key) <= KEY_LIFETIME_S for key in keys), keys
+    client.close()

@@ -35,9 +35,11 @@ LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 
-def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str) -> Iterator[dict]:
+def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str, start: int
+                 ) -> Iterator[dict]:
     """What a Spark task runs: one Barista, to the end of the run. Its statistics are the task's result.
-    `settings` is the driver's `encode_settings` text, used as it is."""
+    `settings` is the driver's `encode_settings` text, used as it is; `start`: which start of the job this is
+    (`SparkJob`; 0 but for a barrier stage)."""
     from pyspark import TaskContext
 
     from ddq.param_server.overlap import remote_source
@@ -50,7 +52,8 @@ def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run
     yield dataclasses.asdict(barista.run())
 
 
-def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str) -> Iterator[dict]:
+def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str, start: int
+               ) -> Iterator[dict]:
     """What a Spark task runs in actor-learner mode: one actor, sending experience to the learner until
     the run ends. Its weights come from the learner through the parameter server's client. With --sync the
     tasks form a barrier stage, and the actors meet between rounds in its process group (`stage_collective`):
@@ -64,8 +67,8 @@ def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: 
     config = decode_settings(settings, "the driver's settings")
     sync = config.distributed.sync
     context = TaskContext.get()
-    attempt = barrier_attempt(redis_url, run, index) if sync else context.attemptNumber() if context else 0
-    meeting = stage_collective(index, MEETING_TIMEOUT_S, torch.device("cpu")) if sync else None
+    attempt = start if sync else context.attemptNumber() if context else 0  # Spark starts a barrier stage once
+    meeting = stage_collective(index, redis_url, run, start, MEETING_TIMEOUT_S, torch.device("cpu")) if sync else None
     try:
         actor = ExperienceActor(config, redis_url, run, index,
                                 lambda flat: ParameterClient(redis_url, run, flat, 1, index), attempt, meeting)
@@ -75,44 +78,39 @@ def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: 
             meeting.close()
 
 
-def data_parallel_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str) -> Iterator[dict]:
+def data_parallel_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str, start: int
+                       ) -> Iterator[dict]:
     """What a Spark task runs in data-parallel mode: one rank of the barrier stage's process group
     (`stage_collective`)."""
     from ddq.workers.data_parallel import DataParallelWorker
 
     config = decode_settings(settings, "the driver's settings")
     timeout = config.distributed.stall_timeout  # a collective waiting this long on a rank gone fails the stage
-    worker = DataParallelWorker(config, redis_url, run, index, lambda device: stage_collective(index, timeout, device),
-                                barrier_attempt(redis_url, run, index))
+    worker = DataParallelWorker(config, redis_url, run, index,
+                                lambda device: stage_collective(index, redis_url, run, start, timeout, device), start)
     yield dataclasses.asdict(worker.run())
 
 
-def stage_collective(index: int, timeout_s: float, device: Any) -> Collective:
-    """This barrier task's membership of its stage's process group, which the tasks form by meeting at the
-    stage's barrier (rank 0 says where its store listens, at the executor's own address as Spark knows it)."""
+def stage_collective(index: int, redis_url: str, run: str, start: int, timeout_s: float, device: Any) -> Collective:
+    """This barrier task's membership of its stage's process group, formed through a store in the run's Redis
+    under keys of this `start` of the stage alone (a stage started again forms anew, whatever the tasks of an
+    earlier start left there); its gloo links listen at the executor's own address as Spark knows it."""
     from pyspark import BarrierTaskContext
 
     from ddq.transport.collective import Collective
+    from ddq.transport.keys import RunKeys
+    from ddq.transport.redis_client import connect as connect_redis
+    from ddq.transport.stage_store import StageStore
 
     context = BarrierTaskContext.get()
     tasks = context.getTaskInfos()
     host = tasks[index].address.rsplit(":", 1)[0]
-    return Collective(index, len(tasks), host, context.allGather, timeout_s, device)
+    prefix = RunKeys(run).stage_store(start)
+    return Collective(index, len(tasks), host, StageStore(connect_redis(redis_url), prefix, timeout_s), timeout_s,
+                      device)
 
 
-def barrier_attempt(redis_url: str, run: str, index: int) -> int:
-    """A barrier task's attempt number, counted in the run's Redis (Spark's restarts from 0 with the stage)."""
-    from ddq.transport.redis_client import connect as connect_redis
-    from ddq.transport.worker_channel import WorkerChannel
-
-    client = connect_redis(redis_url)
-    try:
-        return WorkerChannel(client, run, index).begin_attempt()
-    finally:
-        client.close()
-
-
-SparkTask = Callable[[int, Iterator, str, str, str], Iterator[dict]]
+SparkTask = Callable[[int, Iterator, str, str, str, int], Iterator[dict]]
 
 
 class SparkJobFailed(RuntimeError):
@@ -132,24 +130,35 @@ def python_error(text: str) -> str:
 class SparkJob:
     """A run's Spark job, on a thread of the driver: `workers` tasks each running `task` (a module-level
     function: Spark ships it to the executors, not the driver), as a barrier stage when asked (Spark's
-    barrier execution: its tasks start together, and a failed one restarts them all). A barrier stage's
-    results go through a shuffle: Spark runs a failed barrier stage again only when it is a shuffle map
-    stage (it never recovers a failed barrier result stage)."""
+    barrier execution: its tasks start together, and one failing ends them all). Spark retries a failed task
+    of a plain stage itself (spark.task.maxFailures). A failed barrier stage the driver starts again, up to
+    TASK_RETRIES starts in all, each numbered (`start`) so that its tasks form their process group under keys
+    of its own: Spark runs a barrier stage again only as a shuffle map stage, and its tasks could not tell
+    that run from the one before."""
 
     def __init__(self, context: Any, task: SparkTask, workers: int, barrier: bool, settings: str, url: str,
                  run: str):
         self.context = context
         self.error: SparkJobFailed | None = None
+        self.cancelled = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(task, workers, barrier, settings, url, run),
                                        name="spark-job", daemon=True)
 
     def _run(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
-        try:
-            rdd = self.context.parallelize(range(workers), workers)
-            stage = (rdd.barrier() if barrier else rdd).mapPartitionsWithIndex(stage_function(task, settings, url, run))
-            (stage.coalesce(1, shuffle=True) if barrier else stage).collect()
-        except Exception as error:  # the driver reports it
-            self.error = SparkJobFailed(f"the Spark job failed: {python_error(str(error))}")
+        starts = TASK_RETRIES if barrier else 1
+        for start in range(starts):
+            try:
+                rdd = self.context.parallelize(range(workers), workers)
+                (rdd.barrier() if barrier else rdd).mapPartitionsWithIndex(
+                    stage_function(task, settings, url, run, start)).collect()
+                return
+            except Exception as error:  # the driver reports it
+                failure = python_error(str(error))
+                if self.cancelled.is_set() or start == starts - 1:
+                    self.error = SparkJobFailed(f"the Spark job failed: {failure}")
+                    return
+                print(f"ddq: the workers' stage failed ({failure}); starting it again ({start + 2} of {starts})",
+                      file=sys.stderr, flush=True)
 
     def start(self) -> None:
         self.thread.start()
@@ -161,13 +170,16 @@ class SparkJob:
         self.thread.join(timeout)
 
     def cancel(self) -> None:
+        self.cancelled.set()  # before Spark's cancelling: the job it fails is not started again
         self.context.cancelAllJobs()
 
 
-def stage_function(task: SparkTask, settings: str, url: str, run: str) -> Callable[[int, Iterator], Iterator[dict]]:
+def stage_function(task: SparkTask, settings: str, url: str, run: str, start: int = 0
+                   ) -> Callable[[int, Iterator], Iterator[dict]]:
     """What Spark serializes into every task: `task` with the run's settings and `url`, whose password (if any)
-    is the executor's own (`split_password`'s placeholder, filled in on the executor by `executor_url`)."""
-    return lambda index, rows: task(index, rows, settings, executor_url(url), run)
+    is the executor's own (`split_password`'s placeholder, filled in on the executor by `executor_url`), and
+    which start of the job it belongs to."""
+    return lambda index, rows: task(index, rows, settings, executor_url(url), run, start)
 
 
 def launched_by_spark_submit() -> bool:

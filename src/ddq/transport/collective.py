@@ -1,10 +1,10 @@
 """A barrier stage's collective: torch.distributed among its tasks (data-parallel's workers, --sync's actors).
 
-The stage's tasks meet through Spark (`BarrierTaskContext.allGather`, handed
-in as `meet`): rank 0 opens torch's `TCPStore` on a free port of its own
-address and tells the others where; torch.distributed does the rest (gloo on
-CPU, NCCL on a GPU). Nothing here picks a fixed port or listens beyond the
-address the task was given: in local mode that is 127.0.0.1.
+Spark starts the stage's tasks together and numbers them; they form the
+process group through a store in the run's Redis (`ddq.transport.stage_store`,
+handed in), and torch.distributed does the rest (gloo on CPU, NCCL on a GPU).
+Nothing here picks a fixed port or listens beyond the address the task was
+given: in local mode that is 127.0.0.1.
 
 Gloo reads its sockets on a thread of its own, which spins while a message has
 arrived before its receiver's buffer is posted. On a one-core host that spin
@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-Meet = Callable[[str], list[str]]  # every task's message, in rank order (Spark's barrier allGather)
-
+from ddq.transport.stage_store import StageStore
 
 GLOO_READER = "gloo_tcp_loop"  # the name gloo gives the thread that reads its sockets
 
@@ -52,32 +49,23 @@ class Collective:
     0's, agree on a flag. Every call is collective: each rank makes the same calls in the same order, and
     a call that waits past `timeout_s` (a rank gone) raises instead of waiting forever."""
 
-    def __init__(self, rank: int, world: int, host: str, meet: Meet, timeout_s: float, device: torch.device):
+    def __init__(self, rank: int, world: int, host: str, store: StageStore, timeout_s: float, device: torch.device):
+        """`store`: where the ranks tell each other their links' addresses (the collective closes it);
+        `host`: the address this rank's gloo links listen on."""
         self.rank, self.world, self.device = rank, world, device
         self.gloo = device.type != "cuda"  # gloo's own group object; else NCCL's, as the default group
-        self.store: Any
-        timeout = datetime.timedelta(seconds=timeout_s)
-        if rank == 0:
-            listener = socket.create_server((host, 0), backlog=128)  # this address only, a free port
-            port = listener.getsockname()[1]
-            meet(f"{host}:{port}")
-            # the store owns the listening socket from here (detach: Python will not close it too)
-            self.store = dist.TCPStore(host, port, world, True, timeout, master_listen_fd=listener.detach())
-        else:
-            address = meet("")[0]
-            store_host, port = address.rsplit(":", 1)
-            self.store = dist.TCPStore(store_host, int(port), world, False, timeout)
-        self.group: Any = self._group(host, timeout)
+        self.store: StageStore | None = store
+        self.group: Any = self._group(store, host, datetime.timedelta(seconds=timeout_s))
 
-    def _group(self, host: str, timeout: datetime.timedelta) -> Any:
+    def _group(self, store: StageStore, host: str, timeout: datetime.timedelta) -> Any:
         if not self.gloo:  # NCCL finds its peers through the store, on the GPUs' own links
-            dist.init_process_group("nccl", store=self.store, rank=self.rank, world_size=self.world, timeout=timeout,
+            dist.init_process_group("nccl", store=store, rank=self.rank, world_size=self.world, timeout=timeout,
                                     device_id=self.device)
             return dist.group.WORLD
         options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # torch's stubs leave it out
         options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]  # gloo's links: this address only
         options._timeout = timeout
-        group = dist.ProcessGroupGloo(self.store, self.rank, self.world, options)
+        group = dist.ProcessGroupGloo(store, self.rank, self.world, options)
         let_gloo_readers_yield()
         return group
 
@@ -137,4 +125,6 @@ class Collective:
         """Leaves the group (Spark reuses the task's Python process, which may join another)."""
         if not self.gloo and dist.is_initialized():
             dist.destroy_process_group()
+        if self.store is not None:
+            self.store.close()
         self.group = self.store = None

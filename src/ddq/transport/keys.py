@@ -142,11 +142,10 @@ class RunKeys:
         """Hash: worker id -> JSON of its latest statistics and heartbeat."""
         return f"{self.prefix}:workers"
 
-    @property
-    def attempts(self) -> str:
-        """Hash: worker id -> attempts begun (HINCRBY): a barrier stage Spark runs again numbers its tasks'
-        attempts from 0, so its tasks count their own."""
-        return f"{self.prefix}:attempts"
+    def stage_store(self, start: int) -> str:
+        """Prefix: the torch.distributed store (`ddq.transport.stage_store`) where one start of a barrier
+        stage's tasks form their process group: a stage the driver starts again forms under keys of its own."""
+        return f"{self.prefix}:stage:{start}"
 
     def shard(self, index: int) -> ShardKeys:
         base = f"{self.prefix}:ps:{index}"

@@ -35,7 +35,7 @@ RUN_COMMANDS = (
     # connecting, preflight (redis-py asks Redis 7.2+ for CLIENT SETINFO, and goes on when it is refused)
     "auth hello ping select client|setname client|id info time echo "
     "get set setex mget getrange incr incrby exists del unlink expire pexpire ttl type scan dump "  # strings, keys
-    "hset hget hmget hgetall hvals hdel hlen hincrby "  # hashes: snapshots, kombu's unacked, barrier attempts
+    "hset hget hmget hgetall hvals hdel hlen "  # hashes: snapshots, kombu's unacked
     "lpush rpush rpop lpop brpop llen lrange lindex lrem ltrim "  # lists: gradients, experience, Celery's queues
     "sadd srem smembers scard sismember zadd zrem zrange zrangebyscore zcard "  # kombu's bindings and unacked index
     "xadd xread xdel xrange xlen "  # the run's streams

@@ -42,11 +42,6 @@ class WorkerChannel:
         replies = pipe.execute()
         return RunState(int(replies[0]), is_stop(replies[-1]))
 
-    def begin_attempt(self) -> int:
-        """This worker's attempt number, counted in Redis from 0: a barrier stage's tasks use it, as Spark
-        numbers their attempts from 0 again each time it runs the stage again."""
-        return int(self.client.hincrby(self.keys.attempts, str(self.worker), 1)) - 1
-
     def write_row(self, attempt: int, row: dict) -> None:
         """The worker's latest statistics, one row per attempt (a killed attempt's still count)."""
         self.client.hset(self.keys.workers, f"{self.worker}:{attempt}", json.dumps(row))
