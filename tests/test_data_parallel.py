@@ -57,7 +57,7 @@ def evaluation_points(run_dir) -> list[tuple[int, float]]:
 
 
 def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
-    """Worker 1's Python process is killed by PID mid-run: Spark runs the barrier stage again, both workers
+    """Worker 1's Python process is killed by PID mid-run: the driver starts the barrier stage again, both workers
     begin from worker 0's newest snapshot, the run spends its budget and exits 0, and the summary names
     the attempts lost and the updates they began from."""
     run_dir, budget = tmp_path / "run", 60_000
@@ -77,6 +77,7 @@ def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
             process.kill()
     text = log.read_text()
     assert code == 0 and "ddq: error" not in text, text[-3000:]
+    assert "starting it again (2 of 4)" in text, text[-3000:]  # the driver's second start of the stage
     summary = summary_of(run_dir)
     assert summary["env_steps"] >= budget and summary["stop_reason"] == "step budget spent"
     lost = {(w["worker"], w["attempt"]): w for w in summary["lost"]}

@@ -3,9 +3,10 @@ computes its own gradients, averaged over all of them every update (torch.distri
 the same weights and nothing is stale. No parameter server, no learner process.
 
 The synchronous wiring of DD-PPO (Wijmans et al. 2020), started the Spark way:
-a barrier stage's tasks start together, meet through Spark to form the
-process group, and restart together when one fails, from the newest snapshot
-worker 0 wrote (`ddq.workers.data_parallel`). Its learning per env step is
+a barrier stage's tasks start together, form the process group through a
+store in the run's Redis, and start again together when one fails (the
+driver starts the stage again), from the newest snapshot worker 0 wrote
+(`ddq.workers.data_parallel`). Its learning per env step is
 serial training's with N times the envs. Worker 0 publishes the weights, at
 each eval_every mark of the run's env steps, where the driver reads them:
 the driver evaluates those points beside the run, as in actor-learner mode.
@@ -79,7 +80,7 @@ class WorkerZeroPublishes:
             channel.save_snapshot(saved, path, self.layout, self.bounds)
 
     def restart(self, index: int = 0) -> Any:
-        raise RuntimeError("a data-parallel run's weights live in its workers: Spark restarts their stage")
+        raise RuntimeError("a data-parallel run's weights live in its workers: the driver starts their stage again")
 
     def workers_epsilon(self, env_steps: int) -> float:
         return self.epsilon(env_steps)  # each worker's follows the run's global env steps

@@ -152,7 +152,8 @@ class ExperienceActor:
         self.channel = WorkerChannel(connect_redis(redis_url), run, actor)
         self.stats = WorkerStats(actor, attempt, pid=os.getpid())
         self.window = StatsWindow()
-        # drawn, not Spark's attempt number: a barrier stage Spark runs again numbers its tasks' attempts from 0
+        # drawn at random: the learner must see a new sender each time an actor starts, whatever number its
+        # attempt has (Spark's, or the driver's start of a barrier stage)
         self.sender = secrets.randbits(32)
         self.sequence = 0  # of the next message: the learner spots a lost one by the gap
         self.episodes: list[Episode] = []  # finished since the last send
