@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import re
 import subprocess
@@ -310,6 +311,9 @@ class SparkStarting:
         """`ship(context)`: what the context needs before a task runs (ddq's code, for a cluster's executors).
         `password`: the run's Redis password, for the executors' environment (`start_context`)."""
         self.password = password
+        # py4j logs a call that fails (its JVM gone as the run ends, a job cut off) with a traceback, besides
+        # raising it: ddq reports what it raises, in one line (the full-disk test once caught the log's)
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
         prepare_environment(master, driver_host, bind)
         self.conf = spark_conf(master, app, driver_host, bind)
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
