@@ -20,7 +20,7 @@ from ddq.config import TrainConfig
 from ddq.core.agent import epsilon_schedule
 from ddq.modes.driver import Driver, Wiring
 from ddq.modes.evaluators import PointEvaluator
-from ddq.modes.spark import actor_task
+from ddq.modes.spark_tasks import actor_task
 from ddq.modes.weights_service import LearnerProcess
 
 

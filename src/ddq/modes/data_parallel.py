@@ -25,7 +25,7 @@ from ddq.core.dqn import LinearSchedule
 from ddq.models import FlatParameters
 from ddq.modes.driver import Driver, Wiring
 from ddq.modes.evaluators import PointEvaluator
-from ddq.modes.spark import data_parallel_task
+from ddq.modes.spark_tasks import data_parallel_task
 from ddq.modes.weights_service import SERVING_TIMEOUT_S, ServiceContext
 from ddq.transport.learner_channel import LearnerChannel
 from ddq.transport.weights_publisher import weights_messages

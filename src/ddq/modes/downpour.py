@@ -18,7 +18,7 @@ from ddq.config import TrainConfig
 from ddq.core.agent import epsilon_schedule
 from ddq.modes.driver import Driver, Wiring
 from ddq.modes.evaluators import InlineEvaluator
-from ddq.modes.spark import barista_task
+from ddq.modes.spark_tasks import barista_task
 from ddq.modes.weights_service import ShardFleet
 
 

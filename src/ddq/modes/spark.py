@@ -1,9 +1,9 @@
-"""Spark for the distributed modes: the driver's SparkContext, and what each Spark task runs."""
+"""Spark for the distributed modes, on the driver: its SparkContext, and the job that runs the workers' tasks
+(`ddq.modes.spark_tasks`)."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import re
@@ -13,21 +13,14 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ddq.config import decode_settings
 from ddq.modes.jvm_archive import jvm_options, note_class_path, writing_to
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
-
-if TYPE_CHECKING:
-    from ddq.transport.collective import Collective
 
 TASK_RETRIES = 4
 SPARK_STOP_WAIT_S = 15.0
 JVM_ARCHIVE_WAIT_S = 60.0  # a first run's JVM writing its class-data archive as it exits took 7 s on 2 cores
-# --sync actors wait at their meeting for the slowest one's round, however long its episodes: Spark ends a
-# barrier stage's other tasks when one fails, so the wait needs no deadline of its own
-MEETING_TIMEOUT_S = 7 * 24 * 3600.0
 # A local master's JVM schedules a few tasks that last the run and answers py4j: its optimising compiler and
 # parallel collector only take cores from the workers (a 2,000-step CartPole downpour run: 8.7 CPU-seconds
 # of the JVM's, 3.9-4.8 with these). Spark's defaultJavaOptions, so that a user's extraJavaOptions still apply.
@@ -36,82 +29,7 @@ LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 
-def barista_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str, start: int
-                 ) -> Iterator[dict]:
-    """What a Spark task runs: one Barista, to the end of the run. Its statistics are the task's result.
-    `settings` is the driver's `encode_settings` text, used as it is; `start`: which start of the job this is
-    (`SparkJob`; 0 but for a barrier stage)."""
-    from pyspark import TaskContext
-
-    from ddq.param_server.overlap import remote_source
-    from ddq.workers.barista import Barista
-
-    context = TaskContext.get()
-    attempt = context.attemptNumber() if context else 0
-    config = decode_settings(settings, "the driver's settings")
-    barista = Barista(config, redis_url, run, index, remote_source(config, redis_url, run, index), attempt)
-    yield dataclasses.asdict(barista.run())
-
-
-def actor_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str, start: int
-               ) -> Iterator[dict]:
-    """What a Spark task runs in actor-learner mode: one actor, sending experience to the learner until
-    the run ends. Its weights come from the learner through the parameter server's client. With --sync the
-    tasks form a barrier stage, and the actors meet between rounds in its process group (`stage_collective`):
-    Spark's own allGather took 0.9 s a call on a local master, torch.distributed's all-reduce a millisecond."""
-    import torch
-    from pyspark import TaskContext
-
-    from ddq.param_server.client import ParameterClient
-    from ddq.workers.actor import ExperienceActor
-
-    config = decode_settings(settings, "the driver's settings")
-    sync = config.distributed.sync
-    context = TaskContext.get()
-    attempt = start if sync else context.attemptNumber() if context else 0  # Spark starts a barrier stage once
-    meeting = stage_collective(index, redis_url, run, start, MEETING_TIMEOUT_S, torch.device("cpu")) if sync else None
-    try:
-        actor = ExperienceActor(config, redis_url, run, index,
-                                lambda flat: ParameterClient(redis_url, run, flat, 1, index), attempt, meeting)
-        yield dataclasses.asdict(actor.run())
-    finally:
-        if meeting is not None:
-            meeting.close()
-
-
-def data_parallel_task(index: int, _rows: Iterator, settings: str, redis_url: str, run: str, start: int
-                       ) -> Iterator[dict]:
-    """What a Spark task runs in data-parallel mode: one rank of the barrier stage's process group
-    (`stage_collective`)."""
-    from ddq.workers.data_parallel import DataParallelWorker
-
-    config = decode_settings(settings, "the driver's settings")
-    timeout = config.distributed.stall_timeout  # a collective waiting this long on a rank gone fails the stage
-    worker = DataParallelWorker(config, redis_url, run, index,
-                                lambda device: stage_collective(index, redis_url, run, start, timeout, device), start)
-    yield dataclasses.asdict(worker.run())
-
-
-def stage_collective(index: int, redis_url: str, run: str, start: int, timeout_s: float, device: Any) -> Collective:
-    """This barrier task's membership of its stage's process group, formed through a store in the run's Redis
-    under keys of this `start` of the stage alone (a stage started again forms anew, whatever the tasks of an
-    earlier start left there); its gloo links listen at the executor's own address as Spark knows it."""
-    from pyspark import BarrierTaskContext
-
-    from ddq.transport.collective import Collective
-    from ddq.transport.keys import RunKeys
-    from ddq.transport.redis_client import connect as connect_redis
-    from ddq.transport.stage_store import StageStore
-
-    context = BarrierTaskContext.get()
-    tasks = context.getTaskInfos()
-    host = tasks[index].address.rsplit(":", 1)[0]
-    prefix = RunKeys(run).stage_store(start)
-    return Collective(index, len(tasks), host, StageStore(connect_redis(redis_url), prefix, timeout_s), timeout_s,
-                      device)
-
-
-SparkTask = Callable[[int, Iterator, str, str, str, int], Iterator[dict]]
+SparkTask = Callable[[int, Iterator, str, str, str, int], Iterator[dict]]  # one of ddq.modes.spark_tasks'
 
 
 class SparkJobFailed(RuntimeError):

@@ -7,8 +7,9 @@ pyspark script) before its first update; and a `TCPStore` listens with no authen
 already where every task reports, behind the run's password (and TLS where it leaves the host). The stage
 still forms the Spark way: Spark starts its tasks together and gives each its rank.
 
-Each attempt of a stage has keys of its own (`RunKeys.stage_store`), which expire a day after they were
-written. A key asked for waits until some task writes it, at most `timeout_s` (a task gone fails the stage).
+Each start of a stage (the driver starts a failed one again) has keys of its own (`RunKeys.stage_store`),
+which expire a day after they were written. A key asked for waits until some task writes it, at most
+`timeout_s` (a task gone fails the stage).
 """
 
 from __future__ import annotations
