@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ddq.transport.collective import GLOO_READER, Collective
+from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.stage_store import KEY_LIFETIME_S, StageStore
@@ -43,7 +44,7 @@ def gloo_readers() -> list[int]:
 
 
 def _rank(rank: int, url: str, results: multiprocessing.Queue) -> None:
-    collective = Collective(rank, 2, "127.0.0.1", StageStore(connect(url), "ddq:test:stage:0.0", 60.0), 60.0,
+    collective = Collective(rank, 2, "127.0.0.1", StageStore(connect(url), RunKeys("test").stage_store(0), 60.0), 60.0,
                             torch.device("cpu"))
     listening = listening_addresses()
     readers = [os.sched_getscheduler(thread) == os.SCHED_IDLE for thread in gloo_readers()]
@@ -83,11 +84,11 @@ def test_two_ranks_average_take_rank_zeros_weights_vote_and_agree_on_the_highest
 
 
 def test_a_rank_whose_peer_never_comes_fails_at_the_store_timeout_and_its_keys_expire(redis_url):
-    store = StageStore(connect(redis_url), "ddq:test:stage:1.0", 0.5)
+    store = StageStore(connect(redis_url), RunKeys("test").stage_store(1), 0.5)
     with pytest.raises(Exception, match="no task of the stage wrote"):
         Collective(0, 2, "127.0.0.1", store, 0.5, torch.device("cpu"))
     store.close()
     client = connect(redis_url)
-    keys = client.keys("ddq:test:stage:1.0:*")  # what rank 0 wrote for its peer: Redis forgets it in a day
+    keys = client.keys(f"{RunKeys('test').stage_store(1)}:*")  # what rank 0 wrote for its peer: Redis forgets it in a day
     assert keys and all(0 < client.ttl(key) <= KEY_LIFETIME_S for key in keys), keys
     client.close()
