@@ -45,7 +45,9 @@ def test_two_workers_learn_cartpole_as_one_and_apply_every_update(tmp_path):
     first, second = evaluation_points(run_dir), evaluation_points(again)
     shared = min(len(first), len(second), 5)
     assert shared >= 3 and first[:shared] == second[:shared], (first, second)
-    assert_events_match_metrics(run_dir, TAGS)
+    # it stops about a second after its first update, before a worker's heartbeat carries a loss: the killed
+    # worker's run, below, has every tag
+    assert_events_match_metrics(run_dir, TAGS - {"train/loss"})
     assert_best_is_the_best_evaluation(run_dir)
     assert processes_mentioning(str(run_dir)) == []
 
@@ -88,6 +90,7 @@ def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
     assert len(began) == 1 and began.pop() >= max(w["weights_version"] for w in lost.values()) > 0
     assert {w["weights_version"] for w in redone.values()} == {summary["updates"]}
     assert (run_dir / "data-parallel.pt").exists() and processes_mentioning(str(run_dir)) == []
+    assert_events_match_metrics(run_dir, TAGS)
 
 
 def test_settings_data_parallel_refuses(tmp_path):

@@ -3,7 +3,7 @@ driver's background evaluations, which hand results back in order."""
 
 from __future__ import annotations
 
-import time
+import threading
 
 import numpy as np
 import pytest
@@ -56,20 +56,38 @@ def test_points_arrive_in_order_with_their_counts_and_are_deleted_once_read(clie
     assert [(p.trained_steps, p.env_steps) for p in reader.read_new()] == [(20_008, 20_008)]
 
 
+def test_a_blocked_read_returns_the_point_published_while_it_waits(client):
+    """The driver's reader waits on the stream instead of polling it: a point published during the wait comes
+    back from that read."""
+    flat = FlatParameters(_network(0))
+    layout = layout_bytes(flat.layout_hash())
+    reader = PointReader(client, "waited", layout, flat.size)
+    assert reader.read_new(block_ms=50) == []  # nothing there: the wait ends empty
+    message = encode(Header(WEIGHTS, layout, 7, flat.size), flat.data.numpy())
+    publisher = threading.Timer(0.2, publish_point, (redis.Redis(connection_pool=client.connection_pool), "waited",
+                                                     message, 5000, None))
+    publisher.start()
+    try:
+        points = reader.read_new(block_ms=60_000)  # returns with the point, not after the minute
+    finally:
+        publisher.join()
+    assert [(p.version, p.env_steps) for p in points] == [(7, 5000)]
+
+
 def test_background_evaluations_play_each_point_with_its_own_weights_and_report_in_order():
     config = config_of(env="CartPole-v1", eval_episodes=5, seed=3)
     network = _network(1)
     flat = FlatParameters(network)
     weights = [np.random.default_rng(k).normal(size=flat.size).astype(np.float32) for k in range(3)]
-    background = BackgroundEvaluations(network, config, torch.device("cpu"), max_threads=2)
+    woken = threading.Semaphore(0)  # released by each result as it is done: the driver's loop wakes on it
+    background = BackgroundEvaluations(network, config, torch.device("cpu"), max_threads=2, on_result=woken.release)
     try:
         for index, values in enumerate(weights):
             background.submit(EvaluationPoint(index, 1000 * (index + 1), 1000 * (index + 1), values), index)
         results: list = []
-        deadline = time.monotonic() + 120
-        while len(results) < 3 and time.monotonic() < deadline:
+        for _ in weights:
+            assert woken.acquire(timeout=120)
             results += background.finished()
-            time.sleep(0.01)
     finally:
         background.close()
     assert [point.trained_steps for point, _ in results] == [1000, 2000, 3000] and background.pending() == 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import queue
 import threading
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -34,8 +35,10 @@ class BackgroundEvaluations:
     results in submission order (a result waits for every earlier one)."""
 
     def __init__(self, network: nn.Module, config: TrainConfig, device: torch.device,
-                 max_threads: int = MAX_THREADS):
+                 max_threads: int = MAX_THREADS, on_result: Callable[[], None] = lambda: None):
+        """`on_result`: called on an evaluation's thread as each result is done (it wakes the driver's loop)."""
         self.config, self.device, self.network, self.max_threads = config, device, network, max_threads
+        self.on_result = on_result
         self.todo: queue.Queue[tuple[int, int, EvaluationPoint] | None] = queue.Queue()
         self.done: dict[int, tuple[EvaluationPoint, Evaluation]] = {}
         self.lock = threading.Lock()
@@ -77,6 +80,7 @@ class BackgroundEvaluations:
             result = play_evaluation(network, self.config, index, self.device, should_stop=self.stopping.is_set)
             with self.lock:
                 self.done[order] = (point, result)
+            self.on_result()
 
     def close(self, timeout: float = 10.0) -> None:
         """Abandons what is not finished; each thread ends within one env step of its evaluation."""

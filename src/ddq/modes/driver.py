@@ -17,9 +17,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from ddq.core.agent import env_spec, make_learner, resolve_device, seed_everythi
 from ddq.core.dqn import next_mark
 from ddq.core.replay import state_shape
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
-from ddq.modes.evaluators import Evaluator, WeightsMirror
+from ddq.modes.evaluators import EvaluatorFactory, WeightsMirror
 from ddq.modes.placement import placement
 from ddq.modes.run_services import RunServices
 from ddq.modes.spark import SparkJob, SparkJobFailed, SparkStarting, SparkTask, launched_by_spark_submit, local_master
@@ -52,6 +52,7 @@ from ddq.transport.credentials import run_password, split_password
 from ddq.transport.redis_client import StoreError, snapshot_failed
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
+WATCH_EVERY_S = 0.5  # the driver's loop looks at least this often (sooner when woken)
 
 
 class RunStalled(RuntimeError):
@@ -64,7 +65,7 @@ class Wiring:
 
     weights: WeightsService  # who owns the weights
     task: SparkTask  # what each Spark task runs
-    evaluator: Callable[[WeightsMirror, RunRecord, RunServices], Evaluator]  # when and what the driver evaluates
+    evaluator: EvaluatorFactory  # when and what the driver evaluates
     barrier: bool = False  # the tasks form a barrier stage
 
 
@@ -95,6 +96,7 @@ class Driver:
         self.failure: str | None = None  # the one line that says what ended a run that could not go on
         self.exit_code = 0
         self.redis_password: str | None = None  # the run's Redis's, once known (`run_password`)
+        self.wake = threading.Event()  # the watch's loop looks now: an evaluation's result waits, or the job ended
 
     def train(self) -> dict[str, Any]:
         c = self.config
@@ -169,7 +171,7 @@ class Driver:
         spark.jvm_up.wait()
         s.start_helpers(stack)
         self.mirror.connect(stack, s.url, self.run, weights.slices)
-        self.evaluator = self.wiring.evaluator(self.mirror, self.record, s)
+        self.evaluator = self.wiring.evaluator(self.mirror, self.record, s, self.wake)
         stack.callback(self.evaluator.close)
         self.mirror.sync()
         self.mirror.save(self.record)
@@ -178,7 +180,7 @@ class Driver:
         """Runs the workers' tasks to the end of the run, watching over it meanwhile (`_watch`)."""
         c = self.config
         job = SparkJob(spark, self.wiring.task, c.distributed.workers, self.wiring.barrier, encode_settings(c),
-                       split_password(self.services.remote_url)[0], self.run)
+                       split_password(self.services.remote_url)[0], self.run, on_end=self.wake.set)
         job.start()
         clean = False
         try:
@@ -207,7 +209,8 @@ class Driver:
         with tqdm(total=c.run.total_steps, initial=counters.env_steps, unit="step", disable=not c.run.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
             while job.is_alive():
-                job.join(0.5)
+                self.wake.wait(WATCH_EVERY_S)
+                self.wake.clear()  # what wakes it from now on is seen by the next look
                 try:
                     stopping = s.control.stopping()
                 except StoreError:

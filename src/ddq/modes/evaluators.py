@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -22,7 +25,11 @@ from ddq.modes.run_services import RunServices
 from ddq.param_server.client import ParameterClient
 from ddq.services.telemetry import record_evaluation
 from ddq.transport.eval_points import EvaluationPoint
+from ddq.transport.redis_client import StoreError
 from ddq.transport.wire import layout_bytes
+
+POINT_WAIT_MS = 200  # the points' reader waits this long on Redis per call: how soon it sees the run stop
+POINT_RETRY_S = 0.1  # between its tries while Redis fails
 
 
 class WeightsMirror:
@@ -83,10 +90,14 @@ class Evaluator(Protocol):
         ...
 
 
+# Makes a run's evaluator; `wake` is the driver's loop's: set when a result waits to be noted.
+EvaluatorFactory = Callable[[WeightsMirror, RunRecord, RunServices, threading.Event], Evaluator]
+
+
 class InlineEvaluator:
     """Evaluates the mirror in the driver's loop once the workers' env steps cross each eval_every mark."""
 
-    def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices):
+    def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices, wake: threading.Event):
         self.mirror, self.record, self.services = mirror, record, services
         self.next_eval = next_mark(record.counters.env_steps, record.config.run.eval_every)
 
@@ -102,21 +113,43 @@ class InlineEvaluator:
 
 class PointEvaluator:
     """Evaluates every evaluation point the learner published, beside the run and in order. A point is
-    logged at the env steps the actors had played when it was published."""
+    logged at the env steps the actors had played when it was published.
 
-    def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices):
+    A thread of its own waits on the points' stream and hands each point to an evaluation as it arrives,
+    and each result wakes the driver's loop: polled with the loop (every half second), a run learnt of
+    its target about half a second late on average."""
+
+    def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices, wake: threading.Event):
         self.mirror, self.record, self.services = mirror, record, services
         flat = mirror.learner.flat
         self.points = services.store.evaluation_points(layout_bytes(flat.layout_hash()), flat.size)
-        self.background = BackgroundEvaluations(mirror.learner.online, record.config, mirror.device)
+        self.background = BackgroundEvaluations(mirror.learner.online, record.config, mirror.device,
+                                                on_result=wake.set)
+        self.first_index = record.counters.evaluations  # the run's index of this evaluator's first evaluation
+        self.accepting = threading.Event()
+        self.accepting.set()
+        self.reader = threading.Thread(target=self._read, name="evaluation-points", daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        """Submits each new point until the run stops; a failed read (Redis restarting, or gone: the
+        supervisor says so) is tried again."""
+        while self.accepting.is_set():
+            try:
+                points = self.points.read_new(block_ms=POINT_WAIT_MS)
+            except StoreError:
+                time.sleep(POINT_RETRY_S)
+                continue
+            for point in points:
+                if self.accepting.is_set():
+                    self.background.submit(point, self.first_index + self.background.submitted)
 
     def periodic(self, env_steps: int, stopping: bool) -> bool:
-        if not stopping:
-            for point in self.points.read_new():
-                self.background.submit(point, self.record.counters.evaluations + self.background.pending())
-            for line in self.points.refused:
-                print(f"ddq: warning: {line}", file=sys.stderr, flush=True)
-            self.points.refused.clear()
+        if stopping:
+            self.accepting.clear()  # no new evaluation starts once the run stops
+        for line in list(self.points.refused):
+            print(f"ddq: warning: {line}", file=sys.stderr, flush=True)
+            self.points.refused.remove(line)
         reached = recorded = False
         for point, result in self.background.finished():
             noted = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps)
@@ -131,4 +164,6 @@ class PointEvaluator:
         return reached
 
     def close(self) -> None:
+        self.accepting.clear()
+        self.reader.join(POINT_WAIT_MS / 1000 + 1.0)  # past that, blocked on a Redis gone: it submits no more
         self.background.close()

@@ -56,14 +56,21 @@ class SparkJob:
     that run from the one before."""
 
     def __init__(self, context: Any, task: SparkTask, workers: int, barrier: bool, settings: str, url: str,
-                 run: str):
-        self.context = context
+                 run: str, on_end: Callable[[], None] = lambda: None):
+        """`on_end`: called on the job's thread as the job ends, however it ends."""
+        self.context, self.on_end = context, on_end
         self.error: SparkJobFailed | None = None
         self.cancelled = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(task, workers, barrier, settings, url, run),
                                        name="spark-job", daemon=True)
 
     def _run(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
+        try:
+            self._starts(task, workers, barrier, settings, url, run)
+        finally:
+            self.on_end()
+
+    def _starts(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
         starts = TASK_RETRIES if barrier else 1
         for start in range(starts):
             try:

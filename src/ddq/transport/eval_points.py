@@ -58,8 +58,10 @@ class PointReader:
         self.last_id = "0-0"
         self.refused: list[str] = []
 
-    def read_new(self) -> list[EvaluationPoint]:
-        entries = typing.cast(list, self.client.xread({self.stream: self.last_id}, count=MAX_ENTRIES) or [])
+    def read_new(self, block_ms: int | None = None) -> list[EvaluationPoint]:
+        """The entries added since the last read; with `block_ms`, waits that long for one when there is none."""
+        entries = typing.cast(list, self.client.xread({self.stream: self.last_id}, count=MAX_ENTRIES, block=block_ms)
+                              or [])
         points = []
         for _, rows in entries:
             for entry_id, fields in rows:
