@@ -22,21 +22,24 @@ import base64
 import dataclasses
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote, urlparse
 
 import numpy as np
-import torch
 from celery import Celery
 
 from ddq.config import TrainConfig, read_settings
-from ddq.models import FlatParameters
 from ddq.services.telemetry import record_evaluation
-from ddq.transport import snapshots
 from ddq.transport.keys import shard_bounds
 from ddq.transport.redis_client import Connection
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.run_store import RunStore
 from ddq.transport.wire import layout_bytes
+
+if TYPE_CHECKING:
+    import torch
+
+    from ddq.models import FlatParameters
 
 EPISODE_FRAMES_LIMIT = 2000  # frames kept of the recorded Snake episode
 
@@ -67,7 +70,6 @@ def _settings() -> tuple[str, str, TrainConfig, Path]:
 
 
 REDIS_URL, RUN, CONFIG, RUN_DIR = _settings()
-torch.set_num_threads(CONFIG.agent.threads)  # evaluation is a background job: no spinning thread pool
 app = Celery("ddq", broker=celery_url(REDIS_URL), backend=celery_url(REDIS_URL))
 app.conf.update(
     task_serializer="json", result_serializer="json", accept_content=["json"],  # nothing else is decoded
@@ -82,6 +84,8 @@ def newest_snapshot(client: Connection, run: str, config: TrainConfig, flat: Fla
                     target: torch.Tensor) -> int | None:
     """Loads the newest snapshot, assembled from every shard's, into `flat` and `target`; returns its
     version, or None before the first snapshot."""
+    from ddq.transport import snapshots
+
     layout = layout_bytes(flat.layout_hash())
     versions = []
     for shard, bounds in enumerate(shard_bounds(flat.size, config.distributed.server.shards)):
@@ -153,8 +157,14 @@ def archive_snapshot(folder: str | None = None) -> str | None:
 
 
 def _newest_learner(client: Connection):
-    """(version, a learner holding the newest snapshot's weights and target), or None before the first."""
+    """(version, a learner holding the newest snapshot's weights and target), or None before the first.
+    torch is imported here, by the first job, not as the worker starts: beside a starting run its import
+    took a core's second and a half from the Spark workers' own."""
+    import torch
+
     from ddq.core.agent import env_spec, make_learner
+
+    torch.set_num_threads(CONFIG.agent.threads)  # evaluation is a background job: no spinning thread pool
 
     spec = env_spec(CONFIG.agent)
     learner = make_learner(CONFIG.agent, spec.frame_shape, spec.num_actions, torch.device("cpu"))
