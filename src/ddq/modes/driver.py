@@ -229,7 +229,7 @@ class Driver:
                                      "workers' hosts reachable? is an executor free?); "
                                      f"ddq train --resume {self.run_dir} continues the run")
                 counters.wall_time_s = time.time() - self.record.origin
-                self._drain_episodes()
+                log_new_episodes(self.services, self.record, self.recent_returns)
                 epsilon = self.wiring.weights.workers_epsilon(steps)
                 progress = s.reporter.record_progress(steps, epsilon, force=steps >= next_log)
                 if steps >= next_log and progress is not None:  # a training point: the telemetry's, as the dashboard's
@@ -245,14 +245,6 @@ class Driver:
                                      episodes=counters.episodes, total_episodes=c.run.total_episodes)
                 if reason is not None and not stopping:
                     s.control.stop(reason)
-
-    def _drain_episodes(self) -> None:
-        for episode in self.services.episodes.read_new():
-            self.record.counters.episodes += 1
-            self.recent_returns.append(float(episode.get("episode_return") or 0.0))
-            self.record.log.write("episode", env_steps=episode.get("env_steps", self.record.counters.env_steps),
-                                  worker=episode.get("worker"), episode_return=episode.get("episode_return"),
-                                  length=episode.get("length"), truncated=episode.get("truncated"))
 
     def _finish(self) -> dict[str, Any]:
         """Summary, progress point and checkpoint: from the weights service when it is there, from the
@@ -271,7 +263,7 @@ class Driver:
             workers = newest_rows(workers, worker_rows(s.store))
             received = s.store.pushes()  # counted by Redis as each push arrived
             account = sender_account(shard_reports(s.store, self.wiring.weights.slices))
-            self._drain_episodes()
+            log_new_episodes(self.services, self.record, self.recent_returns)
             epsilon = self.wiring.weights.workers_epsilon(counters.env_steps)
             s.reporter.record_progress(counters.env_steps, epsilon, force=True)
         path = self.mirror.save(self.record)
@@ -281,3 +273,13 @@ class Driver:
                        gradients_received=received, account=account, **lost_and_redone(workers))
         self.record.log.write_summary(summary)
         return summary
+
+
+def log_new_episodes(services: RunServices, record: RunRecord, recent_returns: collections.deque[float]) -> None:
+    """Logs the episodes the workers finished since the last call, and keeps their returns in `recent_returns`."""
+    for episode in services.episodes.read_new():
+        record.counters.episodes += 1
+        recent_returns.append(float(episode.get("episode_return") or 0.0))
+        record.log.write("episode", env_steps=episode.get("env_steps", record.counters.env_steps),
+                         worker=episode.get("worker"), episode_return=episode.get("episode_return"),
+                         length=episode.get("length"), truncated=episode.get("truncated"))
