@@ -24,7 +24,7 @@ def measured_mode(named: set[str], spark_master: str | None, cores: int) -> Mode
     """The mode for a run that names none. A cluster master, or a setting only distributed runs read, asks
     for Spark: downpour, ddq's distributed wiring until a cluster comparison says otherwise. Otherwise
     serial: on a local master with 2 cores data-parallel reached MinAtar Breakout's and LunarLander-v3's targets
-    sooner (0.68x and 0.75x serial's time) but CartPole-v1's 3.5x later, its Spark start costing more than a task
+    sooner (0.72x and 0.76x serial's time) but CartPole-v1's 3.1x later, its Spark start costing more than a task
     that serial solves in seconds."""
     if spark_master is not None and not spark_master.startswith("local"):
         return ModeChoice("downpour", "downpour: a cluster master was named (--mode names another)")
@@ -33,7 +33,7 @@ def measured_mode(named: set[str], spark_master: str | None, cores: int) -> Mode
         return ModeChoice("downpour", f"downpour: {asked[0]} was named, which only a distributed run reads "
                                       "(--mode names another)")
     beyond = "" if cores <= MEASURED_CORES else f"; this machine's {cores} cores are more than measured so far"
-    return ModeChoice("serial", "serial: on one machine data-parallel took 3.5x serial's time to CartPole-v1's "
-                                "target (0.68x on MinAtar Breakout and 0.75x on LunarLander-v3, with 2 cores: "
+    return ModeChoice("serial", "serial: on one machine data-parallel took 3.1x serial's time to CartPole-v1's "
+                                "target (0.72x on MinAtar Breakout and 0.76x on LunarLander-v3, with 2 cores: "
                                 "docs/benchmarks.md)"
                                 f"{beyond}; --mode data-parallel --workers N trains on N")
