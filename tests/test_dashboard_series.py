@@ -115,11 +115,15 @@ def test_progress_point_without_a_parameter_server_or_workers_losses():
 
 
 def test_only_a_parameter_servers_shards_count_as_shards():
-    """The header's shards: downpour's that report; none for data-parallel (no reports) or actor-learner
-    (its learner's report stands where shard 0's would)."""
+    """The header's shards: downpour's that report; none for actor-learner or data-parallel, whose learner,
+    or worker 0, reports where shard 0 would (and says which, for the dashboard's panel)."""
     assert parameter_server_shards(merge_server([{"version": 3}, {"version": 4}])) == 2
     assert parameter_server_shards(merge_server([])) == 0
     assert parameter_server_shards(merge_server([{"role": "learner", "version": 300}])) == 0
+    averaged = merge_server([{"role": "data-parallel", "version": 90, "staleness": {"0": 90}}])
+    assert parameter_server_shards(averaged) == 0 and averaged["role"] == "data-parallel"
+    assert averaged["learner"] is None and averaged["staleness"] == {"0": 90}
+    assert merge_server([{"role": 7, "version": 3}])["role"] is None  # only a name is passed on
 
 
 def test_mean_staleness_is_of_the_gradients_judged_since_the_previous_reading():

@@ -91,6 +91,10 @@ def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
     assert {w["weights_version"] for w in redone.values()} == {summary["updates"]}
     assert (run_dir / "data-parallel.pt").exists() and processes_mentioning(str(run_dir)) == []
     assert_events_match_metrics(run_dir, TAGS)
+    # worker 0 reported the updates where a parameter server's shard would: every one applied fresh
+    points = [e for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if e["kind"] == "train"]
+    judged = [p["staleness"] for p in points if p.get("staleness") is not None]
+    assert judged and set(judged) == {0.0}
 
 
 def test_settings_data_parallel_refuses(tmp_path):

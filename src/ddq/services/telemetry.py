@@ -55,7 +55,7 @@ def merge_server(reports: list[dict]) -> dict:
     if not reports:
         return {"shards": 0, "version": 0, "applied": 0, "updates_per_s": 0.0, "dropped_stale": 0,
                 "rejected": {}, "rejected_total": 0, "staleness": {}, "layers": [], "learning_rate": None,
-                "mean_loss": None, "learner": None}
+                "mean_loss": None, "learner": None, "role": None}
     rejected: Counter[str] = Counter()
     staleness: Counter[str] = Counter()
     for report in reports:
@@ -74,7 +74,9 @@ def merge_server(reports: list[dict]) -> dict:
             "layers": merge_layers([r.get("layers") or [] for r in reports]),
             "learning_rate": _number(reports[0].get("learning_rate")),
             "mean_loss": sum(losses) / len(losses) if losses else None,
-            "learner": _learner(reports[0])}
+            "learner": _learner(reports[0]),
+            # who reports in shard 0's place: "learner" (actor-learner), "data-parallel" (its worker 0); None: shards
+            "role": reports[0].get("role") if isinstance(reports[0].get("role"), str) else None}
 
 
 LEARNER_FIELDS = ("replay_size", "ingested", "messages", "publications", "trained_steps", "policy_lag", "owed_updates")
@@ -174,13 +176,14 @@ def mean_staleness(histogram: dict[str, int], before: dict[str, int]) -> float |
 
 def parameter_server_shards(server: dict) -> int:
     """The parameter-server shards that report (`merge_server`'s): none in data-parallel, which has no
-    server, nor in actor-learner, whose learner reports where shard 0 would."""
-    return 0 if server["learner"] is not None else server["shards"]
+    server, nor in actor-learner: their worker 0, or their learner, reports where shard 0 would."""
+    return 0 if server["role"] is not None else server["shards"]
 
 
 def run_updates(server: dict, workers: list[dict]) -> tuple[int, float]:
-    """The run's updates so far and their rate now: its weights server's, or without one (data-parallel:
-    every worker applies every update) the workers' newest weights version and their running mean rate."""
+    """The run's updates so far and their rate now: as its weights owner reports them (a shard, the learner,
+    data-parallel's worker 0), or before any report the workers' newest weights version and their running
+    mean rate."""
     if server["shards"]:
         return server["version"], server["updates_per_s"]
     active = [row for row in workers if row.get("state") == "running"]

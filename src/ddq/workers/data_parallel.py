@@ -15,6 +15,7 @@ state every `snapshot_every` updates, which a restarted stage starts from.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -27,11 +28,13 @@ from ddq.core.weights import LocalParameters
 from ddq.transport.collective import Collective
 from ddq.transport.learner_channel import LearnerChannel
 from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.server_metrics import ServerMetrics, layer_segments
 from ddq.transport.snapshots import ShardState
 from ddq.transport.weights_publisher import WeightsPublisher, weights_messages
 from ddq.transport.wire import layout_bytes
 from ddq.workers.barista import Barista
 
+REPORT_EVERY_S = 1.0  # rank 0's report of the updates, as a shard's housekeeping writes its own
 AGREE_EVERY = 16  # vector steps between the workers' votes (on stopping; they count the run's steps): one all-reduce
 CollectiveFactory = Callable[[torch.device], Collective]  # joins the stage's group, for a learner on a device
 
@@ -39,24 +42,34 @@ CollectiveFactory = Callable[[torch.device], Collective]  # joins the stage's gr
 class AveragedGradients(LocalParameters):
     """The parameter source of a data-parallel worker: a pushed gradient is averaged over the workers, then
     applied by the learner's own optimizer, as serial training's `LocalParameters` applies its own. Every
-    worker applies the same mean, so `sync` has nothing to fetch; a push waits on the slowest worker."""
+    worker applies the same mean, so `sync` has nothing to fetch; a push waits on the slowest worker.
+    `metrics` (rank 0's): what each update did, for the dashboard, as a parameter server's shard counts it."""
 
-    def __init__(self, learner: Learner, collective: Collective):
+    def __init__(self, learner: Learner, collective: Collective, metrics: ServerMetrics | None = None):
         super().__init__(learner)
-        self.collective = collective
+        self.collective, self.metrics = collective, metrics
 
     def push(self, grad: torch.Tensor | np.ndarray, samples: int = 0, loss: float = 0.0) -> None:
-        if grad is not self.learner.flat.grad:
-            self.learner.flat.grad.copy_(torch.as_tensor(grad))
-        super().push(self.collective.average_(self.learner.flat.grad), samples, loss)
+        flat, metrics = self.learner.flat, self.metrics
+        if grad is not flat.grad:
+            flat.grad.copy_(torch.as_tensor(grad))
+        averaged = self.collective.average_(flat.grad)
+        before = flat.data.clone() if metrics is not None and metrics.wants_layer_sample() else None
+        super().push(averaged, samples, loss)
+        if metrics is not None:
+            metrics.accept(0, loss)  # applied by every worker at once, on the weights it was computed from
+            if before is not None:
+                metrics.record_layers(before, flat.data, averaged)
 
 
 class RankZeroDuties:
     """What worker 0 publishes for the rest of the run: weights, evaluation points and snapshots."""
 
-    def __init__(self, config: TrainConfig, redis_url: str, run: str, learner: Learner, global_steps: int):
-        self.config, self.learner = config, learner
+    def __init__(self, config: TrainConfig, redis_url: str, run: str, learner: Learner, global_steps: int,
+                 metrics: ServerMetrics):
+        self.config, self.learner, self.metrics = config, learner, metrics
         self.channel = LearnerChannel(connect_redis(redis_url), run)
+        self.next_report = 0.0  # time.monotonic() of the next report of `metrics`
         self.layout, self.bounds = layout_bytes(learner.flat.layout_hash()), (0, learner.flat.size)
         self.publisher = WeightsPublisher(connect_redis(redis_url), run, plays_trained=True)
         self.published = self.snapshotted = learner.updates
@@ -74,6 +87,16 @@ class RankZeroDuties:
             self.published = updates
         if updates - self.snapshotted >= distributed.server.snapshot_every:
             self.snapshot()
+        if time.monotonic() >= self.next_report:
+            self.report()
+
+    def report(self) -> None:
+        """The run's babysitting numbers where shard 0's would be (update rate, staleness: none, per-layer
+        norms), for the dashboard, every REPORT_EVERY_S."""
+        learner = self.learner
+        report = self.metrics.report(0, learner.updates, learner.optimizer.learning_rate())
+        self.channel.write_report({**report, "role": "data-parallel"}, None)
+        self.next_report = time.monotonic() + REPORT_EVERY_S
 
     def _target_version(self) -> int:
         return last_target_refresh(self.learner.updates, self.learner.target_update)
@@ -95,6 +118,7 @@ class RankZeroDuties:
         its connections close (Spark reuses the task's Python process)."""
         try:
             self.snapshot()
+            self.report()
             self.publisher.hand_over(self.learner.updates, self._messages(target_too=True), global_steps)
             self.publisher.stop()
         finally:
@@ -127,13 +151,16 @@ class DataParallelWorker(Barista):
     def __init__(self, config: TrainConfig, redis_url: str, run: str, rank: int, collective_for: CollectiveFactory,
                  attempt: int = 0):
         self.collective: Collective | None = None
+        self.metrics: ServerMetrics | None = None
 
         def averaged(learner: Learner) -> AveragedGradients:
             self.resumed_updates = resume_newest(learner, redis_url, run)
             self.collective = collective_for(learner.device)
             self.collective.broadcast_(learner.flat.data)  # fresh starts drew their own weights: take rank 0's
             self.collective.broadcast_(learner.target_flat.data)
-            return AveragedGradients(learner, self.collective)
+            if rank == 0:  # it counts the updates as a parameter server's shard would, and reports in its place
+                self.metrics = ServerMetrics(layer_segments(learner.flat.layout, (0, learner.flat.size)))
+            return AveragedGradients(learner, self.collective, self.metrics)
 
         super().__init__(config, redis_url, run, rank, averaged, attempt)
         self.rank, self.agreed, self.votes = rank, False, 0
@@ -147,7 +174,8 @@ class DataParallelWorker(Barista):
         self.voted_count: int = self.collective.from_rank_zero(began)  # the run's env steps at the last vote
         self.voted_own: int = self.actor.env_steps  # this worker's then
         self.global_steps = self.voted_count
-        self.duties: RankZeroDuties | None = (RankZeroDuties(config, redis_url, run, self.learner, self.global_steps)
+        self.duties: RankZeroDuties | None = (RankZeroDuties(config, redis_url, run, self.learner, self.global_steps,
+                                                             self.metrics)
                                               if rank == 0 else None)
         self.stepping_together = config.distributed.workers  # every worker steps with every other
 

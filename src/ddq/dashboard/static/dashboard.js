@@ -226,7 +226,16 @@ function learnerRows(learner) {
   ];
 }
 
+// data-parallel has no parameter server: its worker 0 reports the updates every worker applied, none stale
+const AVERAGED_TITLE = ["Averaged gradients ", el("small", "no parameter server: every worker applies the mean " +
+                                                  "of all gradients at once, so none is stale")];
+
 function showServer(server) {
+  const title = document.getElementById("server-title");
+  if (server.role === "data-parallel" && !title.dataset.averaged) {
+    title.replaceChildren(...AVERAGED_TITLE);
+    title.dataset.averaged = "yes";
+  }
   const staleness = Object.entries(server.staleness).map(([k, n]) => [Number(k), n]).sort((a, b) => a[0] - b[0]);
   const total = staleness.reduce((sum, [, n]) => sum + n, 0) || 1;
   // the axis ends where 99.9% of the gradients are; a long thin tail is said in the table instead
