@@ -187,6 +187,7 @@ class Driver:
             self._watch(job)
             clean = job.error is None
         finally:  # a job that ended cleanly spent the budget (unless something stopped it before)
+            self.evaluator.close()  # no more points: the run's last evaluation is the driver's own, next
             gone = self.services.redis_gone()  # if so, what follows fails at once instead of waiting for it
             with contextlib.suppress(StoreError):
                 self.services.control.stop(StopReason.BUDGET if clean else StopReason.FAILURE)

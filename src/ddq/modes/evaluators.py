@@ -128,23 +128,29 @@ class PointEvaluator:
         self.first_index = record.counters.evaluations  # the run's index of this evaluator's first evaluation
         self.accepting = threading.Event()
         self.accepting.set()
+        self.reader_failed: BaseException | None = None  # raised by the driver's next look
         self.reader = threading.Thread(target=self._read, name="evaluation-points", daemon=True)
         self.reader.start()
 
     def _read(self) -> None:
         """Submits each new point until the run stops; a failed read (Redis restarting, or gone: the
         supervisor says so) is tried again."""
-        while self.accepting.is_set():
-            try:
-                points = self.points.read_new(block_ms=POINT_WAIT_MS)
-            except StoreError:
-                time.sleep(POINT_RETRY_S)
-                continue
-            for point in points:
-                if self.accepting.is_set():
-                    self.background.submit(point, self.first_index + self.background.submitted)
+        try:
+            while self.accepting.is_set():
+                try:
+                    points = self.points.read_new(block_ms=POINT_WAIT_MS)
+                except StoreError:
+                    time.sleep(POINT_RETRY_S)
+                    continue
+                for point in points:
+                    if self.accepting.is_set():
+                        self.background.submit(point, self.first_index + self.background.submitted)
+        except Exception as error:  # the run must not go on without its evaluations: the driver raises it
+            self.reader_failed = error
 
     def periodic(self, env_steps: int, stopping: bool) -> bool:
+        if self.reader_failed is not None:
+            raise self.reader_failed
         if stopping:
             self.accepting.clear()  # no new evaluation starts once the run stops
         for line in list(self.points.refused):
@@ -164,6 +170,7 @@ class PointEvaluator:
         return reached
 
     def close(self) -> None:
+        """Stops taking points and abandons the evaluations not finished (called again, does nothing more)."""
         self.accepting.clear()
         self.reader.join(POINT_WAIT_MS / 1000 + 1.0)  # past that, blocked on a Redis gone: it submits no more
         self.background.close()

@@ -59,6 +59,7 @@ class SparkJob:
                  run: str, on_end: Callable[[], None] = lambda: None):
         """`on_end`: called on the job's thread as the job ends, however it ends."""
         self.context, self.on_end = context, on_end
+        self.ended = threading.Event()  # set before `on_end` is called: the job is over for whoever it wakes
         self.error: SparkJobFailed | None = None
         self.cancelled = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(task, workers, barrier, settings, url, run),
@@ -68,6 +69,7 @@ class SparkJob:
         try:
             self._starts(task, workers, barrier, settings, url, run)
         finally:
+            self.ended.set()
             self.on_end()
 
     def _starts(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
@@ -90,7 +92,7 @@ class SparkJob:
         self.thread.start()
 
     def is_alive(self) -> bool:
-        return self.thread.is_alive()
+        return not self.ended.is_set()
 
     def join(self, timeout: float | None) -> None:
         self.thread.join(timeout)

@@ -15,6 +15,7 @@ state every `snapshot_every` updates, which a restarted stage starts from.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -27,6 +28,7 @@ from ddq.core.learner import Learner
 from ddq.core.weights import LocalParameters
 from ddq.transport.collective import Collective
 from ddq.transport.learner_channel import LearnerChannel
+from ddq.transport.redis_client import StoreError
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.server_metrics import ServerMetrics, layer_segments
 from ddq.transport.snapshots import ShardState
@@ -95,8 +97,9 @@ class RankZeroDuties:
         norms), for the dashboard, every REPORT_EVERY_S."""
         learner = self.learner
         report = self.metrics.report(0, learner.updates, learner.optimizer.learning_rate())
-        self.channel.write_report({**report, "role": "data-parallel"}, None)
         self.next_report = time.monotonic() + REPORT_EVERY_S
+        with contextlib.suppress(StoreError):  # for a person watching: never worth the stage's restart
+            self.channel.write_report({**report, "role": "data-parallel"}, None)
 
     def _target_version(self) -> int:
         return last_target_refresh(self.learner.updates, self.learner.target_update)
