@@ -49,3 +49,17 @@ def test_a_first_jvm_writes_the_archive_as_it_exits_and_a_later_start_adopts_onl
     assert archive.exists() and list(cache.iterdir()) == [archive]
     assert jvm_archive.maps(java, archive, class_path)  # (every later local run of the suite maps it in its JVM)
 
+
+
+def test_a_java_without_an_archive_of_its_own_classes_shares_nothing_and_starts_as_without_ddq(cache, tmp_path,
+                                                                                                  monkeypatch):
+    """A runtime made with jlink has no lib/server/classes.jsa; its JVM refuses to start when told to write an
+    archive, so ddq asks it for none. Once `java -Xshare:dump` made one, the first run writes Spark's."""
+    home = tmp_path / "jre"
+    (home / "bin").mkdir(parents=True)
+    (home / "lib" / "server").mkdir(parents=True)
+    (home / "bin" / "java").write_text("")
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    assert jvm_archive.jvm_options() == ""
+    (home / "lib" / "server" / "classes.jsa").write_bytes(b"")
+    assert jvm_archive.jvm_options().startswith(jvm_archive.WRITE_OPTION)

@@ -10,7 +10,8 @@ path it ran with beside it. A later run adopts it once no process is writing it 
 class path (`-Xshare:on` refuses an archive it cannot map; one cut short would crash a JVM that mapped it,
 so nothing unchecked is used), and every run after maps it. Java checks the archive against its own build
 and the jars it was made from, and leaves one that does not match unused (`-Xshare:auto`); a new Java or
-pyspark keys a new archive. Nothing is shared where the cache folder cannot be written.
+pyspark keys a new archive. Nothing is shared where the cache folder cannot be written, or where Java has
+no archive of its own classes to build on (a runtime made with `jlink`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ def java_binary() -> str | None:
     return str(Path(found).resolve()) if found and Path(found).exists() else None
 
 
+def has_base_archive(java: str) -> bool:
+    """Whether this Java has the archive of its own classes that Spark's is written on top of. A runtime made
+    with `jlink` has none unless asked (`-Xshare:dump` makes it), and its JVM then refuses to start when told
+    to write one ("DynamicDumpSharedSpaces is unsupported when base CDS archive is not loaded")."""
+    return any(Path(java).parents[1].glob("lib/*/classes*.jsa"))
+
+
 def archive_path(java: str) -> Path:
     """The archive for this java and this pyspark (either changed, a new one is made)."""
     import pyspark
@@ -63,6 +71,8 @@ def jvm_options() -> str:
     try:
         java = java_binary()
         if java is None:
+            return ""
+        if not has_base_archive(java):
             return ""
         archive = archive_path(java)
         archive.parent.mkdir(parents=True, exist_ok=True)
