@@ -52,6 +52,8 @@ class Collective:
     def __init__(self, rank: int, world: int, host: str, store: StageStore, timeout_s: float, device: torch.device):
         """`store`: where the ranks tell each other their links' addresses (the collective closes it);
         `host`: the address this rank's gloo links listen on."""
+        if device.type == "cuda" and device.index is None:  # NCCL binds a rank to one GPU: "cuda" names none
+            device = torch.device("cuda", torch.cuda.current_device())
         self.rank, self.world, self.device = rank, world, device
         self.gloo = device.type != "cuda"  # gloo's own group object; else NCCL's, as the default group
         self.store: StageStore | None = store
