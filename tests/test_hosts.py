@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from ddq.benchmarks.testhosts import TestHosts, _ip, deps_only_python
 from hosts import skip_unless_root
@@ -32,6 +34,13 @@ def test_hosts_reach_each_other_on_their_link_and_nothing_else_and_leave_nothing
             subprocess.run(["sleep", "0.05"])
         assert (hosts.tmp("h1") / "only-h1").exists() and not (hosts.tmp("h0") / "only-h1").exists()
         assert hosts.run("h0", ["sh", "-c", "test ! -e /tmp/only-h1"]).returncode == 0
+        core = max(os.sched_getaffinity(0))  # a one-core host: it, and what it starts, run on that core alone
+        pinned = hosts.start("h0", ["sh", "-c", "sleep 60 & wait"], core=core)
+        deadline = time.monotonic() + 30
+        while not (children := Path(f"/proc/{pinned.pid}/task/{pinned.pid}/children").read_text().split()):
+            assert time.monotonic() < deadline, "the pinned shell never started its sleep"
+        for pid in [pinned.pid, int(children[0])]:
+            assert os.sched_getaffinity(pid) == {core}
         hosts.link_down("h1")
         assert not reaches(hosts, "h0", "h1")
         hosts.link_up("h1")

@@ -69,7 +69,8 @@ def cmd_bench_speedup(args: argparse.Namespace) -> int:
     from ddq.benchmarks.speedup import run_bench, table
 
     for env in args.envs:
-        print(table(env, run_bench(env, args.modes, args.workers, args.seeds)) + "\n", flush=True)
+        print(table(env, run_bench(env, args.modes, args.workers, args.seeds, args.cores, args.hosts)) + "\n",
+              flush=True)
     return 0
 
 
@@ -192,6 +193,12 @@ def add_bench_commands(commands: Any) -> None:
                          help="distributed modes to run beside serial")
     speedup.add_argument("--workers", type=int, default=2, help="workers (and cores) of each distributed run")
     speedup.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds")
+    speedup.add_argument("--hosts", action="store_true",
+                         help="run each distributed run on test hosts (root): a Spark cluster of N one-core worker "
+                              "hosts and a services host with a core of its own")
+    speedup.add_argument("--cores", type=int, nargs="+", metavar="CORE",
+                         help="the CPU cores the runs may use (default: the first N, and one more with --hosts): "
+                              "serial and the services host get the first, each worker the next")
     speedup.set_defaults(func=cmd_bench_speedup)
     grandio = kinds.add_parser("grandio", aliases=["actors"],
                                help="Grandio's MPI DQN runtime study re-done: serial beside actor-learner with 1 to N "

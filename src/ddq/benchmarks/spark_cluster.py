@@ -37,8 +37,10 @@ class Cluster:
     cluster's (its operator's spark-defaults.conf, which every host and the driver read), so ddq sends the
     run's Redis password to the executors."""
 
-    def __init__(self, hosts: TestHosts, python: Path, workers: tuple[str, ...] = ("h1", "h2"), cores: int = 1):
+    def __init__(self, hosts: TestHosts, python: Path, workers: tuple[str, ...] = ("h1", "h2"), cores: int = 1,
+                 pin: dict[str, int] | None = None):
         self.hosts, self.python, self.workers, self.cores = hosts, python, list(workers), cores
+        self.pin = pin or {}  # host -> the CPU core its processes are held to (a one-core machine)
         self.master = f"spark://{hosts.address('h0')}:{MASTER_PORT}"
         self.conf_dir = hosts.folder / "spark-conf"
         self.conf_dir.mkdir(mode=0o700)
@@ -63,7 +65,7 @@ class Cluster:
         h = self.hosts
         master = [SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", h.address("h0"), "--port",
                   str(MASTER_PORT), "--webui-port", "18080"]
-        self.daemons = [h.start("h0", master, h.folder / "master.log", self.spark_env("h0"))]
+        self.daemons = [h.start("h0", master, h.folder / "master.log", self.spark_env("h0"), core=self.pin.get("h0"))]
         for host in self.workers:
             self.daemons.append(self.worker_daemon(host))
         self.wait_until_registered(self.workers)
@@ -73,7 +75,8 @@ class Cluster:
         h = self.hosts
         return h.start(host, [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", self.master, "--host",
                               h.address(host), "--cores", str(self.cores), "--memory", "1g", "--webui-port", "18081",
-                              "--work-dir", "/tmp/spark-work"], h.folder / f"worker-{host}.log", self.spark_env(host))
+                              "--work-dir", "/tmp/spark-work"], h.folder / f"worker-{host}.log", self.spark_env(host),
+                       core=self.pin.get(host))
 
     def wait_until_registered(self, hosts: list[str]) -> None:
         deadline = time.monotonic() + 120

@@ -3,17 +3,19 @@
 What a user gets from more machines. Each run is one real `ddq train` with
 ddq's defaults for the env, its target return and a seed, timed from the
 command's start (Spark's and the services' start-up included) to the first
-greedy evaluation at the target. The serial run is held to one core and the
-distributed run to N (`taskset`: a core stands for a one-core host), so the
-speedup compares equal cores; the distributed run's driver, Redis and
-evaluator share its N cores (they get no host of their own here, which can
-only slow it). Both modes evaluate at the preset's `eval_every` mark, serial
+greedy evaluation at the target. The serial run is held to one core. A
+distributed run is held to N cores (`taskset`), its driver, Redis and
+evaluator sharing them; with `--hosts` it runs on N one-core test hosts (a
+Spark standalone cluster, each host's processes held to a core of their own)
+beside a services host with one more core, as on N machines and the one that
+starts the run. Both modes evaluate at the preset's `eval_every` mark, serial
 in line, the distributed driver beside the run. Configurations alternate
 seed by seed, one run at a time, so a slow spell of the machine falls on both.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -22,7 +24,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ddq.processes import how_it_ended
 
@@ -37,42 +39,113 @@ TASKS: dict[str, tuple[float, list[str]]] = {
 @dataclass
 class Outcome:
     configuration: str
+    cores: int  # what the run had: 1 for serial; a distributed run's worker cores (its services' core not counted)
     seed: int
     seconds: float | None  # from the command's start to the target; None: not reached
     env_steps: int | None
 
 
-def run_one(env: str, mode: str, workers: int, seed: int, folder: Path) -> Outcome:
+def train_command(env: str, mode: str, workers: int, seed: int, run_dir: str) -> list[str]:
+    """`ddq train` with ddq's defaults for `env`, its target and `seed`: the command a user types."""
     target, extra = TASKS[env]
-    cores = 1 if mode == "serial" else workers
+    return [sys.executable, "-m", "ddq", "train", "--env", env, "--seed", str(seed), "--target-return", str(target),
+            "--no-progress", "--run-dir", run_dir, *extra,
+            *(["--mode", "serial"] if mode == "serial" else ["--mode", mode, "--workers", str(workers)])]
+
+
+def run_one(env: str, mode: str, workers: int, seed: int, folder: Path, cores: list[int]) -> Outcome:
+    """One run on this machine, held to `cores` (`taskset`), its services sharing them."""
     run_dir = folder / f"{mode}-{workers}-seed{seed}"
-    command = ["taskset", "-c", f"0-{cores - 1}", sys.executable, "-m", "ddq", "train", "--env", env,
-               "--seed", str(seed), "--target-return", str(target), "--no-progress", "--run-dir", str(run_dir),
-               *extra, *(["--mode", "serial"] if mode == "serial" else ["--mode", mode, "--workers", str(workers)])]
+    pinned = ["taskset", "-c", ",".join(map(str, cores[:1] if mode == "serial" else cores[:workers]))]
+    command = pinned + train_command(env, mode, workers, seed, str(run_dir))
     finished = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     if finished.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[3:])} failed ({how_it_ended(finished.returncode)}):\n"
-                           f"{finished.stderr[-2000:]}")
+        failed(command[3:], finished.returncode, finished.stdout + finished.stderr)
+    return outcome(configuration_name(mode, workers), 1 if mode == "serial" else workers, seed, run_dir)
+
+
+def failed(command: list[str], code: int, output: str) -> NoReturn:
+    """Stops the bench: the run's own last output, then the one line that names it."""
+    print(output[-3000:], file=sys.stderr, flush=True)
+    raise RuntimeError(f"{' '.join(command)} failed ({how_it_ended(code)}); its output ends above")
+
+
+def outcome(configuration: str, cores: int, seed: int, run_dir: Path) -> Outcome:
     summary = json.loads((run_dir / "summary.json").read_text())
-    return Outcome(configuration_name(mode, workers), seed, summary["time_to_target_s"], summary["steps_to_target"])
+    return Outcome(configuration, cores, seed, summary["time_to_target_s"], summary["steps_to_target"])
 
 
 def configuration_name(mode: str, workers: int) -> str:
     return "serial, 1 core" if mode == "serial" else f"{mode}, {workers} workers on {workers} cores"
 
 
-def run_bench(env: str, modes: list[str], workers: int, seeds: list[int]) -> list[Outcome]:
-    if os.cpu_count() is not None and workers > os.cpu_count():  # type: ignore[operator]
-        raise ValueError(f"--workers {workers} needs {workers} cores; this machine has {os.cpu_count()}")
+def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores: list[int] | None = None,
+              on_hosts: bool = False) -> list[Outcome]:
+    """Serial and each of `modes`, alternating seed by seed, one run at a time. `on_hosts`: each distributed
+    run goes to a Spark cluster on test hosts (`HostsRunner`); else it runs on this machine's first
+    `workers` of `cores`."""
+    cores = cores if cores is not None else list(range(workers + 1 if on_hosts else workers))
+    needed = workers + 1 if on_hosts else workers
+    if len(cores) < needed or not set(cores) <= os.sched_getaffinity(0):
+        raise ValueError(f"--workers {workers}{' on test hosts' if on_hosts else ''} needs {needed} of this "
+                         f"machine's cores (it may use {sorted(os.sched_getaffinity(0))}); --cores gave {cores}")
     outcomes = []
-    with tempfile.TemporaryDirectory(prefix="ddq-bench-speedup-") as tmp:
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="ddq-bench-speedup-") as tmp:
+        hosts = stack.enter_context(HostsRunner(workers, cores)) if on_hosts else None
         for seed in seeds:
             for mode in ["serial", *modes]:
-                outcomes.append(run_one(env, mode, workers, seed, Path(tmp)))
+                if hosts is not None and mode != "serial":
+                    outcomes.append(hosts.run(env, mode, seed))
+                else:
+                    outcomes.append(run_one(env, mode, workers, seed, Path(tmp), cores))
                 done = outcomes[-1]
                 print(f"ddq: {env} {done.configuration} seed {seed}: {done.seconds} s, {done.env_steps} env steps",
                       file=sys.stderr, flush=True)
     return outcomes
+
+
+class HostsRunner:
+    """A Spark standalone cluster on test hosts, each held to one core: h0, the services host (the master,
+    and the driver with its Redis, evaluator, Celery and dashboard) on `cores[0]`, and a one-core worker host
+    per worker on each of the next cores. What a user gets from `ddq train --spark-master` on N one-core
+    machines beside a machine for the services; the serial run it is compared with has `cores[0]` alone."""
+
+    def __init__(self, workers: int, cores: list[int]):
+        from ddq.benchmarks.testhosts import TestHosts
+
+        self.names = [f"h{index}" for index in range(workers + 1)]
+        self.workers, self.cores = workers, cores
+        self.hosts = TestHosts(self.names)
+
+    def __enter__(self) -> HostsRunner:
+        from ddq.benchmarks.spark_cluster import Cluster
+
+        self.hosts.__enter__()
+        try:
+            self.cluster = Cluster(self.hosts, Path(sys.executable), tuple(self.names[1:]),
+                                   pin=dict(zip(self.names, self.cores, strict=False)))
+            self.cluster.start()
+        except BaseException:
+            self.hosts.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.hosts.close()
+
+    def run(self, env: str, mode: str, seed: int) -> Outcome:
+        name = f"{mode}-seed{seed}"
+        self.cluster.wait_for_workers()  # the last run's executors gone: this one starts on free cores
+        command = train_command(env, mode, self.workers, seed, f"/tmp/{name}")
+        command[4:4] = ["--spark-master", self.cluster.master]
+        driver = self.hosts.start("h0", command, self.hosts.folder / f"{name}.log",
+                                  {"PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1",
+                                   "SPARK_CONF_DIR": str(self.cluster.conf_dir)}, core=self.cluster.pin["h0"])
+        code, _, log = self.cluster.finish(name, driver, timeout=1800)
+        if code != 0:
+            failed(command[3:], code, log)
+        configuration = f"{mode}, {self.workers} one-core worker hosts + a services host"
+        return outcome(configuration, self.workers, seed, self.hosts.tmp("h0") / name)
 
 
 def _median(values: list[Any]) -> float | None:
@@ -93,7 +166,7 @@ def table(env: str, outcomes: list[Outcome]) -> str:
         cells = [f"{runs[s].seconds:.1f} ({runs[s].env_steps:,})" if runs[s].seconds is not None else "not reached"
                  for s in seeds]
         median = _median([runs[s].seconds for s in seeds])
-        cores = 1 if name == names[0] else int(name.split(" on ")[1].split()[0])
+        cores = next(o.cores for o in outcomes if o.configuration == name)
         if median is None or serial is None:
             ratio = speedup = efficiency = "—"
         else:

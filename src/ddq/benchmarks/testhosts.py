@@ -135,17 +135,20 @@ class TestHosts:
         _ip("-n", namespace, *args)
 
     def start(self, host: str, command: Sequence[str], log: Path | None = None,
-              env: dict[str, str] | None = None, stdin_text: str | None = None) -> subprocess.Popen:
+              env: dict[str, str] | None = None, stdin_text: str | None = None,
+              core: int | None = None) -> subprocess.Popen:
         """`command` on `host`: in its network namespace, with its /tmp; stopped when the hosts go. `log`
         is a path as seen from outside the hosts; `stdin_text` is written to its standard input (settings
-        that must not be on a command line)."""
+        that must not be on a command line); `core` holds it, and all it starts, to that CPU core (a host of
+        one core)."""
         wrapper = ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",
                    "sh", "-c", self._own_tmp(host) + ' && exec "$@"', "sh", *command]
         output = open(log, "ab") if log else subprocess.DEVNULL
         try:
             process = subprocess.Popen(wrapper, stdin=subprocess.DEVNULL if stdin_text is None else subprocess.PIPE,
                                        stdout=output, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})),
-                                       start_new_session=True)
+                                       start_new_session=True,
+                                       preexec_fn=None if core is None else lambda: os.sched_setaffinity(0, {core}))
         finally:
             if log:
                 output.close()  # type: ignore[union-attr]
