@@ -89,6 +89,11 @@ def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores:
     if len(cores) < needed or not set(cores) <= os.sched_getaffinity(0):
         raise ValueError(f"--workers {workers}{' on test hosts' if on_hosts else ''} needs {needed} of this "
                          f"machine's cores (it may use {sorted(os.sched_getaffinity(0))}); --cores gave {cores}")
+    if on_hosts:
+        from ddq.benchmarks.testhosts import why_not_here
+
+        if (reason := why_not_here()) is not None:
+            raise ValueError(f"--hosts: {reason}")
     outcomes = []
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="ddq-bench-speedup-") as tmp:
         hosts = stack.enter_context(HostsRunner(workers, cores)) if on_hosts else None
