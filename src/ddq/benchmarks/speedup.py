@@ -149,7 +149,8 @@ class HostsRunner:
         code, _, log = self.cluster.finish(name, driver, timeout=1800)
         if code != 0:
             failed(command[3:], code, log)
-        configuration = f"{mode}, {self.workers} one-core worker host{'s' if self.workers != 1 else ''} + a services host"
+        hosts = f"{self.workers} one-core worker host{'s' if self.workers != 1 else ''}"
+        configuration = f"{mode}, {hosts} + a services host"
         return outcome(configuration, self.workers, seed, self.hosts.tmp("h0") / name)
 
 
