@@ -19,6 +19,17 @@ def reaches(hosts: TestHosts, source: str, target: str, port: int = 8765) -> boo
     return hosts.run(source, [sys.executable, "-c", code]).returncode == 0
 
 
+def child_pids(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # gone meanwhile
+        return ""
+
+
 def test_hosts_reach_each_other_on_their_link_and_nothing_else_and_leave_nothing_behind():
     with TestHosts(["h0", "h1"]) as hosts:
         tag = hosts.tag
@@ -37,9 +48,10 @@ def test_hosts_reach_each_other_on_their_link_and_nothing_else_and_leave_nothing
         core = max(os.sched_getaffinity(0))  # a one-core host: it, and what it starts, run on that core alone
         pinned = hosts.start("h0", ["sh", "-c", "sleep 60 & wait"], core=core)
         deadline = time.monotonic() + 30
-        while not (children := Path(f"/proc/{pinned.pid}/task/{pinned.pid}/children").read_text().split()):
+        while not (sleeps := [pid for pid in child_pids(pinned.pid) if comm(pid) == "sleep"]):
             assert time.monotonic() < deadline, "the pinned shell never started its sleep"
-        for pid in [pinned.pid, int(children[0])]:
+            time.sleep(0.01)  # (its host's /tmp is mounted first, by a child of its own)
+        for pid in [pinned.pid, sleeps[0]]:
             assert os.sched_getaffinity(pid) == {core}
         hosts.link_down("h1")
         assert not reaches(hosts, "h0", "h1")

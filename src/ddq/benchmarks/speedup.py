@@ -60,7 +60,7 @@ def run_one(env: str, mode: str, workers: int, seed: int, folder: Path, cores: l
     command = pinned + train_command(env, mode, workers, seed, str(run_dir))
     finished = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     if finished.returncode != 0:
-        failed(command[3:], finished.returncode, finished.stdout + finished.stderr)
+        failed(command[3:], finished.returncode, finished.stdout + finished.stderr)  # without taskset's
     return outcome(configuration_name(mode, workers), 1 if mode == "serial" else workers, seed, run_dir)
 
 
@@ -68,6 +68,14 @@ def failed(command: list[str], code: int, output: str) -> NoReturn:
     """Stops the bench: the run's own last output, then the one line that names it."""
     print(output[-3000:], file=sys.stderr, flush=True)
     raise RuntimeError(f"{' '.join(command)} failed ({how_it_ended(code)}); its output ends above")
+
+
+def cluster_failed(error: Exception) -> NoReturn:
+    """Stops the bench where the cluster failed: the logs its error carries (gone with the hosts), then one
+    line."""
+    first, _, logs = str(error).partition("\n")
+    print(logs[-3000:], file=sys.stderr, flush=True)
+    raise RuntimeError(f"the test hosts' cluster: {first}{' (its logs end above)' if logs else ''}") from None
 
 
 def outcome(configuration: str, cores: int, seed: int, run_dir: Path) -> Outcome:
@@ -84,11 +92,12 @@ def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores:
     """Serial and each of `modes`, alternating seed by seed, one run at a time. `on_hosts`: each distributed
     run goes to a Spark cluster on test hosts (`HostsRunner`); else it runs on this machine's first
     `workers` of `cores`."""
-    cores = cores if cores is not None else list(range(workers + 1 if on_hosts else workers))
     needed = workers + 1 if on_hosts else workers
-    if len(cores) < needed or not set(cores) <= os.sched_getaffinity(0):
+    cores = cores if cores is not None else list(range(needed))
+    if len(set(cores)) < needed or len(set(cores)) < len(cores) or not set(cores) <= os.sched_getaffinity(0):
         raise ValueError(f"--workers {workers}{' on test hosts' if on_hosts else ''} needs {needed} of this "
-                         f"machine's cores (it may use {sorted(os.sched_getaffinity(0))}); --cores gave {cores}")
+                         f"machine's cores, each named once (it may use {sorted(os.sched_getaffinity(0))}); "
+                         f"--cores gave {cores}")
     if on_hosts:
         from ddq.benchmarks.testhosts import why_not_here
 
@@ -123,13 +132,16 @@ class HostsRunner:
         self.hosts = TestHosts(self.names)
 
     def __enter__(self) -> HostsRunner:
-        from ddq.benchmarks.spark_cluster import Cluster
+        from ddq.benchmarks.spark_cluster import Cluster, ClusterError
 
         self.hosts.__enter__()
         try:
             self.cluster = Cluster(self.hosts, Path(sys.executable), tuple(self.names[1:]),
                                    pin=dict(zip(self.names, self.cores, strict=False)))
             self.cluster.start()
+        except ClusterError as error:
+            self.hosts.close()
+            cluster_failed(error)
         except BaseException:
             self.hosts.close()
             raise
@@ -139,16 +151,21 @@ class HostsRunner:
         self.hosts.close()
 
     def run(self, env: str, mode: str, seed: int) -> Outcome:
+        from ddq.benchmarks.spark_cluster import ClusterError
+
         name = f"{mode}-seed{seed}"
-        self.cluster.wait_for_workers()  # the last run's executors gone: this one starts on free cores
         command = train_command(env, mode, self.workers, seed, f"/tmp/{name}")
         command[4:4] = ["--spark-master", self.cluster.master]
-        driver = self.hosts.start("h0", command, self.hosts.folder / f"{name}.log",
-                                  {"PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1",
-                                   "SPARK_CONF_DIR": str(self.cluster.conf_dir)}, core=self.cluster.pin["h0"])
-        code, _, log = self.cluster.finish(name, driver, timeout=1800)
+        try:
+            self.cluster.wait_for_workers()  # the last run's executors gone: this one starts on free cores
+            driver = self.hosts.start("h0", command, self.hosts.folder / f"{name}.log",
+                                      {"PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1",
+                                       "SPARK_CONF_DIR": str(self.cluster.conf_dir)}, core=self.cluster.pin["h0"])
+            code, _, log = self.cluster.finish(name, driver, timeout=1800)
+        except ClusterError as error:
+            cluster_failed(error)
         if code != 0:
-            failed(command[3:], code, log)
+            failed(command, code, log)
         hosts = f"{self.workers} one-core worker host{'s' if self.workers != 1 else ''}"
         configuration = f"{mode}, {hosts} + a services host"
         return outcome(configuration, self.workers, seed, self.hosts.tmp("h0") / name)
