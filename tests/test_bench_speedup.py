@@ -1,0 +1,27 @@
+"""`ddq bench speedup --hosts`: serial on one core against a distributed run on a Spark cluster of one-core
+test hosts beside a services host, as the scaling bars set them (a small task here; the bars' in
+docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ddq.benchmarks.procfs import processes_mentioning
+from ddq.benchmarks.speedup import run_bench, table
+from ddq.benchmarks.testhosts import BASE, PREFIX, _ip
+from hosts import skip_unless_root
+
+pytestmark = [skip_unless_root, pytest.mark.slow]
+
+
+def test_a_data_parallel_run_on_a_worker_host_reaches_the_target_beside_serial_and_leaves_nothing_behind():
+    outcomes = run_bench("CartPole-v1", ["data-parallel"], workers=1, seeds=[0], on_hosts=True)
+    assert [(o.configuration, o.cores) for o in outcomes] == [
+        ("serial, 1 core", 1), ("data-parallel, 1 one-core worker host + a services host", 1)]
+    assert all(o.seconds is not None and o.env_steps for o in outcomes), outcomes  # both reached 475
+    assert "| data-parallel, 1 one-core worker host + a services host |" in table("CartPole-v1", outcomes)
+    ours = f"{PREFIX}-{os.getpid()}-"  # what this process's hosts were named (other tests may run hosts now)
+    assert not [name for name in _ip("netns", "list").stdout.split() if name.startswith(ours)]
+    assert processes_mentioning(f"{BASE}/{ours}") == []  # the master, worker daemons and runs are gone
