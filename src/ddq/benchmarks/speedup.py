@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -172,7 +173,12 @@ class HostsRunner:
 
 
 def _median(values: list[Any]) -> float | None:
-    return statistics.median(values) if values and None not in values else None
+    """The median time, a run that never reached the target counted as slower than any that did; None
+    where the median itself is such a run."""
+    if not values:
+        return None
+    median = statistics.median([math.inf if value is None else value for value in values])
+    return None if math.isinf(median) else median
 
 
 def table(env: str, outcomes: list[Outcome]) -> str:
