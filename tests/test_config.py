@@ -175,8 +175,8 @@ def test_every_preset_names_a_registered_env_or_family():
 
 
 def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_path):
-    """Serial on one machine; data-parallel for a cluster master (downpour if a setting only another wiring reads
-    is named too); downpour for a setting only distributed runs read; a mode named anywhere (a flag, the file)
+    """Serial on one machine; data-parallel for a standalone cluster master (downpour if a setting only another
+    wiring reads is named too, and on other cluster masters); downpour for a setting only distributed runs read; a mode named anywhere (a flag, the file)
     stands, and the reason is one line."""
     from ddq.api import with_measured_mode
     from ddq.config.measured import measured_mode
@@ -185,7 +185,9 @@ def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_
     assert measured_mode({"env"}, "local[4]", 2).mode == "serial"
     assert "16 cores are more than measured" in measured_mode(set(), None, 16).why
     assert measured_mode(set(), "spark://10.0.0.1:7077", 2).mode == "data-parallel"
-    assert measured_mode({"workers", "listen", "publish_every"}, "yarn", 2).mode == "data-parallel"
+    assert measured_mode({"workers", "listen", "publish_every", "snapshot_every"}, "spark://m:7077", 2).mode \
+        == "data-parallel"
+    assert measured_mode({"workers"}, "yarn", 2).mode == "downpour"  # not compared on YARN or Kubernetes yet
     for other_wiring in ("shards", "fetch_every", "sync", "send_every"):
         choice = measured_mode({"workers", other_wiring}, "spark://10.0.0.1:7077", 2)
         assert choice.mode == "downpour" and other_wiring in choice.why, other_wiring
