@@ -46,11 +46,12 @@ class Outcome:
     env_steps: int | None
 
 
-def train_command(env: str, mode: str, workers: int, seed: int, run_dir: str) -> list[str]:
+def train_command(env: str, mode: str, workers: int, seed: int, run_dir: str,
+                  spark_master: str | None = None) -> list[str]:
     """`ddq train` with ddq's defaults for `env`, its target and `seed`: the command a user types."""
     target, extra = TASKS[env]
     return [sys.executable, "-m", "ddq", "train", "--env", env, "--seed", str(seed), "--target-return", str(target),
-            "--no-progress", "--run-dir", run_dir, *extra,
+            "--no-progress", "--run-dir", run_dir, *extra, *(["--spark-master", spark_master] if spark_master else []),
             *(["--mode", "serial"] if mode == "serial" else ["--mode", mode, "--workers", str(workers)])]
 
 
@@ -84,8 +85,12 @@ def outcome(configuration: str, cores: int, seed: int, run_dir: Path) -> Outcome
     return Outcome(configuration, cores, seed, summary["time_to_target_s"], summary["steps_to_target"])
 
 
-def configuration_name(mode: str, workers: int) -> str:
-    return "serial, 1 core" if mode == "serial" else f"{mode}, {workers} workers on {workers} cores"
+def configuration_name(mode: str, workers: int, on_hosts: bool = False) -> str:
+    if mode == "serial":
+        return "serial, 1 core"
+    if on_hosts:
+        return f"{mode}, {workers} one-core worker host{'s' if workers != 1 else ''} + a services host"
+    return f"{mode}, {workers} workers on {workers} cores"
 
 
 def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores: list[int] | None = None,
@@ -140,11 +145,10 @@ class HostsRunner:
             self.cluster = Cluster(self.hosts, Path(sys.executable), tuple(self.names[1:]),
                                    pin=dict(zip(self.names, self.cores, strict=False)))
             self.cluster.start()
-        except ClusterError as error:
+        except BaseException as error:
             self.hosts.close()
-            cluster_failed(error)
-        except BaseException:
-            self.hosts.close()
+            if isinstance(error, ClusterError):
+                cluster_failed(error)
             raise
         return self
 
@@ -155,8 +159,7 @@ class HostsRunner:
         from ddq.benchmarks.spark_cluster import ClusterError
 
         name = f"{mode}-seed{seed}"
-        command = train_command(env, mode, self.workers, seed, f"/tmp/{name}")
-        command[4:4] = ["--spark-master", self.cluster.master]
+        command = train_command(env, mode, self.workers, seed, f"/tmp/{name}", self.cluster.master)
         try:
             self.cluster.wait_for_workers()  # the last run's executors gone: this one starts on free cores
             driver = self.hosts.start("h0", command, self.hosts.folder / f"{name}.log",
@@ -167,9 +170,8 @@ class HostsRunner:
             cluster_failed(error)
         if code != 0:
             failed(command, code, log)
-        hosts = f"{self.workers} one-core worker host{'s' if self.workers != 1 else ''}"
-        configuration = f"{mode}, {hosts} + a services host"
-        return outcome(configuration, self.workers, seed, self.hosts.tmp("h0") / name)
+        return outcome(configuration_name(mode, self.workers, on_hosts=True), self.workers, seed,
+                       self.hosts.tmp("h0") / name)
 
 
 def _median(values: list[Any]) -> float | None:
