@@ -5,6 +5,10 @@ docs/benchmarks.md)."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -25,3 +29,33 @@ def test_a_data_parallel_run_on_a_worker_host_reaches_the_target_beside_serial_a
     ours = f"{PREFIX}-{os.getpid()}-"  # what this process's hosts were named (other tests may run hosts now)
     assert not [name for name in _ip("netns", "list").stdout.split() if name.startswith(ours)]
     assert processes_mentioning(f"{BASE}/{ours}") == []  # the master, worker daemons and runs are gone
+
+
+def command_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:  # gone meanwhile
+        return ""
+
+
+def test_a_bench_stopped_by_sigterm_removes_its_hosts():
+    """SIGTERM, as a scheduler or `kill` sends it, ends the bench the way Ctrl-C does: its cluster's processes,
+    namespaces and folders go with it."""
+    bench = subprocess.Popen([sys.executable, "-m", "ddq", "bench", "speedup", "--envs", "CartPole-v1", "--workers",
+                              "1", "--seeds", "0", "--hosts"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    theirs = f"{BASE}/{PREFIX}-{bench.pid}-"
+    try:
+        deadline = time.monotonic() + 120
+        while "java" not in map(command_name, processes_mentioning(theirs)):  # its hosts' Spark cluster is up
+            assert bench.poll() is None and time.monotonic() < deadline, bench.stderr.read() if bench.stderr else ""
+            time.sleep(0.1)
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(120) == 143
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert processes_mentioning(theirs) == []
+    assert not [name for name in _ip("netns", "list").stdout.split() if name.startswith(f"{PREFIX}-{bench.pid}-")]
+    assert not list(BASE.glob(f"{PREFIX}-{bench.pid}-*"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from ddq.benchmarks.commands import add_bench_commands
 from ddq.config import REDIS_URL_ENV, read_settings
 from ddq.flags import add_config_flags
 from ddq.preflight import check_redis
-from ddq.processes import process_started_at
+from ddq.processes import exit_on_sigterm, process_started_at
 from ddq.run_folder import write_whole
 
 
@@ -148,7 +147,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if args.run_dir:  # a finished run's saved telemetry, served from a private Redis
         from ddq.services.archive import serve_saved_telemetry
 
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the private Redis's folder goes too
+        exit_on_sigterm()  # so the private Redis's folder goes too
         with serve_saved_telemetry(Path(args.run_dir)) as saved:
             serve(saved.url, args.run, args.host, args.port, args.url_file)
         return 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from ddq.config import MODES
 from ddq.gamesim.envs import MINATAR_ACTION_SETS, MINATAR_GAMES
+from ddq.processes import exit_on_sigterm
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
@@ -68,6 +69,7 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
 def cmd_bench_speedup(args: argparse.Namespace) -> int:
     from ddq.benchmarks.speedup import run_bench, table
 
+    exit_on_sigterm()  # a stopped bench still removes its test hosts (--hosts)
     for env in args.envs:
         print(table(env, run_bench(env, args.modes, args.workers, args.seeds, args.cores, args.hosts)) + "\n",
               flush=True)
@@ -122,6 +124,7 @@ def cmd_bench_minatar(args: argparse.Namespace) -> int:
 def cmd_bench_chaos(args: argparse.Namespace) -> int:
     from ddq.benchmarks.chaos import run_bench
 
+    exit_on_sigterm()  # a stopped bench still removes its test hosts
     return run_bench(args.minutes, args.fault_every, args.seed, args.modes, args.topology)
 
 
