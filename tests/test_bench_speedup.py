@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ddq.benchmarks.procfs import processes_mentioning
+from ddq.benchmarks.procfs import parent_and_command, processes_mentioning
 from ddq.benchmarks.speedup import run_bench, table
 from ddq.benchmarks.testhosts import BASE, PREFIX, _ip
 from hosts import skip_unless_root
@@ -31,28 +31,22 @@ def test_a_data_parallel_run_on_a_worker_host_reaches_the_target_beside_serial_a
     assert processes_mentioning(f"{BASE}/{ours}") == []  # the master, worker daemons and runs are gone
 
 
-def command_name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as comm:
-            return comm.read().strip()
-    except OSError:  # gone meanwhile
-        return ""
-
-
-def test_a_bench_stopped_by_sigterm_removes_its_hosts():
+def test_a_bench_stopped_by_sigterm_removes_its_hosts(tmp_path):
     """SIGTERM, as a scheduler or `kill` sends it, ends the bench the way Ctrl-C does: its cluster's processes,
     namespaces and folders go with it."""
-    bench = subprocess.Popen([sys.executable, "-m", "ddq", "bench", "speedup", "--envs", "CartPole-v1", "--workers",
-                              "1", "--seeds", "0", "--hosts"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
+    log = tmp_path / "bench.log"
+    with log.open("w") as output:
+        bench = subprocess.Popen([sys.executable, "-m", "ddq", "bench", "speedup", "--envs", "CartPole-v1",
+                                  "--workers", "1", "--seeds", "0", "--hosts"], stdout=output, stderr=output)
     theirs = f"{BASE}/{PREFIX}-{bench.pid}-"
     try:
         deadline = time.monotonic() + 120
-        while "java" not in map(command_name, processes_mentioning(theirs)):  # its hosts' Spark cluster is up
-            assert bench.poll() is None and time.monotonic() < deadline, bench.stderr.read() if bench.stderr else ""
+        while not any(parent_and_command(pid)[1].split(b"\0")[0].endswith(b"java")
+                      for pid in processes_mentioning(theirs)):  # its hosts' Spark cluster is starting
+            assert bench.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
         bench.send_signal(signal.SIGTERM)
-        assert bench.wait(120) == 143
+        assert bench.wait(120) == 143, log.read_text()[-3000:]
     finally:
         if bench.poll() is None:
             bench.kill()
