@@ -11,6 +11,7 @@ import os
 import pytest
 import torch
 
+from ddq.modes.spark_tasks import gpu_for
 from ddq.transport.collective import GLOO_READER, Collective
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect
@@ -92,3 +93,12 @@ def test_a_rank_whose_peer_never_comes_fails_at_the_store_timeout_and_its_keys_e
     keys = client.keys(f"{RunKeys('test').stage_store(1)}:*")  # what rank 0 wrote for its peer: Redis forgets it in a day
     assert keys and all(0 < client.ttl(key) <= KEY_LIFETIME_S for key in keys), keys
     client.close()
+
+
+def test_the_ranks_on_one_gpu_machine_take_a_gpu_each():
+    """NCCL refuses two ranks of a group on one GPU: each rank takes its turn among the ranks on its host (the
+    barrier stage's task addresses), unless Spark assigned its task a GPU (spark.task.resource.gpu.amount)."""
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.1", "10.0.0.2", "10.0.0.1"]
+    assert [gpu_for(rank, hosts, [], 4) for rank in range(5)] == [0, 0, 1, 1, 2]
+    assert [gpu_for(rank, ["127.0.0.1"] * 3, [], 2) for rank in range(3)] == [0, 1, 0]  # more ranks than GPUs
+    assert gpu_for(4, hosts, ["3"], 4) == 3

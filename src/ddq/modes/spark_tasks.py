@@ -67,10 +67,37 @@ def data_parallel_task(index: int, _rows: Iterator, settings: str, redis_url: st
     from ddq.workers.data_parallel import DataParallelWorker
 
     config = decode_settings(settings, "the driver's settings")
+    use_own_gpu(index, config.agent.device)
     timeout = config.distributed.stall_timeout  # a collective waiting this long on a rank gone fails the stage
     worker = DataParallelWorker(config, redis_url, run, index,
                                 lambda device: stage_collective(index, redis_url, run, start, timeout, device), start)
     yield dataclasses.asdict(worker.run())
+
+
+def use_own_gpu(rank: int, device: str) -> None:
+    """Gives a rank of a barrier stage that trains on a GPU named without an index ("cuda", or "auto" where
+    there is one) a GPU of its own, as NCCL requires of the ranks of one group: before, every rank on a
+    machine took its first GPU."""
+    import torch
+    from pyspark import BarrierTaskContext
+
+    from ddq.core.agent import resolve_device
+
+    if resolve_device(device).type != "cuda" or torch.device("cuda" if device == "auto" else device).index is not None:
+        return
+    context = BarrierTaskContext.get()
+    resources = context.resources()
+    assigned = list(resources["gpu"].addresses) if "gpu" in resources else []  # spark.task.resource.gpu.amount
+    hosts = [info.address.rsplit(":", 1)[0] for info in context.getTaskInfos()]
+    torch.cuda.set_device(gpu_for(rank, hosts, assigned, torch.cuda.device_count()))
+
+
+def gpu_for(rank: int, hosts: list[str], assigned: list[str], count: int) -> int:
+    """The GPU rank `rank` trains on: the first Spark assigned its task, else its turn among the ranks on its
+    host (`hosts`: each rank's), modulo the `count` GPUs there."""
+    if assigned:
+        return int(assigned[0])
+    return sum(1 for other in hosts[:rank] if other == hosts[rank]) % count
 
 
 def stage_collective(index: int, redis_url: str, run: str, start: int, timeout_s: float, device: Any) -> Collective:
