@@ -85,11 +85,9 @@ def use_own_gpu(rank: int, device: str) -> None:
 
     if resolve_device(device).type != "cuda" or torch.device("cuda" if device == "auto" else device).index is not None:
         return
-    context = BarrierTaskContext.get()
-    resources = context.resources()
+    resources = BarrierTaskContext.get().resources()
     assigned = list(resources["gpu"].addresses) if "gpu" in resources else []  # spark.task.resource.gpu.amount
-    hosts = [info.address.rsplit(":", 1)[0] for info in context.getTaskInfos()]
-    torch.cuda.set_device(gpu_for(rank, hosts, assigned, torch.cuda.device_count()))
+    torch.cuda.set_device(gpu_for(rank, task_hosts(), assigned, torch.cuda.device_count()))
 
 
 def gpu_for(rank: int, hosts: list[str], assigned: list[str], count: int) -> int:
@@ -100,20 +98,23 @@ def gpu_for(rank: int, hosts: list[str], assigned: list[str], count: int) -> int
     return sum(1 for other in hosts[:rank] if other == hosts[rank]) % count
 
 
+def task_hosts() -> list[str]:
+    """The host of each task of this barrier stage, by rank: Spark's task addresses, less their ports."""
+    from pyspark import BarrierTaskContext
+
+    return [info.address.rsplit(":", 1)[0] for info in BarrierTaskContext.get().getTaskInfos()]
+
+
 def stage_collective(index: int, redis_url: str, run: str, start: int, timeout_s: float, device: Any) -> Collective:
     """This barrier task's membership of its stage's process group, formed through a store in the run's Redis
     under keys of this `start` of the stage alone (a stage started again forms anew, whatever the tasks of an
     earlier start left there); its gloo links listen at the executor's own address as Spark knows it."""
-    from pyspark import BarrierTaskContext
-
     from ddq.transport.collective import Collective
     from ddq.transport.keys import RunKeys
     from ddq.transport.redis_client import connect as connect_redis
     from ddq.transport.stage_store import StageStore
 
-    context = BarrierTaskContext.get()
-    tasks = context.getTaskInfos()
-    host = tasks[index].address.rsplit(":", 1)[0]
+    hosts = task_hosts()
     prefix = RunKeys(run).stage_store(start)
-    return Collective(index, len(tasks), host, StageStore(connect_redis(redis_url), prefix, timeout_s), timeout_s,
-                      device)
+    return Collective(index, len(hosts), hosts[index], StageStore(connect_redis(redis_url), prefix, timeout_s),
+                      timeout_s, device)
