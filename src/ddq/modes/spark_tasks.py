@@ -83,7 +83,8 @@ def use_own_gpu(rank: int, device: str) -> None:
 
     from ddq.core.agent import resolve_device
 
-    if resolve_device(device).type != "cuda" or torch.device("cuda" if device == "auto" else device).index is not None:
+    chosen = resolve_device(device)
+    if chosen.type != "cuda" or chosen.index is not None:
         return
     resources = BarrierTaskContext.get().resources()
     assigned = list(resources["gpu"].addresses) if "gpu" in resources else []  # spark.task.resource.gpu.amount
