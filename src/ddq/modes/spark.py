@@ -222,6 +222,20 @@ def _import_a_worker(_rows: Iterator) -> Iterator[int]:
     yield 0
 
 
+def quiet_py4j() -> None:
+    """Keeps py4j's tracebacks off the console. It logs a call that fails (its JVM gone as the run ends, a job
+    cut off) with a traceback besides raising it, and ddq reports what it raises in one line (the full-disk
+    test once caught the log's). Most go to its own logger; a call whose answer is cut off mid-read (a JVM
+    exiting as a garbage-collected object's release reaches it) goes to the root logger, through
+    `logging.exception`, and CI once caught that one on a downpour run's stderr."""
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    logging.getLogger().addFilter(_not_from_py4j)  # the same function: added once however often this runs
+
+
+def _not_from_py4j(record: logging.LogRecord) -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
 class SparkStarting:
     """A run's SparkContext being made on a thread of the driver, with its Python workers warmed, while the
     driver starts the rest of the run: the JVM's and the workers' start-up overlap the services'.
@@ -238,9 +252,7 @@ class SparkStarting:
         """`ship(context)`: what the context needs before a task runs (ddq's code, for a cluster's executors).
         `password`: the run's Redis password, for the executors' environment (`start_context`)."""
         self.password = password
-        # py4j logs a call that fails (its JVM gone as the run ends, a job cut off) with a traceback, besides
-        # raising it: ddq reports what it raises, in one line (the full-disk test once caught the log's)
-        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        quiet_py4j()
         prepare_environment(master, driver_host, bind)
         self.conf = spark_conf(master, app, driver_host, bind)
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
