@@ -175,9 +175,9 @@ def test_every_preset_names_a_registered_env_or_family():
 
 
 def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_path):
-    """Serial on one machine; data-parallel for a standalone cluster master (downpour if a setting only another
-    wiring reads is named too, and on other cluster masters); downpour for a setting only distributed runs read; a mode named anywhere (a flag, the file)
-    stands, and the reason is one line."""
+    """Serial on one machine; data-parallel for a setting only distributed runs read and for a standalone
+    cluster master (downpour if a setting only another wiring reads is named too, on other cluster masters
+    and under spark-submit); a mode named anywhere (a flag, the file) stands, and the reason is one line."""
     from ddq.api import with_measured_mode
     from ddq.config.measured import measured_mode
 
@@ -191,8 +191,14 @@ def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_
     for other_wiring in ("shards", "fetch_every", "sync", "send_every"):
         choice = measured_mode({"workers", other_wiring}, "spark://10.0.0.1:7077", 2)
         assert choice.mode == "downpour" and other_wiring in choice.why, other_wiring
-    for distributed in ("workers", "listen", "redis_url", "shards", "sync", "publish_every"):
-        assert measured_mode({distributed}, None, 2).mode == "downpour", distributed
+    for distributed in ("workers", "listen", "redis_url", "publish_every", "snapshot_every"):
+        choice = measured_mode({"env", distributed}, None, 2)
+        assert choice.mode == "data-parallel" and distributed in choice.why, distributed
+        assert measured_mode({distributed}, "local[2]", 2).mode == "data-parallel"
+    for other_wiring in ("shards", "sync", "send_every"):
+        assert measured_mode({"workers", other_wiring}, None, 2).mode == "downpour", other_wiring
+    assert measured_mode({"workers"}, None, 2, submitted=True).mode == "downpour"  # spark-submit's master: unseen
+    assert measured_mode({"workers"}, "spark://m:7077", 2, submitted=True).mode == "data-parallel"
     assert with_measured_mode({"mode": "data-parallel"}, None) == ({"mode": "data-parallel"}, None)
     (tmp_path / "run.toml").write_text('[run]\nmode = "actor-learner"\n')
     assert with_measured_mode({}, str(tmp_path / "run.toml")) == ({}, None)

@@ -65,8 +65,9 @@ def test_dashboard_follows_a_live_run_then_serves_it_finished(tmp_path, output_d
         client = redis.Redis.from_url(server.url)
         run_dir, log = tmp_path / "run", tmp_path / "train.log"
         training = subprocess.Popen(
-            [sys.executable, "-m", "ddq", "train", "--workers", "2", "--env", "ddq/Snake-v0", "--total-steps",
-             "2000000", "--time-budget-s", "400", "--no-progress", "--redis-url", server.url, "--run-dir", str(run_dir)],
+            [sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "2", "--env", "ddq/Snake-v0",
+             "--total-steps", "2000000", "--time-budget-s", "400", "--no-progress", "--redis-url", server.url,
+             "--run-dir", str(run_dir)],
             stdout=subprocess.DEVNULL, stderr=log.open("w"), env=dict(os.environ, DDQ_EVAL_EVERY_S="3"))
         try:
             url = _wait_for_file(run_dir / "dashboard.url", training, log)

@@ -143,12 +143,14 @@ def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple
     """`values`, with the mode measured best here when neither they nor the config file name one, and
     the reason for it (None when one was named): the run's first line."""
     from ddq.config.measured import measured_mode
+    from ddq.modes.spark import launched_by_spark_submit
 
     in_file = flat_settings(load_toml(config_file)) if config_file else {}
     if "mode" in values or "mode" in in_file:
         return values, None
     named = set(values) | set(in_file)
-    choice = measured_mode(named, values.get("spark_master", in_file.get("spark_master")), os.cpu_count() or 1)
+    choice = measured_mode(named, values.get("spark_master", in_file.get("spark_master")), os.cpu_count() or 1,
+                           launched_by_spark_submit())
     return {**values, "mode": choice.mode}, choice.why
 
 

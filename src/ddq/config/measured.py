@@ -27,33 +27,42 @@ class ModeChoice:
     why: str  # one line, for the run's first lines
 
 
-def measured_mode(named: set[str], spark_master: str | None, cores: int) -> ModeChoice:
-    """The mode for a run that names none. A standalone cluster master asks for data-parallel: on one-core test
-    hosts it reached CartPole-v1's, MinAtar Breakout's and LunarLander-v3's targets sooner than downpour.
-    Downpour where a setting only another wiring reads is named, on another cluster master (not compared yet),
-    or (on a local master) where any setting only distributed runs read is named, the local comparison of the
-    two not yet redone. Otherwise serial: on a local master with 2 cores
-    data-parallel reached MinAtar Breakout's and LunarLander-v3's targets sooner (0.72x and 0.76x serial's
-    time) but CartPole-v1's 3.1x later, its Spark start costing more than a task that serial solves in
-    seconds."""
-    other_wiring = sorted(named & OTHER_WIRINGS_SETTINGS)
-    if spark_master is not None and spark_master.startswith(MEASURED_CLUSTER_MASTERS):
-        if other_wiring:
-            return ModeChoice("downpour", f"downpour: a cluster master was named, and {other_wiring[0]}, which "
-                                          "data-parallel does not read (--mode names another)")
-        return ModeChoice("data-parallel", "data-parallel: a standalone cluster master was named; on one-core "
-                                           "test hosts it reached CartPole-v1's, MinAtar Breakout's and "
-                                           "LunarLander-v3's targets sooner than downpour (docs/benchmarks.md; "
-                                           "--mode names another)")
-    if spark_master is not None and not spark_master.startswith("local"):
-        return ModeChoice("downpour", "downpour: a cluster master was named, and no comparison has run on its kind "
-                                      "yet (--mode names another)")
+def measured_mode(named: set[str], spark_master: str | None, cores: int, submitted: bool = False) -> ModeChoice:
+    """The mode for a run that names none. Serial on one machine, unless a setting only distributed runs read
+    is named: on a local master with 2 cores data-parallel reached MinAtar Breakout's and LunarLander-v3's
+    targets sooner (0.72x and 0.76x serial's time) but CartPole-v1's 3.1x later, its Spark start costing more
+    than a task that serial solves in seconds. A distributed run, on one machine or a standalone cluster
+    master, gets data-parallel, which reached all three targets sooner than downpour there (on one machine,
+    2 workers on 2 cores; on one-core test hosts). Downpour where a setting only another wiring reads is
+    named, or on a master no comparison has run on: another cluster master, or spark-submit's (`submitted`
+    with no master named), which ddq does not see before Spark starts."""
+    master = master_kind(spark_master, submitted)
+    if master == "unmeasured":
+        return ModeChoice("downpour", "downpour: no comparison of the wirings has run on this kind of cluster "
+                                      "master yet (--mode names another)")
     asked = sorted(named & DISTRIBUTED_SETTINGS)
-    if asked:
-        return ModeChoice("downpour", f"downpour: {asked[0]} was named, which only a distributed run reads "
+    if master == "local" and not asked:
+        beyond = "" if cores <= MEASURED_CORES else f"; this machine's {cores} cores are more than measured so far"
+        return ModeChoice("serial", "serial: on one machine data-parallel took 3.1x serial's time to CartPole-v1's "
+                                    "target (0.72x on MinAtar Breakout and 0.76x on LunarLander-v3, with 2 cores: "
+                                    "docs/benchmarks.md)"
+                                    f"{beyond}; --mode data-parallel --workers N trains on N")
+    other_wiring = sorted(named & OTHER_WIRINGS_SETTINGS)
+    if other_wiring:
+        return ModeChoice("downpour", f"downpour: {other_wiring[0]} was named, which data-parallel does not read "
                                       "(--mode names another)")
-    beyond = "" if cores <= MEASURED_CORES else f"; this machine's {cores} cores are more than measured so far"
-    return ModeChoice("serial", "serial: on one machine data-parallel took 3.1x serial's time to CartPole-v1's "
-                                "target (0.72x on MinAtar Breakout and 0.76x on LunarLander-v3, with 2 cores: "
-                                "docs/benchmarks.md)"
-                                f"{beyond}; --mode data-parallel --workers N trains on N")
+    why = ("a standalone cluster master was named" if master == "standalone"
+           else f"{asked[0]} was named, which only a distributed run reads")
+    return ModeChoice("data-parallel", f"data-parallel: {why}; it reached CartPole-v1's, MinAtar Breakout's and "
+                                       "LunarLander-v3's targets sooner than downpour, on one machine and on one-core "
+                                       "test hosts (docs/benchmarks.md; --mode names another)")
+
+
+def master_kind(spark_master: str | None, submitted: bool) -> str:
+    """"local", "standalone" (the cluster master the wirings were compared on) or "unmeasured": another cluster
+    master, or spark-submit's where none is named (ddq does not see it before Spark starts)."""
+    if spark_master is None:
+        return "unmeasured" if submitted else "local"
+    if spark_master.startswith("local"):
+        return "local"
+    return "standalone" if spark_master.startswith(MEASURED_CLUSTER_MASTERS) else "unmeasured"
