@@ -38,8 +38,10 @@ def measured_mode(named: set[str], spark_master: str | None, cores: int, submitt
     with no master named), which ddq does not see before Spark starts."""
     master = master_kind(spark_master, submitted)
     if master == "unmeasured":
-        return ModeChoice("downpour", "downpour: no comparison of the wirings has run on this kind of cluster "
-                                      "master yet (--mode names another)")
+        why = ("spark-submit's master is not seen before Spark starts (--spark-master names it; --mode names "
+               "another)" if spark_master is None else "no comparison of the wirings has run on this kind of "
+               "cluster master yet (--mode names another)")
+        return ModeChoice("downpour", f"downpour: {why}")
     asked = sorted(named & DISTRIBUTED_SETTINGS)
     if master == "local" and not asked:
         beyond = "" if cores <= MEASURED_CORES else f"; this machine's {cores} cores are more than measured so far"
