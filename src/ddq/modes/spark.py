@@ -226,8 +226,8 @@ def quiet_py4j() -> None:
     """Keeps py4j's tracebacks off the console. It logs a call that fails (its JVM gone as the run ends, a job
     cut off) with a traceback besides raising it, and ddq reports what it raises in one line (the full-disk
     test once caught the log's). Most go to its own logger; a call whose answer is cut off mid-read (a JVM
-    exiting as the run ends) goes to the root logger instead, through
-    `logging.exception`, and CI once caught that one on a downpour run's stderr."""
+    exiting as the run ends) goes to the root logger through `logging.exception`, which a filter on the
+    root logger alone reaches (CI once caught one on a downpour run's stderr)."""
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     logging.getLogger().addFilter(_not_from_py4j)  # the same function: added once however often this runs
 
