@@ -1,18 +1,19 @@
 """The data-parallel collective between two real processes (torch.distributed's gloo over loopback), formed
 through its store in a real Redis: the mean, rank 0's weights, a vote, the highest number (where --sync actors
-meet), nothing listening beyond the address it was given, gloo's socket readers at SCHED_IDLE, and a rank
-whose peer never comes failing after the store's timeout instead of waiting forever."""
+meet), nothing listening beyond the address it was given, gloo's socket reader at SCHED_IDLE, whether ranks
+share a GPU, and a rank whose peer never comes failing after the store's timeout instead of waiting forever."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 
 import pytest
 import torch
 
 from ddq.modes.spark_tasks import gpu_for
-from ddq.transport.collective import GLOO_READER, Collective
+from ddq.transport.collective import Collective, a_gpu_is_shared
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect
 from ddq.transport.redis_server import EmbeddedRedis
@@ -38,23 +39,23 @@ def listening_addresses() -> list[str]:
     return found
 
 
-def gloo_readers() -> list[int]:
-    """This process's threads that gloo named as its socket readers."""
-    return [int(thread) for thread in os.listdir("/proc/self/task")
-            if open(f"/proc/self/task/{thread}/comm").read().strip() == GLOO_READER]
+def idle_threads() -> list[str]:
+    """The names of this process's threads that run at SCHED_IDLE."""
+    return [open(f"/proc/self/task/{thread}/comm").read().strip() for thread in os.listdir("/proc/self/task")
+            if os.sched_getscheduler(int(thread)) == os.SCHED_IDLE]
 
 
 def _rank(rank: int, url: str, results: multiprocessing.Queue) -> None:
     collective = Collective(rank, 2, "127.0.0.1", StageStore(connect(url), RunKeys("test").stage_store(0), 60.0), 60.0,
                             torch.device("cpu"))
     listening = listening_addresses()
-    readers = [os.sched_getscheduler(thread) == os.SCHED_IDLE for thread in gloo_readers()]
+    idle = idle_threads()
     gradient = collective.average_(torch.full((5,), float(rank + 1)))
     weights = collective.broadcast_(torch.full((3,), float(10 * (rank + 1))))
     votes = (collective.any(rank == 1), collective.any(False), collective.highest(7 + 5 * rank),
              collective.from_rank_zero(3 + rank), collective.totals([rank, 10 + rank]))
     collective.close()
-    results.put((rank, gradient.tolist(), weights.tolist(), votes, listening, readers))
+    results.put((rank, gradient.tolist(), weights.tolist(), votes, listening, idle))
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +76,11 @@ def test_two_ranks_average_take_rank_zeros_weights_vote_and_agree_on_the_highest
         process.join(60)
         assert process.exitcode == 0
     for rank in (0, 1):
-        gradient, weights, votes, _, readers = got[rank]
+        gradient, weights, votes, _, idle = got[rank]
         assert gradient == [1.5] * 5 and weights == [10.0] * 3 and votes == (True, False, 12, 3, [1, 21])
-        # gloo's socket readers give way to the threads that post its buffers (a one-core host's 4 ms stalls)
-        assert readers and all(readers), readers
+        # gloo's socket reader, the thread its link device starts (this torch names it), gives way to the
+        # threads that post its buffers (a one-core host's 4 ms stalls); nothing else of the rank does
+        assert idle == ["gloo_tcp_loop"], idle
     # rank 0 listens (its gloo links) on 127.0.0.1 only: 0100007F in /proc/net/tcp
     listening = got[0][3]
     assert listening and all(address.startswith("0100007F:") for address in listening), listening
@@ -93,6 +95,24 @@ def test_a_rank_whose_peer_never_comes_fails_at_the_store_timeout_and_its_keys_e
     keys = client.keys(f"{RunKeys('test').stage_store(1)}:*")  # what rank 0 wrote for its peer: Redis forgets it in a day
     assert keys and all(0 < client.ttl(key) <= KEY_LIFETIME_S for key in keys), keys
     client.close()
+
+
+def test_ranks_learn_whether_two_of_them_share_a_gpu_the_same_answer_on_each(redis_url):
+    """NCCL refuses two ranks on one GPU: the ranks agree, through the stage's store, to reduce with gloo."""
+    answers = {}
+
+    def rank(index: int, gpus: list[str], start: int) -> None:
+        store = StageStore(connect(redis_url), RunKeys("test").stage_store(start), 30.0)
+        answers[start, index] = a_gpu_is_shared(store, index, len(gpus), gpus[index])
+        store.close()
+
+    for start, gpus in enumerate([["10.0.0.1/0", "10.0.0.1/0"], ["10.0.0.1/0", "10.0.0.1/1", "10.0.0.2/0"]], 2):
+        threads = [threading.Thread(target=rank, args=(index, gpus, start)) for index in range(len(gpus))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert answers == {(2, 0): True, (2, 1): True, (3, 0): False, (3, 1): False, (3, 2): False}
 
 
 def test_the_ranks_on_one_gpu_machine_take_a_gpu_each():

@@ -2,7 +2,8 @@
 
 Spark starts the stage's tasks together and numbers them; they form the
 process group through a store in the run's Redis (`ddq.transport.stage_store`,
-handed in), and torch.distributed does the rest (gloo on CPU, NCCL on a GPU).
+handed in), and torch.distributed does the rest (gloo on CPU, NCCL where each
+rank has a GPU of its own, gloo where ranks share one).
 Nothing here picks a fixed port or listens beyond the address the task was
 given: in local mode that is 127.0.0.1.
 
@@ -13,11 +14,17 @@ third of the all-reduces took 4 ms, a mean of 1.5-1.7 ms for 1,000-132,467
 floats. Run at SCHED_IDLE, the reading thread gives way the moment any other
 thread of the host can run; the same all-reduces took 0.18-0.29 ms
 (2026-11-27, two processes each pinned to a core). A collective call blocks
-its caller, so the reader still has the core whenever it has work.
+its caller, so the reader still has the core whenever it has work. Newer
+torch builds name that thread gloo_tcp_loop and older ones (2.11) leave it
+unnamed, so the reader is found as the thread gloo's link device starts.
+Found by its name alone, torch 2.11's reader stayed as it was: two ranks,
+each on a core of a 16-core machine, took a mean of 2.35 ms per all-reduce
+(median 0.52; 2026-11-28).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from typing import Any
@@ -27,21 +34,29 @@ import torch.distributed as dist
 
 from ddq.transport.stage_store import StageStore
 
-GLOO_READER = "gloo_tcp_loop"  # the name gloo gives the thread that reads its sockets
+
+def thread_ids() -> set[int]:
+    """This process's threads (none where the system has no /proc, as on macOS)."""
+    return {int(thread) for thread in os.listdir("/proc/self/task")} if os.path.isdir("/proc/self/task") else set()
 
 
-def let_gloo_readers_yield() -> None:
-    """Puts this process's gloo socket readers at SCHED_IDLE (see above); each group makes its own. Where
-    the system has no /proc or SCHED_IDLE (macOS), gloo stays as it was."""
-    if not hasattr(os, "SCHED_IDLE") or not os.path.isdir("/proc/self/task"):
-        return
-    for thread in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{thread}/comm") as comm:
-                if comm.read().strip() == GLOO_READER:
-                    os.sched_setscheduler(int(thread), os.SCHED_IDLE, os.sched_param(0))
-        except OSError:  # the thread ended meanwhile
-            continue
+def gloo_link_device(host: str) -> Any:
+    """Gloo's TCP device for links on `host` only, its socket reader (the thread the device starts) put at
+    SCHED_IDLE (see above). Where the system has no /proc or SCHED_IDLE (macOS), gloo stays as it was."""
+    before = thread_ids()
+    device = dist.ProcessGroupGloo.create_device(hostname=host)
+    if hasattr(os, "SCHED_IDLE"):
+        for thread in thread_ids() - before:
+            with contextlib.suppress(OSError):  # the thread ended meanwhile
+                os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+    return device
+
+
+def a_gpu_is_shared(store: StageStore, rank: int, world: int, gpu: str) -> bool:
+    """Whether two of the `world` ranks train on one GPU (`gpu`: this rank's host and GPU index), the same
+    answer on every rank: each tells the others its GPU through the stage's store."""
+    store.set(f"gpu/{rank}", gpu)
+    return len({store.get(f"gpu/{other}") for other in range(world)}) < world
 
 
 class Collective:
@@ -55,7 +70,9 @@ class Collective:
         if device.type == "cuda" and device.index is None:  # NCCL binds a rank to one GPU: "cuda" names none
             device = torch.device("cuda", torch.cuda.current_device())
         self.rank, self.world, self.device = rank, world, device
-        self.gloo = device.type != "cuda"  # gloo's own group object; else NCCL's, as the default group
+        # gloo's own group object; else NCCL's, as the default group. NCCL refuses two ranks on one GPU (more
+        # workers than a machine's GPUs, or `cuda:N` for all); gloo reduces CUDA tensors too, through the host.
+        self.gloo = device.type != "cuda" or a_gpu_is_shared(store, rank, world, f"{host}/{device.index}")
         self.store: StageStore | None = store
         self.group: Any = self._group(store, host, datetime.timedelta(seconds=timeout_s))
 
@@ -65,11 +82,9 @@ class Collective:
                                     device_id=self.device)
             return dist.group.WORLD
         options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # torch's stubs leave it out
-        options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]  # gloo's links: this address only
+        options._devices = [gloo_link_device(host)]  # gloo's links: this address only
         options._timeout = timeout
-        group = dist.ProcessGroupGloo(store, self.rank, self.world, options)
-        let_gloo_readers_yield()
-        return group
+        return dist.ProcessGroupGloo(store, self.rank, self.world, options)
 
     def average_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Replaces `tensor` by its mean over the ranks, in place."""
