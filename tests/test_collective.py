@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ddq.modes.spark_tasks import gpu_for
-from ddq.transport.collective import Collective, a_gpu_is_shared
+from ddq.transport.collective import Collective, every_rank_has_its_own_gpu
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect
 from ddq.transport.redis_server import EmbeddedRedis
@@ -78,9 +78,10 @@ def test_two_ranks_average_take_rank_zeros_weights_vote_and_agree_on_the_highest
     for rank in (0, 1):
         gradient, weights, votes, _, idle = got[rank]
         assert gradient == [1.5] * 5 and weights == [10.0] * 3 and votes == (True, False, 12, 3, [1, 21])
-        # gloo's socket reader, the thread its link device starts (this torch names it), gives way to the
-        # threads that post its buffers (a one-core host's 4 ms stalls); nothing else of the rank does
-        assert idle == ["gloo_tcp_loop"], idle
+        # gloo's socket reader, the thread its link device starts, gives way to the threads that post its
+        # buffers (a one-core host's 4 ms stalls); nothing else of the rank does. Newer torch names the
+        # reader; older builds (2.11) leave it the process's name.
+        assert len(idle) == 1 and idle[0] in ("gloo_tcp_loop", open("/proc/self/comm").read().strip()), idle
     # rank 0 listens (its gloo links) on 127.0.0.1 only: 0100007F in /proc/net/tcp
     listening = got[0][3]
     assert listening and all(address.startswith("0100007F:") for address in listening), listening
@@ -97,22 +98,25 @@ def test_a_rank_whose_peer_never_comes_fails_at_the_store_timeout_and_its_keys_e
     client.close()
 
 
-def test_ranks_learn_whether_two_of_them_share_a_gpu_the_same_answer_on_each(redis_url):
-    """NCCL refuses two ranks on one GPU: the ranks agree, through the stage's store, to reduce with gloo."""
+def test_ranks_agree_on_nccl_only_when_each_has_a_gpu_of_its_own(redis_url):
+    """NCCL refuses two ranks on one GPU, and a rank on a CPU: the ranks learn it through the stage's store,
+    the same answer on each, and reduce with gloo instead."""
     answers = {}
 
-    def rank(index: int, gpus: list[str], start: int) -> None:
+    def rank(index: int, gpus: list[str | None], start: int) -> None:
         store = StageStore(connect(redis_url), RunKeys("test").stage_store(start), 30.0)
-        answers[start, index] = a_gpu_is_shared(store, index, len(gpus), gpus[index])
+        answers[start, index] = every_rank_has_its_own_gpu(store, index, len(gpus), gpus[index])
         store.close()
 
-    for start, gpus in enumerate([["10.0.0.1/0", "10.0.0.1/0"], ["10.0.0.1/0", "10.0.0.1/1", "10.0.0.2/0"]], 2):
+    worlds = [["uuid A", "uuid A"], ["uuid A", "uuid B", "uuid C"], ["uuid A", None], [None, None]]
+    for start, gpus in enumerate(worlds, 2):
         threads = [threading.Thread(target=rank, args=(index, gpus, start)) for index in range(len(gpus))]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(60)
-    assert answers == {(2, 0): True, (2, 1): True, (3, 0): False, (3, 1): False, (3, 2): False}
+    assert answers == {(2, 0): False, (2, 1): False, (3, 0): True, (3, 1): True, (3, 2): True,
+                       (4, 0): False, (4, 1): False, (5, 0): False, (5, 1): False}
 
 
 def test_the_ranks_on_one_gpu_machine_take_a_gpu_each():

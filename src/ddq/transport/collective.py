@@ -14,7 +14,8 @@ third of the all-reduces took 4 ms, a mean of 1.5-1.7 ms for 1,000-132,467
 floats. Run at SCHED_IDLE, the reading thread gives way the moment any other
 thread of the host can run; the same all-reduces took 0.18-0.29 ms
 (2026-11-27, two processes each pinned to a core). A collective call blocks
-its caller, so the reader still has the core whenever it has work. Newer
+its caller, so the reader has the core whenever its rank waits on it (other
+processes' threads on that core come first). Newer
 torch builds name that thread gloo_tcp_loop and older ones (2.11) leave it
 unnamed, so the reader is found as the thread gloo's link device starts.
 Found by its name alone, torch 2.11's reader stayed as it was: two ranks,
@@ -52,11 +53,21 @@ def gloo_link_device(host: str) -> Any:
     return device
 
 
-def a_gpu_is_shared(store: StageStore, rank: int, world: int, gpu: str) -> bool:
-    """Whether two of the `world` ranks train on one GPU (`gpu`: this rank's host and GPU index), the same
-    answer on every rank: each tells the others its GPU through the stage's store."""
-    store.set(f"gpu/{rank}", gpu)
-    return len({store.get(f"gpu/{other}") for other in range(world)}) < world
+def gpu_identity(device: torch.device, host: str) -> str | None:
+    """Which GPU `device` is, the same for every process that sees it (its UUID; else `host` and its index
+    there); None for a CPU."""
+    if device.type != "cuda":
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return f"uuid {uuid}" if uuid else f"{host} {device.index}"
+
+
+def every_rank_has_its_own_gpu(store: StageStore, rank: int, world: int, gpu: str | None) -> bool:
+    """Whether each of the `world` ranks trains on a GPU and no two on one (`gpu`: this rank's, None for a
+    CPU), the same answer on every rank: each tells the others its GPU through the stage's store."""
+    store.set(f"gpu/{rank}", gpu or "")
+    gpus = {store.get(f"gpu/{other}") for other in range(world)}
+    return b"" not in gpus and len(gpus) == world
 
 
 class Collective:
@@ -70,9 +81,10 @@ class Collective:
         if device.type == "cuda" and device.index is None:  # NCCL binds a rank to one GPU: "cuda" names none
             device = torch.device("cuda", torch.cuda.current_device())
         self.rank, self.world, self.device = rank, world, device
-        # gloo's own group object; else NCCL's, as the default group. NCCL refuses two ranks on one GPU (more
-        # workers than a machine's GPUs, or `cuda:N` for all); gloo reduces CUDA tensors too, through the host.
-        self.gloo = device.type != "cuda" or a_gpu_is_shared(store, rank, world, f"{host}/{device.index}")
+        # gloo's own group object; else NCCL's, as the default group. NCCL needs a GPU of its own for every
+        # rank: not two on one (more workers than a machine's GPUs, `cuda:N` for all), none on a CPU. Gloo
+        # reduces CUDA tensors too, through the host.
+        self.gloo = not every_rank_has_its_own_gpu(store, rank, world, gpu_identity(device, host))
         self.store: StageStore | None = store
         self.group: Any = self._group(store, host, datetime.timedelta(seconds=timeout_s))
 
