@@ -1,13 +1,15 @@
 """The data-parallel collective between two real processes (torch.distributed's gloo over loopback), formed
 through its store in a real Redis: the mean, rank 0's weights, a vote, the highest number (where --sync actors
-meet), nothing listening beyond the address it was given, gloo's socket reader at SCHED_IDLE, whether ranks
-share a GPU, and a rank whose peer never comes failing after the store's timeout instead of waiting forever."""
+meet), the time a rank spends waiting there for a slower one, nothing listening beyond the address it was
+given, gloo's socket reader at SCHED_IDLE, whether ranks share a GPU, and a rank whose peer never comes failing
+after the store's timeout instead of waiting forever."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -48,17 +50,22 @@ def idle_threads() -> list[str]:
     return ["(unnamed)" if name == own else name for name in names]
 
 
+STRAGGLE_S = 1.0
+
+
 def _rank(rank: int, url: str, results: multiprocessing.Queue) -> None:
     collective = Collective(rank, 2, "127.0.0.1", StageStore(connect(url), RunKeys("test").stage_store(0), 60.0), 60.0,
                             torch.device("cpu"))
     listening = listening_addresses()
     idle = idle_threads()
+    if rank == 1:
+        time.sleep(STRAGGLE_S)  # a straggler: rank 0's first all-reduce waits for it
     gradient = collective.average_(torch.full((5,), float(rank + 1)))
     weights = collective.broadcast_(torch.full((3,), float(10 * (rank + 1))))
     votes = (collective.any(rank == 1), collective.any(False), collective.highest(7 + 5 * rank),
              collective.from_rank_zero(3 + rank), collective.totals([rank, 10 + rank]))
     collective.close()
-    results.put((rank, gradient.tolist(), weights.tolist(), votes, listening, idle))
+    results.put((rank, gradient.tolist(), weights.tolist(), votes, listening, idle, collective.seconds))
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +86,15 @@ def test_two_ranks_average_take_rank_zeros_weights_vote_and_agree_on_the_highest
         process.join(60)
         assert process.exitcode == 0
     for rank in (0, 1):
-        gradient, weights, votes, _, idle = got[rank]
+        gradient, weights, votes, _, idle, _ = got[rank]
         assert gradient == [1.5] * 5 and weights == [10.0] * 3 and votes == (True, False, 12, 3, [1, 21])
         # gloo's socket reader, the thread its link device starts, gives way to the threads that post its
         # buffers (a one-core host's 4 ms stalls); nothing else of the rank does. Newer torch names the
         # reader; older builds (2.11) leave it the rank's own name.
         assert idle in (["gloo_tcp_loop"], ["(unnamed)"]), idle
+    # what rank 1's lateness cost rank 0, counted in its collectives' time; rank 1 found rank 0 waiting
+    waited = {rank: got[rank][5] for rank in (0, 1)}
+    assert waited[0] >= STRAGGLE_S / 2 and waited[1] < waited[0], waited
     # rank 0 listens (its gloo links) on 127.0.0.1 only: 0100007F in /proc/net/tcp
     listening = got[0][3]
     assert listening and all(address.startswith("0100007F:") for address in listening), listening

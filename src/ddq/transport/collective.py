@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import time
 from typing import Any
 
 import torch
@@ -82,6 +83,9 @@ class Collective:
         if device.type == "cuda" and device.index is None:  # NCCL binds a rank to one GPU: "cuda" names none
             device = torch.device("cuda", torch.cuda.current_device())
         self.rank, self.world, self.device = rank, world, device
+        # the seconds this rank spent in the stage's all-reduces and broadcasts, waiting there for slower ranks
+        # included: what synchronous training costs a worker (its summary's `collective_s`)
+        self.seconds = 0.0
         # gloo's own group object; else NCCL's, as the default group. NCCL needs a GPU of its own for every
         # rank: not two on one (more workers than a machine's GPUs, `cuda:N` for all), none on a CPU. Gloo
         # reduces CUDA tensors too, through the host.
@@ -109,10 +113,12 @@ class Collective:
     def broadcast_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Replaces `tensor` by rank 0's, in place."""
         if self.world > 1:
+            began = time.perf_counter()
             if self.gloo:
                 self.group.broadcast(tensor, 0).wait()
             else:
                 dist.broadcast(tensor, 0)
+            self.seconds += time.perf_counter() - began
         return tensor
 
     def any(self, flag: bool) -> bool:
@@ -142,6 +148,11 @@ class Collective:
         return [int(total) for total in summed.tolist()]
 
     def _all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
+        began = time.perf_counter()
+        self._reduce(tensor, op)
+        self.seconds += time.perf_counter() - began
+
+    def _reduce(self, tensor: torch.Tensor, op: Any) -> None:
         if not self.gloo:
             dist.all_reduce(tensor, op)
         elif op == dist.ReduceOp.SUM:  # every update's: gloo's default, with no options to build

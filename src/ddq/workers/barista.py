@@ -61,6 +61,8 @@ class WorkerStats:
     rounds: int = 0  # actor-learner --sync: rounds played and trained on
     # actor-learner --sync: [round, weights version it was played with] of the newest two rounds begun
     round_weights: list[list[int]] = field(default_factory=list)
+    # data-parallel: seconds in the stage's all-reduces and broadcasts, waiting there for slower workers included
+    collective_s: float = 0.0
 
 
 class StatsWindow:

@@ -182,6 +182,11 @@ class DataParallelWorker(Barista):
                                               if rank == 0 else None)
         self.stepping_together = config.distributed.workers  # every worker steps with every other
 
+    def heartbeat(self, state: str) -> None:
+        if self.collective is not None:  # what synchronous training cost this worker so far
+            self.stats.collective_s = self.collective.seconds
+        super().heartbeat(state)
+
     def report_unreported(self) -> None:
         counted = self.global_steps
         super().report_unreported()
