@@ -1,5 +1,5 @@
 """Actor-learner's evaluation points: the learner's weights at each eval_every mark, through real Redis to the
-driver's background evaluations, which hand results back in order."""
+driver's background evaluations, which hand results back in order, and how far behind them the results come."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ddq.bookkeeping import play_evaluation
 from ddq.config import config_of
 from ddq.models import FlatParameters
 from ddq.modes.background_eval import BackgroundEvaluations
+from ddq.modes.evaluators import LAG_WARNING_S, LagClock
 from ddq.transport.eval_points import EvaluationPoint, PointReader, publish_point
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.wire import WEIGHTS, Header, encode, layout_bytes
@@ -96,3 +97,17 @@ def test_background_evaluations_play_each_point_with_its_own_weights_and_report_
         expected_net = _network(2)
         FlatParameters(expected_net).assign(values)
         assert result.returns == play_evaluation(expected_net, config, point.version, torch.device("cpu")).returns
+
+
+def test_the_lag_clock_measures_each_result_from_its_points_arrival_and_warns_once():
+    """Results come back in the order their points arrived; the longest wait is kept, and only the first
+    result LAG_WARNING_S or more behind its point gets a line (a driver whose host is busy learns of its
+    target that much late)."""
+    clock = LagClock()
+    for arrival in (0.0, 1.0, 2.0):
+        clock.arrived(arrival)
+    assert clock.answered(3.0) is None and clock.lag_s == 3.0  # the first point, 3 s after it arrived
+    line = clock.answered(1.0 + LAG_WARNING_S + 4.0)
+    assert line is not None and f"{LAG_WARNING_S + 4.0:.0f} s behind" in line and "--eval-every" in line
+    assert clock.answered(2.0 + LAG_WARNING_S + 9.0) is None  # said once
+    assert clock.lag_s == LAG_WARNING_S + 9.0

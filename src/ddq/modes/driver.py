@@ -271,7 +271,8 @@ class Driver:
         reason = f"{StopReason.FAILURE.value}: {self.failure}" if self.failure else s.control.reason()
         summary = run_summary(self.config, counters, self.record.last_eval, self.mirror.version, path, reason)
         summary.update(stopped_by=self.signals.received, restarts=self.supervisor.restarts(), workers=workers,
-                       gradients_received=received, account=account, **lost_and_redone(workers))
+                       gradients_received=received, account=account, evaluation_lag_s=self.evaluator.lag_s,
+                       **lost_and_redone(workers))
         self.record.log.write_summary(summary)
         return summary
 

@@ -5,6 +5,7 @@ evaluates, beside the run, the weights the learner kept at each mark of the env 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import sys
 import threading
@@ -30,6 +31,9 @@ from ddq.transport.wire import layout_bytes
 
 POINT_WAIT_MS = 200  # the points' reader waits this long on Redis per call: how soon it sees the run stop
 POINT_RETRY_S = 0.1  # between its tries while Redis fails
+# An evaluation this far behind its point is worth a line: the run learns of its target that much late (a
+# data-parallel LunarLander run's one-core services host found it 13-31 s after the workers played it).
+LAG_WARNING_S = 10.0
 
 
 class WeightsMirror:
@@ -82,6 +86,11 @@ class WeightsMirror:
 
 
 class Evaluator(Protocol):
+    @property
+    def lag_s(self) -> float:
+        """The longest an evaluation ran behind the weights it evaluated (the summary's `evaluation_lag_s`)."""
+        ...
+
     def periodic(self, env_steps: int, stopping: bool) -> bool:
         """Evaluates what is due at `env_steps` of the run; True once an evaluation reached the target."""
         ...
@@ -97,6 +106,8 @@ EvaluatorFactory = Callable[[WeightsMirror, RunRecord, RunServices, threading.Ev
 class InlineEvaluator:
     """Evaluates the mirror in the driver's loop once the workers' env steps cross each eval_every mark."""
 
+    lag_s = 0.0  # it evaluates the weights of the moment
+
     def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices, wake: threading.Event):
         self.mirror, self.record, self.services = mirror, record, services
         self.next_eval = next_mark(record.counters.env_steps, record.config.run.eval_every)
@@ -109,6 +120,30 @@ class InlineEvaluator:
 
     def close(self) -> None:
         pass
+
+
+class LagClock:
+    """How far a driver's evaluations run behind the points they evaluate: each point's arrival, then its
+    result, in the same order. `lag_s`: the longest wait so far."""
+
+    def __init__(self) -> None:
+        self.arrivals: collections.deque[float] = collections.deque()
+        self.lag_s, self.warned = 0.0, False
+
+    def arrived(self, now: float) -> None:
+        self.arrivals.append(now)
+
+    def answered(self, now: float) -> str | None:
+        """Notes the oldest unanswered point's result; the line to say the first time one came
+        LAG_WARNING_S or more after its point."""
+        waited = now - self.arrivals.popleft()
+        self.lag_s = max(self.lag_s, waited)
+        if waited < LAG_WARNING_S or self.warned:
+            return None
+        self.warned = True
+        return (f"an evaluation ran {waited:.0f} s behind the weights it evaluated (the driver's host is busy): "
+                f"the run learns of its target that much late; a larger --eval-every or fewer --eval-episodes "
+                f"ease it")
 
 
 class PointEvaluator:
@@ -126,6 +161,7 @@ class PointEvaluator:
         self.background = BackgroundEvaluations(mirror.learner.online, record.config, mirror.device,
                                                 on_result=wake.set)
         self.first_index = record.counters.evaluations  # the run's index of this evaluator's first evaluation
+        self.clock = LagClock()
         self.accepting = threading.Event()
         self.accepting.set()
         self.reader_failed: BaseException | None = None  # raised by the driver's next look
@@ -144,6 +180,7 @@ class PointEvaluator:
                     continue
                 for point in points:
                     if self.accepting.is_set():
+                        self.clock.arrived(time.monotonic())  # before its result can be handed back
                         self.background.submit(point, self.first_index + self.background.submitted)
         except Exception as error:  # the run must not go on without its evaluations: the driver raises it
             self.reader_failed = error
@@ -158,6 +195,8 @@ class PointEvaluator:
             self.points.refused.remove(line)
         reached = recorded = False
         for point, result in self.background.finished():
+            if (late := self.clock.answered(time.monotonic())) is not None:
+                print(f"ddq: warning: {late}", file=sys.stderr, flush=True)
             noted = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps)
             record_evaluation(self.services.store, "driver", point.version, point.env_steps,
                               result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
@@ -168,6 +207,10 @@ class PointEvaluator:
             self.mirror.sync()
             self.mirror.save(self.record)
         return reached
+
+    @property
+    def lag_s(self) -> float:
+        return self.clock.lag_s
 
     def close(self) -> None:
         """Stops taking points and abandons the evaluations not finished (called again, does nothing more)."""
