@@ -13,24 +13,39 @@ import time
 import pytest
 
 from ddq.benchmarks.procfs import parent_and_command, processes_mentioning
-from ddq.benchmarks.speedup import run_bench, table
+from ddq.benchmarks.speedup import run_bench, table, waits
 from ddq.benchmarks.testhosts import BASE, PREFIX, _ip
 from hosts import skip_unless_root
 
-pytestmark = [skip_unless_root, pytest.mark.slow]
+
+def test_each_run_says_what_it_waited_on_from_its_summary():
+    """The share of each data-parallel worker's time in the all-reduces, and the driver's slowest evaluation
+    behind its weights; nothing for serial or downpour, which evaluate in line or the weights of the moment."""
+    two = [{"collective_s": 2.37, "wall_time_s": 17.8}, {"collective_s": 2.58, "wall_time_s": 17.8}]
+    assert waits({"mode": "data-parallel", "evaluation_lag_s": 22.34, "workers": two}) == (
+        "workers 13-14% in all-reduces; evaluations up to 22.3 s behind")
+    assert waits({"mode": "downpour", "evaluation_lag_s": 0.0, "workers": [{"wall_time_s": 9.0}]}) == ""
+    assert waits({"mode": "serial", "workers": []}) == ""
 
 
+@skip_unless_root
+@pytest.mark.slow  # each test below starts a Spark cluster on test hosts
 def test_a_data_parallel_run_on_a_worker_host_reaches_the_target_beside_serial_and_leaves_nothing_behind():
     outcomes = run_bench("CartPole-v1", ["data-parallel"], workers=1, seeds=[0], on_hosts=True)
     assert [(o.configuration, o.cores) for o in outcomes] == [
         ("serial, 1 core", 1), ("data-parallel, 1 one-core worker host + a services host", 1)]
     assert all(o.seconds is not None and o.env_steps for o in outcomes), outcomes  # both reached 475
+    # what the distributed run waited on, from its summary (one worker: no all-reduce to wait in)
+    assert outcomes[0].where_time_went == "", outcomes
+    assert outcomes[1].where_time_went.startswith("workers 0% in all-reduces; evaluations up to "), outcomes
     assert "| data-parallel, 1 one-core worker host + a services host |" in table("CartPole-v1", outcomes)
     ours = f"{PREFIX}-{os.getpid()}-"  # what this process's hosts were named (other tests may run hosts now)
     assert not [name for name in _ip("netns", "list").stdout.split() if name.startswith(ours)]
     assert processes_mentioning(f"{BASE}/{ours}") == []  # the master, worker daemons and runs are gone
 
 
+@skip_unless_root
+@pytest.mark.slow
 def test_a_bench_stopped_by_sigterm_removes_its_hosts(tmp_path):
     """SIGTERM, as a scheduler or `kill` sends it, ends the bench the way Ctrl-C does: its cluster's processes,
     namespaces and folders go with it."""

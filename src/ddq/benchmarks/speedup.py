@@ -11,6 +11,8 @@ beside a services host with one more core, as on N machines and the one that
 starts the run. Both modes evaluate at the preset's `eval_every` mark, serial
 in line, the distributed driver beside the run. Configurations alternate
 seed by seed, one run at a time, so a slow spell of the machine falls on both.
+Each run's line also says what a distributed run waited on (its summary's
+`collective_s` as a share of each worker's time, and `evaluation_lag_s`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Outcome:
     seed: int
     seconds: float | None  # from the command's start to the target; None: not reached
     env_steps: int | None
+    where_time_went: str = ""  # a distributed run's waits (`waits`), for the bench's line about the run
 
 
 def train_command(env: str, mode: str, workers: int, seed: int, run_dir: str,
@@ -82,7 +85,24 @@ def cluster_failed(error: Exception) -> NoReturn:
 
 def outcome(configuration: str, cores: int, seed: int, run_dir: Path) -> Outcome:
     summary = json.loads((run_dir / "summary.json").read_text())
-    return Outcome(configuration, cores, seed, summary["time_to_target_s"], summary["steps_to_target"])
+    return Outcome(configuration, cores, seed, summary["time_to_target_s"], summary["steps_to_target"],
+                   waits(summary))
+
+
+def waits(summary: dict[str, Any]) -> str:
+    """What a distributed run waited on, from its summary: the share of each data-parallel worker's time in
+    the all-reduces, and how far behind its weights the driver's slowest evaluation came (the run learns of
+    its target that much late). Empty for a serial run."""
+    shares = [w["collective_s"] / w["wall_time_s"] for w in summary.get("workers") or []
+              if w.get("wall_time_s") and "collective_s" in w]
+    said = []
+    if shares and summary.get("mode") == "data-parallel":
+        low, high = min(shares), max(shares)
+        span = f"{low:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{100 * low:.0f}-{high:.0%}"
+        said.append(f"workers {span} in all-reduces")
+    if summary.get("evaluation_lag_s"):  # none for serial's in-line evaluations, nor downpour's of the moment
+        said.append(f"evaluations up to {summary['evaluation_lag_s']:.1f} s behind")
+    return "; ".join(said)
 
 
 def configuration_name(mode: str, workers: int, on_hosts: bool = False) -> str:
@@ -119,8 +139,8 @@ def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores:
                 else:
                     outcomes.append(run_one(env, mode, workers, seed, Path(tmp), cores))
                 done = outcomes[-1]
-                print(f"ddq: {env} {done.configuration} seed {seed}: {done.seconds} s, {done.env_steps} env steps",
-                      file=sys.stderr, flush=True)
+                print(f"ddq: {env} {done.configuration} seed {seed}: {done.seconds} s, {done.env_steps} env steps"
+                      + (f" ({done.where_time_went})" if done.where_time_went else ""), file=sys.stderr, flush=True)
     return outcomes
 
 
