@@ -108,6 +108,9 @@ def test_the_lag_clock_measures_each_result_from_its_points_arrival_and_warns_on
         clock.arrived(arrival)
     assert clock.answered(3.0) is None and clock.lag_s == 3.0  # the first point, 3 s after it arrived
     line = clock.answered(1.0 + LAG_WARNING_S + 4.0)
-    assert line is not None and f"{LAG_WARNING_S + 4.0:.0f} s behind" in line and "--eval-every" in line
+    assert line is not None and f"came {LAG_WARNING_S + 4.0:.0f} s after" in line and "--eval-every" in line
     assert clock.answered(2.0 + LAG_WARNING_S + 9.0) is None  # said once
     assert clock.lag_s == LAG_WARNING_S + 9.0
+    clock.arrived(30.0)
+    clock.abandoned(30.0 + LAG_WARNING_S + 20.0)  # the run ended first: it had waited this long at least
+    assert clock.lag_s == LAG_WARNING_S + 20.0 and not clock.arrivals

@@ -96,7 +96,7 @@ def waits(summary: dict[str, Any]) -> str:
     shares = [w["collective_s"] / w["wall_time_s"] for w in summary.get("workers") or []
               if w.get("wall_time_s") and "collective_s" in w]
     said = []
-    if shares and summary.get("mode") == "data-parallel":
+    if len(shares) > 1 and summary.get("mode") == "data-parallel":  # one worker alone all-reduces nothing
         low, high = min(shares), max(shares)
         span = f"{low:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{100 * low:.0f}-{high:.0%}"
         said.append(f"workers {span} in all-reduces")

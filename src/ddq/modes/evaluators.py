@@ -88,7 +88,8 @@ class WeightsMirror:
 class Evaluator(Protocol):
     @property
     def lag_s(self) -> float:
-        """The longest an evaluation ran behind the weights it evaluated (the summary's `evaluation_lag_s`)."""
+        """The longest an evaluation's result came after its weights reached the driver, this session (the
+        summary's `evaluation_lag_s`)."""
         ...
 
     def periodic(self, env_steps: int, stopping: bool) -> bool:
@@ -124,7 +125,8 @@ class InlineEvaluator:
 
 class LagClock:
     """How far a driver's evaluations run behind the points they evaluate: each point's arrival, then its
-    result, in the same order. `lag_s`: the longest wait so far."""
+    result, in the same order. `lag_s`: the longest wait so far (a point left unanswered at the end counts
+    what it had waited by then)."""
 
     def __init__(self) -> None:
         self.arrivals: collections.deque[float] = collections.deque()
@@ -141,9 +143,15 @@ class LagClock:
         if waited < LAG_WARNING_S or self.warned:
             return None
         self.warned = True
-        return (f"an evaluation ran {waited:.0f} s behind the weights it evaluated (the driver's host is busy): "
-                f"the run learns of its target that much late; a larger --eval-every or fewer --eval-episodes "
-                f"ease it")
+        return (f"an evaluation's result came {waited:.0f} s after its weights reached the driver (its episodes "
+                f"are long, or the driver's host is busy): the run learns of its target that much late; a larger "
+                f"--eval-every or fewer --eval-episodes ease it")
+
+    def abandoned(self, now: float) -> None:
+        """The points still unanswered (the run ended first) were at least this late."""
+        if self.arrivals:
+            self.lag_s = max(self.lag_s, now - self.arrivals[0])
+            self.arrivals.clear()
 
 
 class PointEvaluator:
@@ -216,4 +224,5 @@ class PointEvaluator:
         """Stops taking points and abandons the evaluations not finished (called again, does nothing more)."""
         self.accepting.clear()
         self.reader.join(POINT_WAIT_MS / 1000 + 1.0)  # past that, blocked on a Redis gone: it submits no more
+        self.clock.abandoned(time.monotonic())
         self.background.close()
