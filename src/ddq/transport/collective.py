@@ -30,6 +30,7 @@ import contextlib
 import datetime
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -113,12 +114,11 @@ class Collective:
     def broadcast_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Replaces `tensor` by rank 0's, in place."""
         if self.world > 1:
-            began = time.perf_counter()
-            if self.gloo:
-                self.group.broadcast(tensor, 0).wait()
-            else:
-                dist.broadcast(tensor, 0)
-            self.seconds += time.perf_counter() - began
+            with self._counted():
+                if self.gloo:
+                    self.group.broadcast(tensor, 0).wait()
+                else:
+                    dist.broadcast(tensor, 0)
         return tensor
 
     def any(self, flag: bool) -> bool:
@@ -148,19 +148,24 @@ class Collective:
         return [int(total) for total in summed.tolist()]
 
     def _all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
-        began = time.perf_counter()
-        self._reduce(tensor, op)
-        self.seconds += time.perf_counter() - began
+        with self._counted():
+            if not self.gloo:
+                dist.all_reduce(tensor, op)
+            elif op == dist.ReduceOp.SUM:  # every update's: gloo's default, with no options to build
+                self.group.allreduce([tensor]).wait()
+            else:
+                options = dist.AllreduceOptions()
+                options.reduceOp = op
+                self.group.allreduce([tensor], options).wait()
 
-    def _reduce(self, tensor: torch.Tensor, op: Any) -> None:
-        if not self.gloo:
-            dist.all_reduce(tensor, op)
-        elif op == dist.ReduceOp.SUM:  # every update's: gloo's default, with no options to build
-            self.group.allreduce([tensor]).wait()
-        else:
-            options = dist.AllreduceOptions()
-            options.reduceOp = op
-            self.group.allreduce([tensor], options).wait()
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        """Adds the time the collective call inside takes to `seconds`."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - began
 
     def close(self) -> None:
         """Leaves the group (Spark reuses the task's Python process, which may join another)."""
