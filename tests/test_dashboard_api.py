@@ -23,8 +23,10 @@ from ddq.config import settings_document
 from ddq.core.settings import build_config
 from ddq.dashboard.app import create_app
 from ddq.dashboard.series import bucket_starts
+from ddq.services.telemetry import RunReporter
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
+from ddq.transport.run_store import RunStore
 from synthetic_run import beat_workers, write_synthetic_run
 
 READ_COMMANDS = {"get", "mget", "getrange", "lrange", "llen", "hget", "hvals", "scan", "info", "ping", "hello", "client",
@@ -100,19 +102,27 @@ def test_latest_state_panels(api, big_run):
 
 def test_a_run_without_a_parameter_server_counts_its_workers_updates(big_run):
     """Data-parallel's workers apply every update themselves and no shard reports: the header's updates are
-    the workers' newest weights version (it said 0), and it has no shards (it said 1)."""
+    the workers' newest weights version (it said 0), and it has no shards (it said 1). Each worker's row says
+    its share of time in the all-reduces (the straggler has the least); the header, how far behind the
+    driver's evaluations came, as the driver records it (a change under a tenth of a second is not written)."""
     client, _ = big_run
     run, config = "data-parallel-1", build_config({"env": "CartPole-v1", "mode": "data-parallel", "workers": 2})
-    client.set(RunKeys(run).info, json.dumps({"run": run, "started": time.time(), "state": "running",
-                                              "settings": settings_document(config)}))
-    for worker, version in ((0, 40), (1, 41)):
+    reporter = RunReporter(RunStore(client, run), {"run": run, "settings": settings_document(config)}, shards=0)
+    for worker, version, collective_s in ((0, 40, 3.0), (1, 41, 0.5)):
         client.hset(RunKeys(run).workers, str(worker), json.dumps({
             "worker": worker, "attempt": 0, "env_steps": 1000, "pushes": version, "state": "running",
-            "heartbeat": time.time(), "weights_version": version, "pushes_per_s": 8.0}))
+            "heartbeat": time.time(), "weights_version": version, "pushes_per_s": 8.0, "wall_time_s": 12.0,
+            "collective_s": collective_s}))
     app = create_app(client, run)
     app.testing = True
     overview = app.test_client().get("/api/run").get_json()
     assert (overview["mode"], overview["updates"], overview["shards"]) == ("data-parallel", 41, 0)
+    assert overview["evaluation_lag_s"] == 0.0
+    reporter.record_evaluation_lag(12.34)
+    reporter.record_evaluation_lag(12.38)  # not written: within a tenth of the last
+    assert app.test_client().get("/api/run").get_json()["evaluation_lag_s"] == 12.3
+    workers = app.test_client().get("/api/workers").get_json()
+    assert [w["collective_share"] for w in workers] == [3.0 / 12.0, 0.5 / 12.0]
 
 
 def test_first_layer_images_are_the_published_weights(api, big_run):

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ddq.processes import how_it_ended
+from ddq.services.telemetry import collective_share
 
 # The tasks of the scaling issue: each env's target, and what the command adds to ddq's defaults for it.
 TASKS: dict[str, tuple[float, list[str]]] = {
@@ -93,8 +94,7 @@ def waits(summary: dict[str, Any]) -> str:
     """What a distributed run waited on, from its summary: the share of each data-parallel worker's time in
     the all-reduces, and how far behind its weights the driver's slowest evaluation came (the run learns of
     its target that much late). Empty for a serial run."""
-    shares = [w["collective_s"] / w["wall_time_s"] for w in summary.get("workers") or []
-              if w.get("wall_time_s") and "collective_s" in w]
+    shares = [share for share in map(collective_share, summary.get("workers") or []) if share is not None]
     said = []
     if len(shares) > 1 and summary.get("mode") == "data-parallel":  # one worker alone all-reduces nothing
         low, high = min(shares), max(shares)

@@ -103,6 +103,7 @@ class RunReader:
                 "updates": run_updates(server, self.workers() if workers is None else workers)[0],
                 "episodes": self.store.length("episodes"), "evaluations": self.store.length("evaluations"),
                 "summary": info.get("summary"), "restarts": info.get("restarts") or {},
+                "evaluation_lag_s": info.get("evaluation_lag_s") or 0.0,
                 "replay_version": self.store.replay_version()}
 
     def live(self, points: int) -> dict:

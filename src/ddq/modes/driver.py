@@ -218,6 +218,7 @@ class Driver:
                     stopping = False  # the supervisor names what died, if it is ours
                 self.supervisor.check(stopping)
                 s.reporter.record_restarts(self.supervisor.restarts())
+                s.reporter.record_evaluation_lag(self.evaluator.lag_s)
                 steps = s.store.env_steps()
                 if steps < counters.env_steps:  # Redis came back from a snapshot a second or two old
                     steps = s.store.add_env_steps(counters.env_steps - steps)

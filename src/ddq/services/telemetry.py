@@ -92,10 +92,18 @@ def _learner(report: dict) -> dict | None:
     return numbers
 
 
+def collective_share(row: dict) -> float | None:
+    """The share of a data-parallel worker's time spent in its stage's all-reduces and broadcasts, waiting
+    there for slower workers included (its `collective_s` over its wall time): the worker with far less
+    than the others is the one they wait for. None for a row without both (other modes, a worker starting)."""
+    seconds, wall = _number(row.get("collective_s")), _number(row.get("wall_time_s"))
+    return min(seconds / wall, 1.0) if seconds and wall else None
+
+
 def worker_rows(store: RunStore, now: float | None = None) -> list[dict]:
-    """Each worker attempt's latest statistics, by worker id and attempt, with its heartbeat's age; a
-    silent state for one that stopped beating without saying it finished, and replaced for an attempt
-    Spark retried (its steps and pushes still count)."""
+    """Each worker attempt's latest statistics, by worker id and attempt, with its heartbeat's age and its
+    `collective_share`; a silent state for one that stopped beating without saying it finished, and
+    replaced for an attempt Spark retried (its steps and pushes still count)."""
     now = time.time() if now is None else now
     rows = []
     for stats in map(json_object, store.worker_rows()):
@@ -104,7 +112,8 @@ def worker_rows(store: RunStore, now: float | None = None) -> list[dict]:
         age = now - (_number(stats.get("heartbeat")) or 0.0)
         if stats.get("state") == "running" and age > SILENT_AFTER_S:
             stats["state"] = "silent"
-        rows.append({**stats, "heartbeat_age_s": age, "restarts": int(_number(stats.get("attempt")) or 0)})
+        rows.append({**stats, "heartbeat_age_s": age, "restarts": int(_number(stats.get("attempt")) or 0),
+                     "collective_share": collective_share(stats)})
     rows.sort(key=lambda row: (row["worker"], row["restarts"]))
     for older, newer in zip(rows, rows[1:]):
         if older["worker"] == newer["worker"] and older.get("state") in ("running", "silent"):
@@ -268,6 +277,13 @@ class RunReporter:
         """The processes the driver restarted so far (by name), in the run's info, when they changed."""
         if restarts != self.info.get("restarts", {}):
             self.info["restarts"] = dict(restarts)
+            self.store.write_info(self.info)
+
+    def record_evaluation_lag(self, lag_s: float) -> None:
+        """The longest an evaluation's result came after its weights reached the driver so far (the summary's
+        `evaluation_lag_s`), in the run's info, when it grew by a tenth of a second or more."""
+        if lag_s >= self.info.get("evaluation_lag_s", 0.0) + 0.1:
+            self.info["evaluation_lag_s"] = round(lag_s, 1)
             self.store.write_info(self.info)
 
     def finish(self, summary: dict) -> None:

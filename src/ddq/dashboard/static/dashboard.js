@@ -175,6 +175,9 @@ function showRun(run) {
                     ["elapsed", fmtDuration(run.started ? now - run.started : null)]];
   const restarts = Object.values(run.restarts || {}).reduce((sum, n) => sum + n, 0);
   if (restarts) counters.push(["process restarts", fmt(restarts)]);  // shards the driver restarted
+  // how far the driver's evaluations run behind the weights they test: the run learns of its target that much
+  // late (shown from a second on; in-line evaluations are never behind)
+  if (run.evaluation_lag_s >= 1) counters.push(["evaluations behind by", fmtDuration(run.evaluation_lag_s)]);
   document.getElementById("counters").replaceChildren(...counters.map(([name, value]) => {
     const div = el("div");
     div.append(el("dt", name), el("dd", value));
@@ -275,6 +278,7 @@ function showWorkers(workers, run) {
     "about 20 s). The charts fill once they report." : "";
   fillTable(document.querySelector("#workers tbody"), workers.map((w) => [
     `#${w.worker}`, { text: w.state, className: `state-${w.state}` }, fmt(w.env_steps), fmt(w.env_steps_per_s),
+    w.collective_share === null || w.collective_share === undefined ? "–" : `${Math.round(100 * w.collective_share)}%`,
     fmt(w.pushes_per_s), fmt(w.backlog_waits), `${fmtDuration(w.heartbeat_age_s)} ago`, fmt(w.restarts), String(w.pid),
   ]));
 }
