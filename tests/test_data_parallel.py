@@ -14,6 +14,7 @@ import pytest
 
 from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
 from ddq.benchmarks.procfs import processes_mentioning
+from ddq.services.telemetry import collective_share
 from test_downpour import TAGS
 from test_failures import finish, private_redis, wait_for, wait_for_progress
 
@@ -74,8 +75,10 @@ def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
         wait_for_progress(run_dir, process, log, 15_000)
         with private_redis(run_dir, process) as client:
             workers = wait_for(lambda: next(client.scan_iter("ddq:*:workers"), None), process)
-            pid = json.loads(client.hget(workers, "1:0"))["pid"]
-        os.kill(pid, signal.SIGKILL)
+            row = json.loads(client.hget(workers, "1:0"))
+        # its live row says what share of its time went to the all-reduces so far (the dashboard's column)
+        assert 0 < collective_share(row) < 1, row
+        os.kill(row["pid"], signal.SIGKILL)
         code, _ = finish(process, log)
     finally:
         if process.poll() is None:

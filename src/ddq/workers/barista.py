@@ -46,7 +46,7 @@ class WorkerStats:
     gradients: int = 0  # computed: downpour merges those computed while a push is on the wire into one push
     episodes: int = 0
     backlog_waits: int = 0
-    wall_time_s: float = 0.0
+    wall_time_s: float = 0.0  # playing and learning, as of its last heartbeat
     state: str = "starting"
     heartbeat: float = 0.0
     pid: int = 0
@@ -170,15 +170,21 @@ class Barista:
         """Plays and learns for `env_steps` more steps of its own (None: until the run's global budget
         is spent), stopping early if the run is stopped; heartbeats as it goes."""
         started, goal = time.time(), None if env_steps is None else self.actor.env_steps + env_steps
+        spent_before = self.stats.wall_time_s
+
+        def clock() -> None:  # the row's wall time as of now, so that shares of it read right while it runs
+            self.stats.wall_time_s = spent_before + time.time() - started
+
         self.source.sync()
         self.heartbeat("running")
         next_beat = time.monotonic() + HEARTBEAT_S
         while not self.finished() and (goal is None or self.actor.env_steps < goal):
             self.learn(self.play())
             if time.monotonic() >= next_beat:
+                clock()
                 self.heartbeat("running")
                 next_beat = time.monotonic() + HEARTBEAT_S
-        self.stats.wall_time_s += time.time() - started
+        clock()
         done = self.finished()
         if done:  # the source sends what it still holds (an overlapped push), so the last row counts it
             self.source.close()
