@@ -88,11 +88,12 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
         assert list((cluster.hosts.tmp(host) / "spark-work").rglob("ddq.zip")), f"ddq was not shipped to {host}"
     assert not (cluster.hosts.tmp("h1") / name).exists() and not (cluster.hosts.tmp("h2") / name).exists()
     assert len(summary["workers"]) == 2
-    if mode == "actor-learner":  # every eval_every mark (1000) of the env steps trained on was evaluated, in order
+    if mode == "actor-learner":  # eval_every marks (1000) of the env steps trained on were evaluated, in order,
+        # every one but those a newer point replaced as they waited for the driver's evaluator
         points = [point for point in map(json.loads, metrics) if point["kind"] == "eval" and "trained_steps" in point]
-        marks = [point["trained_steps"] for point in points]
-        assert [mark // 1000 for mark in marks] == list(range(1, len(marks) + 1))
-        assert all(mark % 1000 < 200 for mark in marks)  # taken within a message's worth of steps of the mark
+        marks = [point["trained_steps"] // 1000 for point in points]
+        assert marks == sorted(set(marks)) and marks[-1] <= len(marks) + summary["evaluation_points_skipped"]
+        assert all(point["trained_steps"] % 1000 < 200 for point in points)  # within a message's worth of the mark
         first = next(point for point in points if point["mean_return"] >= 475)  # reported at its acted steps
         assert summary["steps_to_target"] == first["env_steps"] >= first["trained_steps"]
     elif mode == "data-parallel":  # one group across h1 and h2: each worker applied every averaged update

@@ -19,11 +19,14 @@ from hosts import skip_unless_root
 
 
 def test_each_run_says_what_it_waited_on_from_its_summary():
-    """The share of each data-parallel worker's time in the all-reduces, and the driver's slowest evaluation
-    behind its weights; nothing for serial or downpour, which evaluate in line or the weights of the moment."""
+    """The share of each data-parallel worker's time in the all-reduces, the driver's slowest evaluation
+    behind its weights and the points it skipped; nothing for serial or downpour, which evaluate in line or
+    the weights of the moment."""
     two = [{"collective_s": 2.37, "wall_time_s": 17.8}, {"collective_s": 2.58, "wall_time_s": 17.8}]
     assert waits({"mode": "data-parallel", "evaluation_lag_s": 22.34, "workers": two}) == (
         "workers 13-14% in all-reduces; evaluations up to 22.3 s behind")
+    assert waits({"mode": "actor-learner", "evaluation_lag_s": 2.0, "evaluation_points_skipped": 1, "workers": two}) == (
+        "evaluations up to 2.0 s behind; 1 evaluation point skipped")
     assert waits({"mode": "downpour", "evaluation_lag_s": 0.0, "workers": [{"wall_time_s": 9.0}]}) == ""
     assert waits({"mode": "serial", "workers": []}) == ""
     assert waits({"mode": "data-parallel", "workers": two[:1]}) == ""  # one worker alone all-reduces nothing

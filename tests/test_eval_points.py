@@ -4,6 +4,7 @@ driver's background evaluations, which hand results back in order, and how far b
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from torch import nn
 from ddq.bookkeeping import play_evaluation
 from ddq.config import config_of
 from ddq.models import FlatParameters
-from ddq.modes.background_eval import BackgroundEvaluations
+from ddq.modes.background_eval import BackgroundEvaluations, ThreadTimes, idle_share
 from ddq.modes.evaluators import LAG_WARNING_S, LagClock
 from ddq.transport.eval_points import EvaluationPoint, PointReader, publish_point
 from ddq.transport.redis_server import EmbeddedRedis
@@ -75,42 +76,108 @@ def test_a_blocked_read_returns_the_point_published_while_it_waits(client):
     assert [(p.version, p.env_steps) for p in points] == [(7, 5000)]
 
 
-def test_background_evaluations_play_each_point_with_its_own_weights_and_report_in_order():
+def _points(flat: FlatParameters, count: int) -> list[EvaluationPoint]:
+    """Points 1000, 2000, ... env steps in, each with weights of its own."""
+    return [EvaluationPoint(k, 1000 * (k + 1), 1000 * (k + 1),
+                            np.random.default_rng(k).normal(size=flat.size).astype(np.float32)) for k in range(count)]
+
+
+def _played_as_the_run_would(point: EvaluationPoint, config, index: int) -> list[float]:
+    network = _network(2)
+    FlatParameters(network).assign(point.weights)
+    return play_evaluation(network, config, index, torch.device("cpu")).returns
+
+
+def test_a_point_that_waits_for_a_busy_thread_gives_way_to_a_newer_one():
+    """One core, evaluations that keep it busy: one thread. Points that come while it plays wait, the newest
+    in place of the older (skipped, counted), so the next result is about the newest weights; results come
+    in order, each played with its point's weights and the episodes of its point's index in the run (skipped
+    points counted: a point plays the same episodes whichever were skipped)."""
     config = config_of(env="CartPole-v1", eval_episodes=5, seed=3)
     network = _network(1)
-    flat = FlatParameters(network)
-    weights = [np.random.default_rng(k).normal(size=flat.size).astype(np.float32) for k in range(3)]
-    woken = threading.Semaphore(0)  # released by each result as it is done: the driver's loop wakes on it
-    background = BackgroundEvaluations(network, config, torch.device("cpu"), max_threads=2, on_result=woken.release)
+    points = _points(FlatParameters(network), 4)
+    inside, leave = threading.Event(), threading.Event()  # the thread holds on in the result's callback
+
+    def hold() -> None:
+        inside.set()
+        assert leave.wait(60)
+
+    background = BackgroundEvaluations(network, config, torch.device("cpu"), first_index=7, cores=1, on_result=hold)
     try:
-        for index, values in enumerate(weights):
-            background.submit(EvaluationPoint(index, 1000 * (index + 1), 1000 * (index + 1), values), index)
-        results: list = []
-        for _ in weights:
+        background.submit(points[0])
+        assert inside.wait(120)  # the first is played, and its thread busy
+        for point in points[1:]:
+            background.submit(point)
+        assert background.skipped == 2 and background.pending() == 2  # the first's result, and the last point
+        inside.clear()
+        leave.set()
+        assert inside.wait(120)
+        results = background.finished()
+    finally:
+        background.close()
+    assert [finished.point.trained_steps for finished in results] == [1000, 4000] and background.pending() == 0
+    assert len(background.threads) == 1
+    assert [finished.result.returns for finished in results] == [
+        _played_as_the_run_would(points[0], config, 7), _played_as_the_run_would(points[3], config, 10)]
+
+
+def test_evaluations_that_wait_on_their_simulator_get_a_thread_for_each_point():
+    """On a simulator slept 2 ms a step, an evaluation spends most of its time off the core: points that
+    come while one plays each get a thread of their own (up to `max_threads`), none skipped."""
+    config = config_of(env="CartPole-v1", eval_episodes=2, seed=3, step_latency_ms=2.0)
+    network = _network(1)
+    points = _points(FlatParameters(network), 4)
+    woken = threading.Semaphore(0)
+    background = BackgroundEvaluations(network, config, torch.device("cpu"), max_threads=3, cores=1,
+                                       on_result=woken.release)
+    try:
+        background.submit(points[0])
+        assert woken.acquire(timeout=120)  # the first result shows it: more threads than cores from now
+        for point in points[1:]:
+            background.submit(point)
+        results = background.finished()
+        while len(results) < 4:
             assert woken.acquire(timeout=120)
             results += background.finished()
     finally:
         background.close()
-    assert [point.trained_steps for point, _ in results] == [1000, 2000, 3000] and background.pending() == 0
-    assert len(background.threads) == 2  # a thread per waiting point, up to the most allowed
-    for (point, result), values in zip(results, weights):  # the same episodes as the run's evaluation index
-        expected_net = _network(2)
-        FlatParameters(expected_net).assign(values)
-        assert result.returns == play_evaluation(expected_net, config, point.version, torch.device("cpu")).returns
+    assert [finished.point.trained_steps for finished in results] == [1000, 2000, 3000, 4000]
+    assert background.skipped == 0 and len(background.threads) == 3
+
+
+def test_a_threads_idle_share_is_its_time_neither_on_a_core_nor_queued_for_one():
+    """Read from the kernel's scheduler statistics: a thread that sleeps is idle, one that computes is not,
+    however busy the machine's cores are (time queued for one counts as busy)."""
+    shares = {}
+
+    def measure(name: str, work) -> None:
+        before, started = ThreadTimes.now(), time.monotonic()
+        work()
+        shares[name] = idle_share(before, ThreadTimes.now(), time.monotonic() - started)
+
+    def spin() -> None:
+        until = time.thread_time() + 0.2
+        while time.thread_time() < until:
+            pass
+
+    for name, work in (("sleeps", lambda: time.sleep(0.2)), ("computes", spin)):
+        thread = threading.Thread(target=measure, args=(name, work))
+        thread.start()
+        thread.join()
+    assert shares["sleeps"] > 0.9 and shares["computes"] < 0.1, shares
+    assert idle_share(None, ThreadTimes(1.0, 0.0), 1.0) == 0.0  # the kernel did not say: taken as busy
 
 
 def test_the_lag_clock_measures_each_result_from_its_points_arrival_and_warns_once():
-    """Results come back in the order their points arrived; the longest wait is kept, and only the first
-    result LAG_WARNING_S or more behind its point gets a line (a driver whose host is busy learns of its
-    target that much late)."""
+    """The longest wait is kept, and only the first result LAG_WARNING_S or more behind its point gets a line
+    (a driver whose host is busy learns of its target that much late)."""
     clock = LagClock()
-    for arrival in (0.0, 1.0, 2.0):
-        clock.arrived(arrival)
-    assert clock.answered(3.0) is None and clock.lag_s == 3.0  # the first point, 3 s after it arrived
-    line = clock.answered(1.0 + LAG_WARNING_S + 4.0)
+    assert clock.answered(0.0, 3.0) is None and clock.lag_s == 3.0  # the first point, 3 s after it arrived
+    line = clock.answered(1.0, 1.0 + LAG_WARNING_S + 4.0)
     assert line is not None and f"came {LAG_WARNING_S + 4.0:.0f} s after" in line and "--eval-every" in line
-    assert clock.answered(2.0 + LAG_WARNING_S + 9.0) is None  # said once
+    assert clock.answered(2.0, 2.0 + LAG_WARNING_S + 9.0) is None  # said once
     assert clock.lag_s == LAG_WARNING_S + 9.0
-    clock.arrived(30.0)
-    clock.abandoned(30.0 + LAG_WARNING_S + 20.0)  # the run ended first: it had waited this long at least
-    assert clock.lag_s == LAG_WARNING_S + 20.0 and not clock.arrivals
+    clock.abandoned(None, 100.0)  # nothing was left unanswered
+    assert clock.lag_s == LAG_WARNING_S + 9.0
+    clock.abandoned(30.0, 30.0 + LAG_WARNING_S + 20.0)  # the run ended first: it had waited this long at least
+    assert clock.lag_s == LAG_WARNING_S + 20.0

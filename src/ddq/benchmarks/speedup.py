@@ -92,8 +92,9 @@ def outcome(configuration: str, cores: int, seed: int, run_dir: Path) -> Outcome
 
 def waits(summary: dict[str, Any]) -> str:
     """What a distributed run waited on, from its summary: the share of each data-parallel worker's time in
-    the all-reduces, and how far behind its weights the driver's slowest evaluation came (the run learns of
-    its target that much late). Empty for a serial run."""
+    the all-reduces, how far behind its weights the driver's slowest evaluation came (the run learns of
+    its target that much late), and the evaluation points a newer one replaced as they waited. Empty for a
+    serial run."""
     shares = [share for share in map(collective_share, summary.get("workers") or []) if share is not None]
     said = []
     if len(shares) > 1 and summary.get("mode") == "data-parallel":  # one worker alone all-reduces nothing
@@ -102,6 +103,8 @@ def waits(summary: dict[str, Any]) -> str:
         said.append(f"workers {span} in all-reduces")
     if summary.get("evaluation_lag_s"):  # none for serial's in-line evaluations, nor downpour's of the moment
         said.append(f"evaluations up to {summary['evaluation_lag_s']:.1f} s behind")
+    if skipped := summary.get("evaluation_points_skipped"):
+        said.append(f"{skipped} evaluation point{'s' if skipped != 1 else ''} skipped")
     return "; ".join(said)
 
 

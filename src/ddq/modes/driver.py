@@ -273,6 +273,7 @@ class Driver:
         summary = run_summary(self.config, counters, self.record.last_eval, self.mirror.version, path, reason)
         summary.update(stopped_by=self.signals.received, restarts=self.supervisor.restarts(), workers=workers,
                        gradients_received=received, account=account, evaluation_lag_s=self.evaluator.lag_s,
+                       evaluation_points_skipped=self.evaluator.skipped,
                        **lost_and_redone(workers))
         self.record.log.write_summary(summary)
         return summary

@@ -1,11 +1,10 @@
 """How a distributed run's driver evaluates: its mirror of the weights, and the two ways evaluations are
 timed. Downpour evaluates in line at each eval_every mark of the workers' env steps; actor-learner
-evaluates, beside the run, the weights the learner kept at each mark of the env steps it trained on
-(so each mark is evaluated as serial training's would be)."""
+and data-parallel evaluate, beside the run, the weights the learner kept at each mark of the env steps it
+trained on (each mark as serial training's would be, but those a newer mark replaced while they waited)."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import sys
 import threading
@@ -92,6 +91,12 @@ class Evaluator(Protocol):
         summary's `evaluation_lag_s`)."""
         ...
 
+    @property
+    def skipped(self) -> int:
+        """Evaluation points not evaluated because a newer one came while they waited (the summary's
+        `evaluation_points_skipped`)."""
+        ...
+
     def periodic(self, env_steps: int, stopping: bool) -> bool:
         """Evaluates what is due at `env_steps` of the run; True once an evaluation reached the target."""
         ...
@@ -108,6 +113,7 @@ class InlineEvaluator:
     """Evaluates the mirror in the driver's loop once the workers' env steps cross each eval_every mark."""
 
     lag_s = 0.0  # it evaluates the weights of the moment
+    skipped = 0
 
     def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices, wake: threading.Event):
         self.mirror, self.record, self.services = mirror, record, services
@@ -124,21 +130,17 @@ class InlineEvaluator:
 
 
 class LagClock:
-    """How far a driver's evaluations run behind the points they evaluate: each point's arrival, then its
-    result, in the same order. `lag_s`: the longest wait so far (a point left unanswered at the end counts
-    what it had waited by then)."""
+    """How far a driver's evaluations run behind the points they evaluate. `lag_s`: the longest a result
+    came after its point's arrival so far (a point left unanswered at the end counts what it had waited by
+    then)."""
 
     def __init__(self) -> None:
-        self.arrivals: collections.deque[float] = collections.deque()
         self.lag_s, self.warned = 0.0, False
 
-    def arrived(self, now: float) -> None:
-        self.arrivals.append(now)
-
-    def answered(self, now: float) -> str | None:
-        """Notes the oldest unanswered point's result; the line to say the first time one came
+    def answered(self, arrived: float, now: float) -> str | None:
+        """Notes a result for the point that arrived at `arrived`; the line to say the first time one came
         LAG_WARNING_S or more after its point."""
-        waited = now - self.arrivals.popleft()
+        waited = now - arrived
         self.lag_s = max(self.lag_s, waited)
         if waited < LAG_WARNING_S or self.warned:
             return None
@@ -147,15 +149,15 @@ class LagClock:
                 f"are long, or the driver's host is busy): the run learns of its target that much late; a larger "
                 f"--eval-every or fewer --eval-episodes ease it")
 
-    def abandoned(self, now: float) -> None:
-        """The points still unanswered (the run ended first) were at least this late."""
-        if self.arrivals:
-            self.lag_s = max(self.lag_s, now - self.arrivals[0])
-            self.arrivals.clear()
+    def abandoned(self, oldest_arrival: float | None, now: float) -> None:
+        """The run ended with points unanswered, the oldest arrived at `oldest_arrival` (None: none was)."""
+        if oldest_arrival is not None:
+            self.lag_s = max(self.lag_s, now - oldest_arrival)
 
 
 class PointEvaluator:
-    """Evaluates every evaluation point the learner published, beside the run and in order. A point is
+    """Evaluates the evaluation points the learner published, beside the run and in order, skipping one a
+    newer point replaced while it waited for a free thread (`ddq.modes.background_eval`). A point is
     logged at the env steps the actors had played when it was published.
 
     A thread of its own waits on the points' stream and hands each point to an evaluation as it arrives,
@@ -167,8 +169,7 @@ class PointEvaluator:
         flat = mirror.learner.flat
         self.points = services.store.evaluation_points(layout_bytes(flat.layout_hash()), flat.size)
         self.background = BackgroundEvaluations(mirror.learner.online, record.config, mirror.device,
-                                                on_result=wake.set)
-        self.first_index = record.counters.evaluations  # the run's index of this evaluator's first evaluation
+                                                first_index=record.counters.evaluations, on_result=wake.set)
         self.clock = LagClock()
         self.accepting = threading.Event()
         self.accepting.set()
@@ -188,8 +189,7 @@ class PointEvaluator:
                     continue
                 for point in points:
                     if self.accepting.is_set():
-                        self.clock.arrived(time.monotonic())  # before its result can be handed back
-                        self.background.submit(point, self.first_index + self.background.submitted)
+                        self.background.submit(point)
         except Exception as error:  # the run must not go on without its evaluations: the driver raises it
             self.reader_failed = error
 
@@ -202,8 +202,8 @@ class PointEvaluator:
             print(f"ddq: warning: {line}", file=sys.stderr, flush=True)
             self.points.refused.remove(line)
         reached = recorded = False
-        for point, result in self.background.finished():
-            if (late := self.clock.answered(time.monotonic())) is not None:
+        for point, result, arrived in self.background.finished():
+            if (late := self.clock.answered(arrived, time.monotonic())) is not None:
                 print(f"ddq: warning: {late}", file=sys.stderr, flush=True)
             noted = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps)
             record_evaluation(self.services.store, "driver", point.version, point.env_steps,
@@ -220,9 +220,13 @@ class PointEvaluator:
     def lag_s(self) -> float:
         return self.clock.lag_s
 
+    @property
+    def skipped(self) -> int:
+        return self.background.skipped
+
     def close(self) -> None:
         """Stops taking points and abandons the evaluations not finished (called again, does nothing more)."""
         self.accepting.clear()
         self.reader.join(POINT_WAIT_MS / 1000 + 1.0)  # past that, blocked on a Redis gone: it submits no more
-        self.clock.abandoned(time.monotonic())
+        self.clock.abandoned(self.background.oldest_arrival(), time.monotonic())
         self.background.close()
