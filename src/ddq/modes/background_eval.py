@@ -10,18 +10,19 @@ with one worker host), and the run learnt of its target that much late.
 
 So a point that finds every thread busy waits for the next free one, and a
 newer point takes its place: the older is skipped (counted), and a result is
-at most about two evaluations behind its point. Threads: one per core the
-process may use, for evaluations that keep their thread busy (more would
-only share the cores and slow each one); where an evaluation spends most of
-its time neither on a core nor waiting for one (a simulator that waits on
-each step), threads are added as points would wait, up to `MAX_THREADS`.
+at most about two evaluations behind its point. Threads: one while the
+evaluations keep a core busy (the time their threads spend on a core or
+queued for one, over the time any plays), since Python's lock lets one
+thread compute at a time and a second would only slow the first; where they
+leave it idle more than half that time (a simulator that waits on each
+step), up to `MAX_THREADS` play side by side.
 """
 
 from __future__ import annotations
 
 import collections
 import copy
-import os
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from ddq.models import FlatParameters
 from ddq.transport.eval_points import EvaluationPoint
 
 MAX_THREADS = 16
-IDLE_SHARE_FOR_MORE_THREADS = 0.5  # of an evaluation's wall time off the cores and not queued for one
+BUSY_SHARE_FOR_ONE_THREAD = 0.5  # of the time any evaluation plays: their threads on a core or queued for one
 
 
 class Finished(NamedTuple):
@@ -48,7 +49,6 @@ class Finished(NamedTuple):
 
 class Waiting(NamedTuple):
     point: EvaluationPoint
-    evaluation_index: int  # the run's, which decides the episodes' seeds
     arrived: float
 
 
@@ -68,13 +68,12 @@ class ThreadTimes(NamedTuple):
         return cls(int(on_core) / 1e9, int(queued) / 1e9)
 
 
-def idle_share(before: ThreadTimes | None, after: ThreadTimes | None, wall_s: float) -> float:
-    """The share of `wall_s` a thread spent neither on a core nor queued for one (sleeping, waiting on
-    I/O); 0 where the kernel does not say (taken as busy: no more threads than cores)."""
-    if before is None or after is None or wall_s <= 0:
-        return 0.0
-    busy = (after.on_core - before.on_core) + (after.queued - before.queued)
-    return max(0.0, 1.0 - busy / wall_s)
+def busy_seconds(before: ThreadTimes | None, after: ThreadTimes | None) -> float | None:
+    """A thread's time on a core or queued for one between two readings; None where the kernel does not
+    say (then one thread plays: evaluations are taken to keep a core busy)."""
+    if before is None or after is None:
+        return None
+    return (after.on_core - before.on_core) + (after.queued - before.queued)
 
 
 class BackgroundEvaluations:
@@ -82,42 +81,45 @@ class BackgroundEvaluations:
     docstring); `finished` hands back results in the order their points arrived."""
 
     def __init__(self, network: nn.Module, config: TrainConfig, device: torch.device, first_index: int = 0,
-                 max_threads: int = MAX_THREADS, cores: int | None = None,
-                 on_result: Callable[[], None] = lambda: None):
-        """`first_index`: the run's index of the first point submitted here; each point's (skipped ones
-        counted) decides its episodes' seeds, so a point plays the same episodes whichever others were
-        skipped. `cores`: those the process may use (default: its affinity). `on_result`: called on an
-        evaluation's thread as each result is done (it wakes the driver's loop)."""
+                 max_threads: int = MAX_THREADS, on_result: Callable[[], None] = lambda: None):
+        """`first_index`: the run's index of the first evaluation played here (each index decides its
+        episodes' seeds, as serial training's n-th evaluation's). `on_result`: called on an evaluation's
+        thread as each result is done, or an evaluation failed (it wakes the driver's loop)."""
         self.config, self.device, self.network, self.first_index = config, device, network, first_index
-        self.on_result = on_result
-        self.max_threads = max_threads
-        self.busy_limit = min(max_threads, cores or len(os.sched_getaffinity(0)))
-        self.limit = self.busy_limit  # until an evaluation shows it waits on something other than the cores
+        self.on_result, self.max_threads = on_result, max_threads
+        self.limit = 1  # evaluations playing at once: one, until they show they leave the core idle
         self.changed = threading.Condition()
         self.waiting: collections.deque[Waiting] = collections.deque()
         self.playing: dict[int, float] = {}  # order of each evaluation begun and not done: its point's arrival
         self.done: dict[int, Finished] = {}
-        self.submitted = self.begun = self.reported = self.skipped = 0
-        self.idle_threads = 0  # threads started and not playing an evaluation
+        self.begun = self.reported = self.skipped = 0
+        self.idle_threads = 0  # threads started that take a point as soon as one waits and the limit allows
+        self.busy_s = self.played_s = 0.0  # the evaluations' threads on a core or queued; the time any played
+        self.playing_since = 0.0
+        self.failed: BaseException | None = None  # an evaluation's error: the driver raises it
         self.stopping = False
         self.threads: list[threading.Thread] = []
 
     def submit(self, point: EvaluationPoint) -> None:
         """Evaluates `point` when a thread is free, unless a newer point comes first."""
         with self.changed:
-            self.waiting.append(Waiting(point, self.first_index + self.submitted, time.monotonic()))
-            self.submitted += 1
-            wanted = len(self.waiting) > self.idle_threads and len(self.threads) < self.limit
-            self.idle_threads += wanted  # the new thread's, from now: it takes a point as it starts
-            while len(self.waiting) > max(1, self.idle_threads):  # one point waits for a busy thread, at most
+            self.waiting.append(Waiting(point, time.monotonic()))
+            thread = None
+            if len(self.waiting) > self.idle_threads and len(self.threads) < self.limit:
+                thread = threading.Thread(target=self._work, args=(copy.deepcopy(self.network),), daemon=True,
+                                          name=f"evaluate-{len(self.threads)}")
+                self.threads.append(thread)
+                self.idle_threads += 1
+            while len(self.waiting) > self._free() + 1:  # beyond those taken now, one waits for a busy thread
                 self.waiting.popleft()
                 self.skipped += 1
             self.changed.notify_all()
-        if wanted:
-            thread = threading.Thread(target=self._work, args=(copy.deepcopy(self.network),), daemon=True,
-                                      name=f"evaluate-{len(self.threads)}")
-            self.threads.append(thread)
+        if thread is not None:
             thread.start()
+
+    def _free(self) -> int:
+        """Threads that take a waiting point at once."""
+        return max(0, min(self.idle_threads, self.limit - len(self.playing)))
 
     def pending(self) -> int:
         """Submitted, not skipped, and not yet handed back."""
@@ -139,35 +141,58 @@ class BackgroundEvaluations:
                 self.reported += 1
         return results
 
-    def _take(self) -> tuple[int, Waiting] | None:
-        """The oldest waiting point, with its evaluation's order, once there is one; None once stopping. The
-        calling thread counts as idle until it takes one."""
+    def _take(self, counted: bool) -> tuple[int, Waiting] | None:
+        """The oldest waiting point once the limit lets one more play, with its evaluation's order; None once
+        stopping. `counted`: this thread is among the idle already (it has just started)."""
         with self.changed:
-            while not self.waiting and not self.stopping:
+            self.idle_threads += not counted
+            while not self.stopping and not (self.waiting and len(self.playing) < self.limit):
                 self.changed.wait()
+            self.idle_threads -= 1
             if self.stopping:
                 return None
             taken = self.waiting.popleft()
-            self.idle_threads -= 1
+            if not self.playing:
+                self.playing_since = time.monotonic()
             order, self.begun = self.begun, self.begun + 1
             self.playing[order] = taken.arrived
             return order, taken
 
     def _work(self, network: nn.Module) -> None:
         flat = FlatParameters(network)  # this thread's own weights
-        while (taken := self._take()) is not None:
-            order, (point, index, arrived) = taken
-            flat.assign(point.weights)
-            before, started = ThreadTimes.now(), time.monotonic()
-            result = play_evaluation(network, self.config, index, self.device,
-                                     should_stop=lambda: self.stopping)
-            idle = idle_share(before, ThreadTimes.now(), time.monotonic() - started)
+        counted = True
+        while (taken := self._take(counted)) is not None:
+            counted = False
+            order, (point, arrived) = taken
+            before = ThreadTimes.now()
+            try:
+                flat.assign(point.weights)
+                result = play_evaluation(network, self.config, self.first_index + order, self.device,
+                                         should_stop=lambda: self.stopping)
+            except BaseException as error:  # the run must not go on without its evaluations
+                with self.changed:
+                    self.failed = self.failed or error
+                    self.stopping = True
+                    self.changed.notify_all()
+                self.on_result()
+                return
+            busy = busy_seconds(before, ThreadTimes.now())
             with self.changed:
-                self.limit = self.max_threads if idle > IDLE_SHARE_FOR_MORE_THREADS else self.busy_limit
                 del self.playing[order]
                 self.done[order] = Finished(point, result, arrived)
-                self.idle_threads += 1
+                self._note_busy(busy)
+                self.changed.notify_all()  # a thread may take the next point, or more may play now
             self.on_result()
+
+    def _note_busy(self, busy: float | None) -> None:
+        """Adds an evaluation's busy time and sets how many may play at once (under the lock)."""
+        now = time.monotonic()
+        self.busy_s += busy if busy is not None else math.inf
+        if not self.playing:
+            self.played_s += now - self.playing_since
+        played = self.played_s + (now - self.playing_since if self.playing else 0.0)
+        waits = played > 0 and self.busy_s < BUSY_SHARE_FOR_ONE_THREAD * played
+        self.limit = self.max_threads if waits else 1
 
     def close(self, timeout: float = 10.0) -> None:
         """Abandons what is not finished; each thread ends within one env step of its evaluation."""

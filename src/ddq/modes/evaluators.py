@@ -196,6 +196,8 @@ class PointEvaluator:
     def periodic(self, env_steps: int, stopping: bool) -> bool:
         if self.reader_failed is not None:
             raise self.reader_failed
+        if self.background.failed is not None:
+            raise self.background.failed
         if stopping:
             self.accepting.clear()  # no new evaluation starts once the run stops
         for line in list(self.points.refused):
