@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import time
 
 import pytest
 
@@ -100,3 +102,45 @@ def test_restarts_are_limited_within_a_window_so_a_long_run_outlives_rare_deaths
     kill(entry.process)
     with pytest.raises(ProcessFailed, match="after 3 restarts within 10 minutes"):
         supervisor.check()
+
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for init to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _within(seconds: float, condition) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_stopping_a_process_ends_what_it_forked_when_it_must_be_killed():
+    """A parent that ignores SIGTERM (as Celery's worker finishing a task does) is killed after the wait, and
+    its forked child (as Celery's embedded beat) goes with it rather than living on under init."""
+    parent = spawn([sys.executable, "-c", "import os, signal, time\n"
+                    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                    "os.fork()\n"
+                    "time.sleep(600)"])
+    listed: list[str] = []
+    try:
+        def forked() -> bool:
+            with open(f"/proc/{parent.pid}/task/{parent.pid}/children") as children:
+                listed[:] = children.read().split()
+            return bool(listed)
+
+        assert _within(60, forked)
+        assert stop(parent, timeout=0.5) == -signal.SIGKILL
+        assert _within(10, lambda: not _alive(int(listed[0])))
+    finally:
+        for pid in listed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)

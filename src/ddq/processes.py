@@ -80,7 +80,10 @@ def spawn(command: Sequence[str], log_path: Path | None = None, env: dict[str, s
 
 
 def stop(process: subprocess.Popen, timeout: float = 10.0) -> int | None:
-    """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
+    """SIGTERM, then SIGKILL after `timeout`; returns the exit code. What the process forked is ended with
+    it: `spawn` makes each process lead a group of its own, and a child outlives a SIGKILLed parent (Celery's
+    embedded beat did, its worker killed mid-task after the warm shutdown's wait, and a prctl death signal is
+    not inherited across fork)."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
@@ -88,6 +91,9 @@ def stop(process: subprocess.Popen, timeout: float = 10.0) -> int | None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+    if os.getpgid(0) != process.pid:  # never this process's own group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # what is left of its group: orphans by now
     return process.returncode
 
 
