@@ -96,10 +96,10 @@ def test_bf16_precision_gives_the_fp32_gradient_to_bfloat16_accuracy():
 
     from torch import nn
 
-    from ddq.core.algorithms.dqn import replay_gradient
     from ddq.core.learner import Learner
     from ddq.core.optimizers import OptimizerConfig
     from ddq.core.replay import Batch
+    from ddq.core.replay_training import replay_gradient
 
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -119,10 +119,10 @@ def test_bf16_precision_gives_the_fp32_gradient_to_bfloat16_accuracy():
 def test_the_learner_measures_its_telemetry_every_kth_gradient_and_clips_every_one():
     from torch import nn
 
-    from ddq.core.algorithms.dqn import replay_gradient
     from ddq.core.learner import Learner
     from ddq.core.optimizers import OptimizerConfig
     from ddq.core.replay import Batch
+    from ddq.core.replay_training import replay_gradient
 
     torch.manual_seed(0)
     rng = np.random.default_rng(0)

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from ddq.core.agent import env_spec, make_learner
-from ddq.core.algorithms.dqn import replay_gradient
 from ddq.core.replay import ReplayMemory
+from ddq.core.replay_training import replay_gradient
 from ddq.core.settings import build_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "dqn.py"

@@ -6,7 +6,7 @@ import torch
 from gymnasium.spaces import Box
 
 from conftest import run_ddq, summary_of
-from ddq.core.algorithms.pqn import Rollout, q_lambda_returns
+from ddq.core.pqn import Rollout, q_lambda_returns
 from ddq.run_folder import read_metrics
 
 GAMMA, LAM = 0.9, 0.5

@@ -6,7 +6,6 @@ import pytest
 import torch
 from torch import nn
 
-from ddq.core.algorithms.dqn import replay_gradient
 from ddq.core.dqn import per_actor_epsilon, td_loss
 from ddq.core.learner import Learner
 from ddq.core.optimizers import OptimizerConfig
@@ -19,6 +18,7 @@ from ddq.core.prioritized import (
     priority,
 )
 from ddq.core.replay import ReplayMemory, sample_batch, update_priorities
+from ddq.core.replay_training import replay_gradient
 
 
 def test_sum_tree_sums_and_finds_by_running_sum():

@@ -135,9 +135,9 @@ def test_n_step_transitions_sum_discounted_rewards_within_their_episode():
 def test_the_learner_bootstraps_with_each_transitions_discount():
     from torch import nn
 
-    from ddq.core.algorithms.dqn import replay_gradient
     from ddq.core.learner import Learner
     from ddq.core.optimizers import OptimizerConfig
+    from ddq.core.replay_training import replay_gradient
 
     def gradient(**batch_fields):
         torch.manual_seed(0)

@@ -89,7 +89,7 @@ def test_augmentation_shows_states_and_next_states_through_one_symmetry_per_tran
 
 def test_a_snake_agent_with_board_symmetries_trains_on_every_minibatch_through_them():
     from ddq.core.agent import build_agent
-    from ddq.core.algorithms.dqn import train_from_replay
+    from ddq.core.replay_training import train_from_replay
     from ddq.core.settings import build_config
     from ddq.core.weights import LocalParameters
 

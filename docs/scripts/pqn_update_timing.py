@@ -4,7 +4,7 @@ import statistics, sys, time
 import torch
 from torch import nn
 from torch.nn import functional as F
-from ddq.core.algorithms.pqn import regression_gradient
+from ddq.core.pqn import regression_gradient
 from ddq.core.learner import Learner
 from ddq.core.optimizers import OptimizerConfig
 from ddq.models.networks import mlp

@@ -111,7 +111,6 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
             resume: str | None = None) -> tuple[TrainConfig, dict[str, Any] | None]:
     """The run's settings, checked before anything starts (a mistake costs one line), and the checkpoint
     it resumes from, if any."""
-    from ddq.core import checkpoint as ckpt
     from ddq.core.settings import build_config
     from ddq.preflight import check_run
 
@@ -119,6 +118,8 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
         values = {**values, "redis_url": os.environ[REDIS_URL_ENV]}
     if resume:
+        from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none (`ddq.modes.launch`)
+
         saved = ckpt.load_checkpoint(resume)
         config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file)
         config.run.run_dir = str(Path(resume).parent if Path(resume).is_file() else Path(resume))

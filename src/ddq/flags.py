@@ -20,7 +20,7 @@ from ddq.config import PRESETS, TrainConfig, field_type
 @cache
 def _preset_keys() -> frozenset[str]:
     """Every setting some preset sets: an env's, or an algorithm's over it."""
-    from ddq.core.algorithms import ALGORITHMS  # loads torch: only when help is shown
+    from ddq.core.algorithms import ALGORITHMS
 
     presets = [*PRESETS.values(), *(preset for kind in ALGORITHMS.values() for preset in kind.presets.values())]
     return frozenset({"algo"} | {key for preset in presets for key in preset} | {

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ddq.core.algorithms.dqn import replay_gradient
 from ddq.core.learner import Learner
 from ddq.core.optimizers import OptimizerConfig
 from ddq.core.replay import Batch
+from ddq.core.replay_training import replay_gradient
 from ddq.models.networks import deepq, mlp
 from ddq.transport.wire import GRADIENT, WEIGHTS, Expect, Header, MessageBuffer, decode, layout_bytes, pack_header
 

@@ -16,7 +16,7 @@ import torch
 
 from ddq.config import TrainConfig
 from ddq.core.agent import env_spec, make_learner, make_replay, resolve_device, seed_everything
-from ddq.core.algorithms.dqn import train_from_replay
+from ddq.core.replay_training import train_from_replay
 from ddq.core.settings import build_config
 from ddq.core.weights import LocalParameters
 

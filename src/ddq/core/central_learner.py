@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ddq.core.algorithms.dqn import BatchGradient, replay_gradient, train_from_replay
 from ddq.core.dqn import UpdateSchedule, next_mark, target_refresh_due
 from ddq.core.experience import Experience
 from ddq.core.learner import GradientStats, Learner
 from ddq.core.prioritized import annealed_beta
 from ddq.core.replay import ReplayMemory
+from ddq.core.replay_training import BatchGradient, replay_gradient, train_from_replay
 from ddq.core.senders import SenderLedger
 from ddq.core.weights import LocalParameters
 

@@ -10,26 +10,43 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ddq.config import TrainConfig
+    from ddq.modes.driver import Wiring
 
 
 def run_training(config: TrainConfig, run_dir: str | Path, started_at: float | None = None,
                  resume: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
     """Trains in the configured mode; (the run's summary, the exit code it earned: 0 only for a run that
-    finished). The one place a mode is chosen (each imports its own machinery, Spark's included, lazily)."""
+    finished). The one place a mode is chosen (each imports its own machinery, Spark's included, lazily).
+    A distributed run starts Spark first (`ddq.modes.launch`): what follows imports torch meanwhile."""
     started_at = time.time() if started_at is None else started_at
     if config.run.mode == "serial":
         from ddq.modes.serial import SerialTrainer
 
         serial = SerialTrainer(config, run_dir, started_at, resume=resume)
         return serial.run(), serial.exit_code
+    from ddq.modes.launch import launch
+
+    launched = launch(config, Path(run_dir))
+    try:
+        from ddq.modes.driver import Driver
+
+        driver = Driver(config, run_dir, distributed_wiring(config, resume), launched, started_at, resume)
+        return driver.train(), driver.exit_code
+    finally:
+        launched.spark.stop()  # the driver stops it as its run ends; this, when the run failed before that
+
+
+def distributed_wiring(config: TrainConfig, resume: dict[str, Any] | None) -> Wiring:
+    """What makes the configured distributed mode: who owns the weights, what each Spark task runs, how
+    the driver evaluates."""
     if config.run.mode == "actor-learner":
-        from ddq.modes.actor_learner import train_actor_learner
+        from ddq.modes.actor_learner import actor_learner
 
-        return train_actor_learner(config, run_dir, started_at, resume)
+        return actor_learner(config, int(resume["counters"]["env_steps"]) if resume else 0)
     if config.run.mode == "data-parallel":
-        from ddq.modes.data_parallel import train_data_parallel
+        from ddq.modes.data_parallel import data_parallel
 
-        return train_data_parallel(config, run_dir, started_at, resume)
-    from ddq.modes.downpour import train_downpour
+        return data_parallel(config)
+    from ddq.modes.downpour import downpour
 
-    return train_downpour(config, run_dir, started_at, resume)
+    return downpour(config)

@@ -13,12 +13,9 @@ is restarted from its snapshot; a dead task is retried by Spark.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from ddq.config import TrainConfig
 from ddq.core.agent import epsilon_schedule
-from ddq.modes.driver import Driver, Wiring
+from ddq.modes.driver import Wiring
 from ddq.modes.evaluators import PointEvaluator
 from ddq.modes.spark_tasks import actor_task
 from ddq.modes.weights_service import LearnerProcess
@@ -29,11 +26,3 @@ def actor_learner(config: TrainConfig, resumed_env_steps: int = 0) -> Wiring:
     learner = LearnerProcess(epsilon_schedule(config.agent), distributed.workers, distributed.per_actor_epsilon,
                              resumed_env_steps)
     return Wiring(weights=learner, task=actor_task, evaluator=PointEvaluator, barrier=distributed.sync)
-
-
-def train_actor_learner(config: TrainConfig, run_dir: str | Path, started_at: float | None = None,
-                        resume: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
-    """The run's summary and the exit code it earned."""
-    resumed = int(resume["counters"]["env_steps"]) if resume else 0
-    driver = Driver(config, run_dir, actor_learner(config, resumed), started_at, resume)
-    return driver.train(), driver.exit_code

@@ -16,14 +16,13 @@ worker or preemption); on N equal one-core hosts they hardly differ.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ddq.config import TrainConfig
 from ddq.core.agent import epsilon_schedule, model_parameters
 from ddq.core.dqn import LinearSchedule
 from ddq.models import FlatParameters
-from ddq.modes.driver import Driver, Wiring
+from ddq.modes.driver import Wiring
 from ddq.modes.evaluators import PointEvaluator
 from ddq.modes.spark_tasks import data_parallel_task
 from ddq.modes.weights_service import SERVING_TIMEOUT_S, ServiceContext
@@ -89,10 +88,3 @@ class WorkerZeroPublishes:
 def data_parallel(config: TrainConfig) -> Wiring:
     service = WorkerZeroPublishes(model_parameters(config.agent), epsilon_schedule(config.agent))
     return Wiring(weights=service, task=data_parallel_task, evaluator=PointEvaluator, barrier=True)
-
-
-def train_data_parallel(config: TrainConfig, run_dir: str | Path, started_at: float | None = None,
-                        resume: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
-    """The run's summary and the exit code it earned."""
-    driver = Driver(config, run_dir, data_parallel(config), started_at, resume)
-    return driver.train(), driver.exit_code

@@ -11,12 +11,9 @@ is retried by Spark.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from ddq.config import TrainConfig
 from ddq.core.agent import epsilon_schedule
-from ddq.modes.driver import Driver, Wiring
+from ddq.modes.driver import Wiring
 from ddq.modes.evaluators import InlineEvaluator
 from ddq.modes.spark_tasks import barista_task
 from ddq.modes.weights_service import ShardFleet
@@ -25,10 +22,3 @@ from ddq.modes.weights_service import ShardFleet
 def downpour(config: TrainConfig) -> Wiring:
     shards = ShardFleet(config.distributed.server.shards, epsilon_schedule(config.agent))
     return Wiring(weights=shards, task=barista_task, evaluator=InlineEvaluator)
-
-
-def train_downpour(config: TrainConfig, run_dir: str | Path, started_at: float | None = None,
-                   resume: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
-    """The run's summary and the exit code it earned."""
-    driver = Driver(config, run_dir, downpour(config), started_at, resume)
-    return driver.train(), driver.exit_code

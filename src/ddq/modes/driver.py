@@ -19,7 +19,6 @@ import contextlib
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,9 @@ from ddq.core.dqn import next_mark
 from ddq.core.replay import state_shape
 from ddq.lifecycle import StopReason, StopSignals, stop_reason
 from ddq.modes.evaluators import EvaluatorFactory, WeightsMirror
-from ddq.modes.placement import placement
+from ddq.modes.launch import Launch
 from ddq.modes.run_services import RunServices
-from ddq.modes.spark import SparkJob, SparkJobFailed, SparkStarting, SparkTask, launched_by_spark_submit, local_master
+from ddq.modes.spark import SparkJob, SparkJobFailed, SparkStarting, SparkTask
 from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor
 from ddq.services.archive import save_telemetry
@@ -47,8 +46,7 @@ from ddq.services.telemetry import (
     shard_reports,
     worker_rows,
 )
-from ddq.shipping import package_zip
-from ddq.transport.credentials import run_password, split_password
+from ddq.transport.credentials import split_password
 from ddq.transport.redis_client import StoreError, snapshot_failed
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
@@ -72,13 +70,16 @@ class Wiring:
 class Driver:
     """Runs one distributed training run, wired by `wiring`."""
 
-    def __init__(self, config: TrainConfig, run_dir: str | Path, wiring: Wiring, started_at: float | None = None,
-                 resume: dict[str, Any] | None = None):
-        """`resume`: the checkpoint of an earlier run into `run_dir`; its counters (env steps, so epsilon,
-        episodes, evaluations, wall time) continue, and the weights service resumes from its snapshots."""
-        self.config, self.run_dir, self.wiring = config, Path(run_dir), wiring
+    def __init__(self, config: TrainConfig, run_dir: str | Path, wiring: Wiring, launched: Launch,
+                 started_at: float | None = None, resume: dict[str, Any] | None = None):
+        """`launched`: the run as `ddq.modes.launch` started it (Spark starting meanwhile). `resume`: the
+        checkpoint of an earlier run into `run_dir`; its counters (env steps, so epsilon, episodes,
+        evaluations, wall time) continue, and the weights service resumes from its snapshots."""
+        self.config, self.run_dir, self.wiring, self.launched = config, Path(run_dir), wiring, launched
         self.started_at = started_at if started_at is not None else time.time()
-        self.run = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
+        self.run = launched.run
+        self.placement = launched.placement
+        self.redis_password = launched.redis_password  # the run's Redis's (`run_password`)
         seed_everything(config.agent.seed, config.agent.threads)
         device = resolve_device(config.agent.device)
         self.env_spec = env_spec(config.agent)
@@ -95,24 +96,12 @@ class Driver:
         self.signals = StopSignals()
         self.failure: str | None = None  # the one line that says what ended a run that could not go on
         self.exit_code = 0
-        self.redis_password: str | None = None  # the run's Redis's, once known (`run_password`)
         self.wake = threading.Event()  # the watch's loop looks now: an evaluation's result waits, or the job ended
 
     def train(self) -> dict[str, Any]:
-        c = self.config
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.record.log)  # closed last, whatever ends the run: no event is lost
-            submitted = launched_by_spark_submit()
-            place = self.placement = placement(c, submitted)
-            master = c.distributed.spark_master or (None if submitted else local_master(c.distributed.workers))
-            driver_host = place.advertise if place.cluster or not submitted else None
-            def ship(context: Any) -> None:  # executors elsewhere import ddq from the job, not their environment
-                if place.ship:
-                    context.addPyFile(str(package_zip(self.run_dir / "ship")))
-
-            self.redis_password = run_password(c.distributed.redis_url, place.listen)
-            starting = SparkStarting(master, f"ddq-{self.run}", self.run_dir / "spark.log", driver_host, place.bind,
-                                     c.distributed.workers, ship, self.redis_password)
+            starting = self.launched.spark
             stack.callback(starting.stop)
             stack.enter_context(self.signals)
             self._start_services(stack, starting)  # meanwhile Spark starts, on its own thread

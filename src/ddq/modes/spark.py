@@ -257,6 +257,7 @@ class SparkStarting:
         self.conf = spark_conf(master, app, driver_host, bind)
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
         self.context: Any = None
+        self.stopped = False
         self.error: BaseException | None = None
         self.jvm_up = threading.Event()  # the context is made (its workers may still warm), or failed: see result()
         self.thread = threading.Thread(target=self._start, args=(log_path, workers, ship), name="spark-start",
@@ -292,10 +293,11 @@ class SparkStarting:
         off from them), Spark's goodbyes wait out its RPC timeouts, minutes with authentication on. Past that
         the JVM ddq started is killed: told to exit as this process ends (it watches its standard input), it
         runs Spark's own stop again in its shutdown hook, and a chaos run found one alive minutes after its
-        driver ended. A JVM of spark-submit's is spark-submit's to end."""
+        driver ended. A JVM of spark-submit's is spark-submit's to end. Called again, does nothing."""
         self.thread.join()
-        if self.context is None:
+        if self.context is None or self.stopped:
             return
+        self.stopped = True
         stopping = threading.Thread(target=stop_quietly, args=(self.context,), name="spark-stop", daemon=True)
         stopping.start()
         stopping.join(SPARK_STOP_WAIT_S)

@@ -1,5 +1,10 @@
 """The algorithms ddq trains with, each one module behind one interface (`base.Algorithm`), named once here
-(SB3's small registry): the rest of ddq holds the algorithm the settings name and asks it."""
+(SB3's small registry): the rest of ddq holds the algorithm the settings name and asks it.
+
+The settings ask the algorithms (their presets, checks and measured choices), so this package loads no
+torch: each algorithm's training step (`ddq.core.replay_training`, `ddq.core.pqn`) and network are loaded
+when it first trains. A distributed run reads its settings and starts Spark's JVM first, and imports torch
+while the JVM starts (`ddq.modes.launch`); `ddq train --help` lists the algorithms without it."""
 
 from __future__ import annotations
 

@@ -10,19 +10,21 @@ keeps, and its settings over an env's preset. The rest of ddq holds the algorith
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-import numpy as np
-import torch
-
-from ddq.config import MODES, AgentConfig, TrainConfig
+from ddq.config import MODES
 from ddq.config.sources import SettingRefused
-from ddq.core.actor import Actor, TransitionSink
-from ddq.core.dqn import UpdateSchedule
-from ddq.core.learner import GradientStats, Learner
-from ddq.core.replay import ReplayMemory
-from ddq.core.weights import ParameterSource
-from ddq.models import build_q_network
+
+if TYPE_CHECKING:  # torch's: an algorithm loads them to train, not to read settings (`ddq.core.algorithms`)
+    import numpy as np
+    import torch
+
+    from ddq.config import AgentConfig, TrainConfig
+    from ddq.core.actor import Actor, TransitionSink
+    from ddq.core.dqn import UpdateSchedule
+    from ddq.core.learner import GradientStats, Learner
+    from ddq.core.replay import ReplayMemory
+    from ddq.core.weights import ParameterSource
 
 
 class AgentParts(Protocol):
@@ -64,6 +66,8 @@ class Algorithm(ABC):
     def network(self, agent: AgentConfig, states: tuple[int, ...], num_actions: int) -> torch.nn.Module:
         """The Q-network it learns, for states of shape `states` (the settings' model, widths and heads;
         an algorithm whose network returns more than Q-values, such as C51's atoms, builds its own)."""
+        from ddq.models import build_q_network  # torch: loaded to train, not to read settings
+
         return build_q_network(agent.model, states, num_actions, agent.hidden, agent.dueling,
                                layer_norm=self.layer_norm)
 
