@@ -213,9 +213,12 @@ def test_a_worker_hosts_link_cut_for_good_mid_run_is_redone_elsewhere_and_the_ru
     lost = [(row["worker"], row["attempt"]) for row in summary["lost"]]
     assert len(lost) == 1 and [(row["worker"], row["attempt"]) for row in summary["redone"]] == [
         (lost[0][0], lost[0][1] + 1)], summary["workers"]
-    # none applied twice: no more updates than gradients reached Redis (the cut-off attempt's own count
-    # misses its pushes after its last heartbeat, which Redis counted as they arrived)
-    assert sum(w["pushes"] for w in summary["workers"]) <= summary["updates"] <= summary["gradients_received"]
+    # none applied twice: no more updates than gradients reached Redis; none lost but the cut-off attempt's.
+    # That attempt's count can be off either way: it misses the pushes after its last heartbeat, which Redis
+    # counted as they arrived, and it can count a push the cut caught mid-write, which never arrived (a fresh
+    # clone's suite once saw 3,369 pushes counted against 3,368 applied)
+    kept = sum(w["pushes"] for w in summary["workers"] if (w["worker"], w["attempt"]) not in lost)
+    assert kept <= summary["updates"] <= summary["gradients_received"]
     assert summary["account"]["versions"] == [summary["account"]["applied"]] and summary["account"]["repeats"] == 0
     cluster.wait_for_workers()  # h1's worker daemon is back for the next test
 
