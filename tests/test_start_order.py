@@ -1,6 +1,7 @@
-"""A run's start: reading its settings loads no torch, and a distributed run starts Spark before it imports
-torch, so that Spark's JVM and executors start while torch loads (`ddq.modes.launch`). Each check runs in a
-fresh interpreter, where nothing has imported torch yet."""
+"""A run's start: reading its settings loads no torch (`ddq train --help` and a refused setting take a
+second, not four), and a distributed run starts Spark before it imports its wiring, so that Spark's JVM and
+executors start while the driver builds the rest (`ddq.modes.launch`). Each check runs in a fresh
+interpreter, where nothing has imported torch yet."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ def test_reading_the_settings_and_the_help_loads_no_torch():
     assert loaded == "pqn dqn False"  # each env's measured algorithm, and still no torch
 
 
-def test_a_distributed_run_starts_spark_before_it_imports_torch(tmp_path):
-    """Spark's start is stood in for (the order is what is checked): it says whether torch was loaded."""
+def test_a_distributed_run_starts_spark_before_it_imports_its_wiring(tmp_path):
+    """Spark's start is stood in for (the order is what is checked): it says whether torch, which the wiring
+    loads, was loaded."""
     seen = run_fresh(f"""
         import sys
         import ddq.modes.launch

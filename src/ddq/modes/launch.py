@@ -1,7 +1,8 @@
-"""A distributed run's first step, taken before torch loads: the run's id, where its parts listen, its Redis
-password, and Spark starting on a thread of the driver. Spark's JVM, its executors and their Python workers
-then start while the driver imports torch and builds the run's network, instead of after: on a 16-vCPU
-machine's one-core services host the import took 3.6-5.2 s before Spark's JVM started."""
+"""A distributed run's first step, taken before it imports its wiring: the run's id, where its parts listen,
+its Redis password, and Spark starting on a thread of the driver. Spark's JVM, its executors and their
+Python workers then start while the driver builds its wiring, its network and its services, instead of
+after. (torch is loaded by then: the settings' checks, `ddq.preflight`, build the network before anything
+may start.)"""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 
 The settings ask the algorithms (their presets, checks and measured choices), so this package loads no
 torch: each algorithm's training step (`ddq.core.replay_training`, `ddq.core.pqn`) and network are loaded
-when it first trains. A distributed run reads its settings and starts Spark's JVM first, and imports torch
-while the JVM starts (`ddq.modes.launch`); `ddq train --help` lists the algorithms without it."""
+when it first trains. `ddq train --help` and a refused setting take a second, not four."""
 
 from __future__ import annotations
 
