@@ -104,7 +104,6 @@ def test_restarts_are_limited_within_a_window_so_a_long_run_outlives_rare_deaths
         supervisor.check()
 
 
-
 def _alive(pid: int) -> bool:
     """Running, not a zombie waiting for init to reap it."""
     try:

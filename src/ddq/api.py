@@ -118,7 +118,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
         values = {**values, "redis_url": os.environ[REDIS_URL_ENV]}
     if resume:
-        from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none (`ddq.modes.launch`)
+        from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none (`ddq.core.algorithms`)
 
         saved = ckpt.load_checkpoint(resume)
         config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file)

@@ -17,7 +17,8 @@ def run_training(config: TrainConfig, run_dir: str | Path, started_at: float | N
                  resume: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
     """Trains in the configured mode; (the run's summary, the exit code it earned: 0 only for a run that
     finished). The one place a mode is chosen (each imports its own machinery, Spark's included, lazily).
-    A distributed run starts Spark first (`ddq.modes.launch`): what follows imports torch meanwhile."""
+    A distributed run starts Spark first (`ddq.modes.launch`): the driver builds its wiring, network and
+    services meanwhile."""
     started_at = time.time() if started_at is None else started_at
     if config.run.mode == "serial":
         from ddq.modes.serial import SerialTrainer
