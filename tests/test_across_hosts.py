@@ -135,8 +135,12 @@ def test_spark_submit_with_what_ddq_package_writes_under_latency_on_every_redis_
     assert summary["mode"] == "downpour" and summary["env_steps"] >= 2000 and summary["stop_reason"] == "step budget spent"
     assert summary["updates"] == sum(w["pushes"] for w in summary["workers"]) > 0  # none lost, none twice
     assert url.split("@")[0].split(":")[-1] not in log  # the password stayed out of the log
-    for host in ("h1", "h2"):  # the executors' Python came in the archive
-        assert list((h.tmp(host) / "spark-work").rglob("environment/bin/python")), f"no archive unpacked on {host}"
+    for host in ("h1", "h2"):  # the executors' Python came in the archive, without what no executor runs
+        unpacked = list((h.tmp(host) / "spark-work").rglob("environment/bin/python"))
+        assert unpacked, f"no archive unpacked on {host}"
+        torch = next(unpacked[0].parents[1].glob("lib/python*/site-packages/torch"))
+        assert (torch / "lib").is_dir() and not (torch / "include").exists() and not (torch / "test").exists()
+        assert (torch / "bin" / "torch_shm_manager").exists() and not list((torch / "bin").glob("test_*"))
 
 
 def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_resume_continues(cluster):
