@@ -107,7 +107,7 @@ class Driver:
             self._start_services(stack, starting)  # meanwhile Spark starts, on its own thread
             spark = starting.result()
             try:
-                self._run_job(spark)
+                self._run_job(spark, stack)
                 self.wiring.weights.drained()
                 self.mirror.evaluate(self.record, self.services)
                 self.services.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
@@ -145,9 +145,9 @@ class Driver:
         return None
 
     def _start_services(self, stack: contextlib.ExitStack, spark: SparkStarting) -> None:
-        """Redis (unless given) and the weights service; Celery and the dashboard once `spark`'s JVM is up (beside
-        it they slowed its start: a local run's first step came at 7.3 s, not 7.0); each supervised. Then the
-        mirror of the weights, the evaluator and a first checkpoint (a driver killed now leaves a run to resume)."""
+        """Redis (unless given) and the weights service, each supervised; then the mirror of the weights, the
+        evaluator and a first checkpoint (a driver killed now leaves a run to resume). Celery and the dashboard
+        start with the job (`_run_job`)."""
         weights, flat = self.wiring.weights, self.mirror.learner.flat
         info = {"run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
                 "network": network_info(flat.layout, flat.layout_hash(), self.state_shape)}
@@ -157,22 +157,24 @@ class Driver:
         weights.start(ServiceContext(s.settings, s.url, self.run, self.run_dir, s.redis, self.supervisor))
         stack.callback(weights.stop)  # before waiting: a process that dies at start leaves none behind
         weights.serving()
-        spark.jvm_up.wait()
-        s.start_helpers(stack)
         self.mirror.connect(stack, s.url, self.run, weights.slices)
         self.evaluator = self.wiring.evaluator(self.mirror, self.record, s, self.wake)
         stack.callback(self.evaluator.close)
         self.mirror.sync()
         self.mirror.save(self.record)
 
-    def _run_job(self, spark: Any) -> None:
-        """Runs the workers' tasks to the end of the run, watching over it meanwhile (`_watch`)."""
+    def _run_job(self, spark: Any, stack: contextlib.ExitStack) -> None:
+        """Runs the workers' tasks to the end of the run, watching over it meanwhile (`_watch`). Celery and the
+        dashboard start once the tasks have: on a services host of one core, their start had taken 1.5-3.5 s
+        of Spark's and the workers' (a one-worker data-parallel run on the test hosts, 2026-11-28), and the
+        babysitters have nothing to show before the workers train."""
         c = self.config
         job = SparkJob(spark, self.wiring.task, c.distributed.workers, self.wiring.barrier, encode_settings(c),
                        split_password(self.services.remote_url)[0], self.run, on_end=self.wake.set)
         job.start()
         clean = False
         try:
+            self.services.start_helpers(stack)
             self._watch(job)
             clean = job.error is None
         finally:  # a job that ended cleanly spent the budget (unless something stopped it before)

@@ -22,7 +22,8 @@ from ddq.transport.run_store import RunStore
 
 class RunServices:
     """Opened in two steps: `open` before the weights service starts (it needs Redis and the settings
-    file), `start_helpers` after it (Celery evaluates the weights it publishes)."""
+    file), `start_helpers` once the workers' tasks have started (Celery evaluates the weights the service
+    publishes)."""
 
     def __init__(self, config: TrainConfig, run: str, run_dir: Path, supervisor: Supervisor):
         self.config, self.run, self.run_dir, self.supervisor = config, run, run_dir, supervisor

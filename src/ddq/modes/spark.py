@@ -259,7 +259,6 @@ class SparkStarting:
         self.context: Any = None
         self.stopped = False
         self.error: BaseException | None = None
-        self.jvm_up = threading.Event()  # the context is made (its workers may still warm), or failed: see result()
         self.thread = threading.Thread(target=self._start, args=(log_path, workers, ship), name="spark-start",
                                        daemon=True)
         self.thread.start()
@@ -267,7 +266,6 @@ class SparkStarting:
     def _start(self, log_path: Path | None, workers: int, ship: Callable[[Any], None]) -> None:
         try:
             self.context = start_context(self.conf, log_path, self.password, workers)
-            self.jvm_up.set()
             slots = task_slots(self.context)
             if slots < workers:
                 print(f"ddq: Spark's executors offer {slots} of the {workers} task slots the workers need (after "
@@ -278,8 +276,6 @@ class SparkStarting:
             warm_workers(self.context, workers)
         except BaseException as error:  # the driver raises it where it waits for the context
             self.error = error
-        finally:
-            self.jvm_up.set()  # a failed start releases its waiters too
 
     def result(self) -> Any:
         """The context, once made (an error in making it is raised here)."""
