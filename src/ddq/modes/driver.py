@@ -165,7 +165,7 @@ class Driver:
 
     def _run_job(self, spark: Any, stack: contextlib.ExitStack) -> None:
         """Runs the workers' tasks to the end of the run, watching over it meanwhile (`_watch`). Celery and the
-        dashboard start once the tasks have: on a services host of one core, their start had taken 1.5-3.5 s
+        dashboard start once the tasks have: on a services host of one core, their start had taken 3.3-4.4 s
         of Spark's and the workers' (a one-worker data-parallel run on the test hosts, 2026-11-28), and the
         babysitters have nothing to show before the workers train."""
         c = self.config
