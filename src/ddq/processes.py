@@ -46,7 +46,14 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 def _background() -> None:  # runs in the child between fork and exec
     _die_with_parent()
-    try:  # SCHED_IDLE: runs only on CPU time nothing else wants, and yields the moment a worker wakes
+    # SCHED_IDLE: runs only on CPU time nothing else wants, and yields the moment a worker wakes. Not so
+    # where the kernel groups tasks by session (autogroup, /proc/sys/kernel/sched_autogroup_enabled: on by
+    # default on many distributions): each session then shares a core as a whole, and this process leads a
+    # session of its own, so it takes a session's share. Measured on this project's machine (2026-11-28):
+    # a busy SCHED_IDLE process and a busy normal one pinned to one core got 2.06 CPU-seconds each in 4 s.
+    # Lowering the session's own priority (/proc/self/autogroup) would mend that, but would also starve the
+    # dashboard's start while workers keep every core busy, and the driver waits for the dashboard's address.
+    try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
         os.nice(19)

@@ -1,8 +1,9 @@
 """The driver of a distributed run, whatever its mode: a `Wiring` says who owns the weights, what each Spark
 task runs and how the driver evaluates; the driver does the rest the same way for every mode.
 
-It starts (or connects to) Redis, the weights service and the run's helpers,
-runs the Spark job until the run's global env step budget is spent, and
+It starts (or connects to) Redis and the weights service, runs the Spark job
+(the run's helpers, Celery and the dashboard, once its tasks have started)
+until the run's global env step budget is spent, and
 meanwhile logs the workers' episodes, evaluates, and stops the run
 (`ddq.lifecycle`) once the target return is reached, the time budget is spent
 or a person asks (Ctrl-C, SIGTERM, or the control key). It supervises every
