@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from ddq.config import REDIS_URL_ENV
@@ -14,32 +12,40 @@ from ddq.processes import Supervisor, spawn, stop
 START_TIMEOUT_S = 60.0
 
 
-@contextlib.contextmanager
-def serve_dashboard(redis_url: str, run: str, run_dir: Path, port: int | None = None,
-                    supervisor: Supervisor | None = None) -> Iterator[str | None]:
-    """Starts the dashboard (a free port unless `port`), prints its URL, and stops it on exit.
+class Dashboard:
+    """Starts the dashboard (a free port unless `port`) in its own process at background priority, so that
+    serving the page neither holds the driver's interpreter nor takes CPU time the workers want. Nobody
+    waits for it to start: the driver's loop calls `announce`, which prints its URL once the process has
+    written it. If it cannot start, training goes on without it, with a warning."""
 
-    It runs in its own process at background priority, so serving the page neither holds the
-    driver's interpreter nor takes CPU time the workers want. If it cannot start, training goes
-    on without it, with a warning."""
-    url_file = run_dir.resolve() / "dashboard.url"
-    url_file.unlink(missing_ok=True)
-    process = spawn([sys.executable, "-m", "ddq", "dashboard", "--run", run, "--port", str(port or 0),
-                     "--url-file", str(url_file)], run_dir / "dashboard.log", env={REDIS_URL_ENV: redis_url},
-                    background=True)
-    url = None
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while process.poll() is None and time.monotonic() < deadline and not url_file.is_file():
-        time.sleep(0.05)
-    if url_file.is_file():
-        url = url_file.read_text()
-        print(f"ddq: dashboard at {url}", file=sys.stderr, flush=True)
-        if supervisor is not None:
-            supervisor.watch("the dashboard", process, run_dir / "dashboard.log", essential=False)
-    else:
-        print(f"ddq: warning: the dashboard did not start; see {run_dir / 'dashboard.log'}", file=sys.stderr)
-    try:
-        yield url
-    finally:
-        stop(process)
-        url_file.unlink(missing_ok=True)  # the address is gone with the server
+    def __init__(self, redis_url: str, run: str, run_dir: Path, port: int | None = None,
+                 supervisor: Supervisor | None = None):
+        self.log_path, self.supervisor = run_dir / "dashboard.log", supervisor
+        self.url_file = run_dir.resolve() / "dashboard.url"
+        self.url_file.unlink(missing_ok=True)
+        self.process = spawn([sys.executable, "-m", "ddq", "dashboard", "--run", run, "--port", str(port or 0),
+                              "--url-file", str(self.url_file)], self.log_path, env={REDIS_URL_ENV: redis_url},
+                             background=True)
+        self.deadline = time.monotonic() + START_TIMEOUT_S
+        self.url: str | None = None
+        self.settled = False  # its URL printed, or the warning that it did not start
+
+    def announce(self) -> None:
+        """Prints the URL once the dashboard wrote it (and has the supervisor watch it from then on), or a
+        warning once it died or START_TIMEOUT_S passed without one; after that, nothing."""
+        if self.settled:
+            return
+        if self.url_file.is_file():
+            self.url = self.url_file.read_text()
+            print(f"ddq: dashboard at {self.url}", file=sys.stderr, flush=True)
+            if self.supervisor is not None:
+                self.supervisor.watch("the dashboard", self.process, self.log_path, essential=False)
+        elif self.process.poll() is not None or time.monotonic() > self.deadline:
+            print(f"ddq: warning: the dashboard did not start; see {self.log_path}", file=sys.stderr)
+        else:
+            return
+        self.settled = True
+
+    def stop(self) -> None:
+        stop(self.process)
+        self.url_file.unlink(missing_ok=True)  # the address is gone with the server

@@ -168,7 +168,8 @@ class Driver:
         """Runs the workers' tasks to the end of the run, watching over it meanwhile (`_watch`). Celery and the
         dashboard start once the tasks have: on a services host of one core, their start had taken 3.3-4.4 s
         of Spark's and the workers' (a one-worker data-parallel run on the test hosts, 2026-11-28), and the
-        babysitters have nothing to show before the workers train."""
+        babysitters have nothing to show before the workers train. Nothing waits for them to start: a short
+        run could end before the watch's first look (a 4,000-step PQN run did, and logged no training point)."""
         c = self.config
         job = SparkJob(spark, self.wiring.task, c.distributed.workers, self.wiring.barrier, encode_settings(c),
                        split_password(self.services.remote_url)[0], self.run, on_end=self.wake.set)
@@ -208,6 +209,7 @@ class Driver:
                     stopping = s.control.stopping()
                 except StoreError:
                     stopping = False  # the supervisor names what died, if it is ours
+                s.announce_helpers()
                 self.supervisor.check(stopping)
                 s.reporter.record_restarts(self.supervisor.restarts())
                 s.reporter.record_evaluation_lag(self.evaluator.lag_s)

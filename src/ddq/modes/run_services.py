@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import TrainConfig, settings_document, write_settings
-from ddq.dashboard.launch import serve_dashboard
+from ddq.dashboard.launch import Dashboard
 from ddq.lifecycle import RunControl
 from ddq.processes import Supervisor, Watched, stop
 from ddq.services.celery_launch import start_celery_worker
@@ -28,6 +28,7 @@ class RunServices:
     def __init__(self, config: TrainConfig, run: str, run_dir: Path, supervisor: Supervisor):
         self.config, self.run, self.run_dir, self.supervisor = config, run, run_dir, supervisor
         self.redis_watch: Watched | None = None  # the private Redis's, when the run has one
+        self.dashboard: Dashboard | None = None  # once the helpers start, if the run has one
 
     def open(self, stack: contextlib.ExitStack, info: dict[str, Any], slices: int, env_steps: int,
              listen: str | None = None, advertise: str | None = None, password: str | None = None) -> None:
@@ -80,5 +81,11 @@ class RunServices:
             self.supervisor.watch("the Celery worker", worker, self.run_dir / "celery.log", essential=False)
             stack.callback(stop, worker)
         if self.config.services.dashboard:
-            stack.enter_context(serve_dashboard(self.url, self.run, self.run_dir, self.config.services.dashboard_port,
-                                                self.supervisor))
+            self.dashboard = Dashboard(self.url, self.run, self.run_dir, self.config.services.dashboard_port,
+                                       self.supervisor)
+            stack.callback(self.dashboard.stop)
+
+    def announce_helpers(self) -> None:
+        """The dashboard's URL once it serves (the driver's loop asks each time round; nothing waits for it)."""
+        if self.dashboard is not None:
+            self.dashboard.announce()
