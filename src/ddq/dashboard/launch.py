@@ -15,7 +15,7 @@ START_TIMEOUT_S = 60.0
 class Dashboard:
     """Starts the dashboard (a free port unless `port`) in its own process at background priority, so that
     serving the page neither holds the driver's interpreter nor takes CPU time the workers want. Nobody
-    waits for it to start: the driver's loop calls `announce`, which prints its URL once the process has
+    waits for it to start: the driver's loop calls `announce`, which gives its URL once the process has
     written it. If it cannot start, training goes on without it, with a warning."""
 
     def __init__(self, redis_url: str, run: str, run_dir: Path, port: int | None = None,
@@ -30,21 +30,23 @@ class Dashboard:
         self.url: str | None = None
         self.settled = False  # its URL printed, or the warning that it did not start
 
-    def announce(self) -> None:
-        """Prints the URL once the dashboard wrote it (and has the supervisor watch it from then on), or a
-        warning once it died or START_TIMEOUT_S passed without one; after that, nothing."""
+    def announce(self) -> str | None:
+        """The line that gives the URL once the dashboard wrote it (the supervisor watches it from then on),
+        or a warning once it died or START_TIMEOUT_S passed without one; after that, and before, None. The
+        caller prints it (the driver, above its progress bar)."""
         if self.settled:
-            return
+            return None
         if self.url_file.is_file():
             self.url = self.url_file.read_text()
-            print(f"ddq: dashboard at {self.url}", file=sys.stderr, flush=True)
+            line = f"ddq: dashboard at {self.url}"
             if self.supervisor is not None:
                 self.supervisor.watch("the dashboard", self.process, self.log_path, essential=False)
         elif self.process.poll() is not None or time.monotonic() > self.deadline:
-            print(f"ddq: warning: the dashboard did not start; see {self.log_path}", file=sys.stderr)
+            line = f"ddq: warning: the dashboard did not start; see {self.log_path}"
         else:
-            return
+            return None
         self.settled = True
+        return line
 
     def stop(self) -> None:
         stop(self.process)

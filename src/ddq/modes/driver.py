@@ -209,7 +209,9 @@ class Driver:
                     stopping = s.control.stopping()
                 except StoreError:
                     stopping = False  # the supervisor names what died, if it is ours
-                s.announce_helpers()
+                if (news := s.announce_helpers()) is not None:
+                    bar.write(news, file=sys.stderr)  # above the progress bar, which it redraws
+                    sys.stderr.flush()
                 self.supervisor.check(stopping)
                 s.reporter.record_restarts(self.supervisor.restarts())
                 s.reporter.record_evaluation_lag(self.evaluator.lag_s)

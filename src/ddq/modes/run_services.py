@@ -85,7 +85,7 @@ class RunServices:
                                        self.supervisor)
             stack.callback(self.dashboard.stop)
 
-    def announce_helpers(self) -> None:
-        """The dashboard's URL once it serves (the driver's loop asks each time round; nothing waits for it)."""
-        if self.dashboard is not None:
-            self.dashboard.announce()
+    def announce_helpers(self) -> str | None:
+        """The line with the dashboard's URL, once, when it serves (the driver's loop asks each time round;
+        nothing waits for it)."""
+        return self.dashboard.announce() if self.dashboard is not None else None
