@@ -120,8 +120,8 @@ def finish(process: subprocess.Popen, log: Path, timeout: float = 300) -> tuple[
 def test_ctrl_c_stops_cleanly_and_resume_finishes_the_budget(tmp_path, start):
     run_dir = tmp_path / "run"
     process, log = start(run_dir, 40_000, services=True)  # Celery and the dashboard must go too
-    wait_for_progress(run_dir, process, log, 1_500)  # training (it starts at 1,000 steps), the dashboard up
-    assert (run_dir / "dashboard.url").exists()
+    wait_for_progress(run_dir, process, log, 1_500)  # training (it starts at 1,000 steps) ...
+    wait_for(lambda: (run_dir / "dashboard.url").exists(), process)  # ... and the dashboard, started after it, up
     process.send_signal(signal.SIGINT)
     code, _ = finish(process, log, timeout=60)
     assert code == 130, log.read_text()[-3000:]
