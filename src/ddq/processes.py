@@ -51,8 +51,8 @@ def _background() -> None:  # runs in the child between fork and exec
     # default on many distributions): each session then shares a core as a whole, and this process leads a
     # session of its own, so it takes a session's share. Measured on this project's machine (2026-11-28):
     # a busy SCHED_IDLE process and a busy normal one pinned to one core got 2.06 CPU-seconds each in 4 s.
-    # Lowering the session's own priority (/proc/self/autogroup) would mend that, but would also starve the
-    # dashboard's start while workers keep every core busy, and the driver waits for the dashboard's address.
+    # Lowering the session's own priority (/proc/self/autogroup) would mend that, but while workers keep every
+    # core busy Celery's start and evaluations, and the dashboard's start, would then wait for the run's end.
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
