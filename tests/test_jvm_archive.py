@@ -15,7 +15,11 @@ from ddq.modes.spark import SparkStarting, local_master
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:
+    """A cache folder of the test's own, and the pyspark package's Spark (a machine's own $SPARK_HOME or
+    configuration folders could hold files, which no archive is written for)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for variable in ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH"):
+        monkeypatch.delenv(variable, raising=False)
     return tmp_path / "cache" / "ddq"
 
 
@@ -63,4 +67,28 @@ def test_a_java_without_an_archive_of_its_own_classes_shares_nothing_and_starts_
     monkeypatch.setenv("JAVA_HOME", str(home))
     assert jvm_archive.jvm_options() == ""
     (home / "lib" / "server" / "classes.jsa").write_bytes(b"")
+    assert jvm_archive.jvm_options().startswith(jvm_archive.WRITE_OPTION)
+
+
+def test_a_class_path_with_a_folder_of_files_shares_nothing(cache, tmp_path, monkeypatch):
+    """Java writes no archive for a class path with a folder that holds files: a JVM told to write one fails
+    as it exits, in every run (`java -XX:ArchiveClassesAtExit=... -cp conf:jars/*` with a spark-defaults.conf
+    in conf: "Cannot have non-empty directory in paths"). A configuration folder of one's own, or a Spark
+    download's conf/ of templates, is such a folder; an empty one is not."""
+    java = jvm_archive.java_binary()
+    if java is None or not jvm_archive.has_base_archive(java):
+        pytest.skip("no java that can write an archive")
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert jvm_archive.jvm_options().startswith(jvm_archive.WRITE_OPTION)
+    (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    assert jvm_archive.jvm_options() == ""
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    home = tmp_path / "spark"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "spark-env.sh.template").write_text("")
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    assert jvm_archive.jvm_options() == ""
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "missing"))  # named, not made: nothing on the path
     assert jvm_archive.jvm_options().startswith(jvm_archive.WRITE_OPTION)

@@ -10,8 +10,12 @@ path it ran with beside it. A later run adopts it once no process is writing it 
 class path (`-Xshare:on` refuses an archive it cannot map; one cut short would crash a JVM that mapped it,
 so nothing unchecked is used), and every run after maps it. Java checks the archive against its own build
 and the jars it was made from, and leaves one that does not match unused (`-Xshare:auto`); a new Java or
-pyspark keys a new archive. Nothing is shared where the cache folder cannot be written, or where Java has
-no archive of its own classes to build on (a runtime made with `jlink`).
+pyspark keys a new archive. Nothing is shared where the cache folder cannot be written, where Java has
+no archive of its own classes to build on (a runtime made with `jlink`), or where the JVM's class path holds
+a folder with files in it, which Java refuses to archive.
+
+Why a local master only: a cluster's driver has its operator's configuration folder (a spark-defaults.conf)
+on its class path, and Java writes no archive for a class path with a folder that holds files.
 """
 
 from __future__ import annotations
@@ -56,11 +60,41 @@ def has_base_archive(java: str) -> bool:
     return any(Path(java).parents[1].glob("lib/*/classes*.jsa"))
 
 
+def spark_home() -> Path:
+    """The Spark whose launcher starts the JVM, found as pyspark finds it: $SPARK_HOME, else a Spark download
+    that pip put beside pyspark (PYSPARK_HADOOP_VERSION), else the pyspark package."""
+    import pyspark
+    from pyspark.find_spark_home import _find_spark_home
+
+    try:
+        return Path(_find_spark_home())
+    except SystemExit:  # it found none (and said so): pyspark's launch fails the same way
+        return Path(pyspark.__file__).parent
+
+
+def class_path_folders() -> list[Path]:
+    """The folders Spark's launcher puts on its JVM's class path, where they exist: its configuration folder
+    ($SPARK_CONF_DIR, else its home's conf), Hadoop's and YARN's ($HADOOP_CONF_DIR, $YARN_CONF_DIR), and those
+    that $SPARK_DIST_CLASSPATH names."""
+    named = [os.environ.get("SPARK_CONF_DIR") or str(spark_home() / "conf"),
+             os.environ.get("HADOOP_CONF_DIR", ""), os.environ.get("YARN_CONF_DIR", ""),
+             *os.environ.get("SPARK_DIST_CLASSPATH", "").split(os.pathsep)]
+    return [Path(entry) for entry in named if entry and Path(entry).is_dir()]
+
+
+def archivable_class_path() -> bool:
+    """Whether Java can archive the classes of the JVM's class path: not where it holds a folder with files
+    in it (a spark-defaults.conf, or a Spark download's conf/ of templates). A JVM told to write an archive
+    then fails as it exits ("Cannot have non-empty directory in paths", Java 17), in every run."""
+    return not any(any(folder.iterdir()) for folder in class_path_folders())
+
+
 def archive_path(java: str) -> Path:
-    """The archive for this java and this pyspark (either changed, a new one is made)."""
+    """The archive for this java and this Spark (either changed, a new one is made)."""
     import pyspark
 
-    key = f"{java}\n{os.stat(java).st_mtime_ns}\n{pyspark.__version__}\n{Path(pyspark.__file__).resolve()}"
+    key = (f"{java}\n{os.stat(java).st_mtime_ns}\n{pyspark.__version__}\n{Path(pyspark.__file__).resolve()}"
+           f"\n{spark_home().resolve()}")
     return cache_folder() / f"spark-jvm-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
@@ -72,7 +106,7 @@ def jvm_options() -> str:
         java = java_binary()
         if java is None:
             return ""
-        if not has_base_archive(java):
+        if not has_base_archive(java) or not archivable_class_path():
             return ""
         archive = archive_path(java)
         archive.parent.mkdir(parents=True, exist_ok=True)
