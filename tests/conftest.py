@@ -86,12 +86,14 @@ def assert_best_is_the_best_evaluation(run_dir: Path) -> None:
     from ddq.bookkeeping import play_evaluation
     from ddq.run_folder import read_metrics
 
-    evaluations = [point["mean_return"] for point in read_metrics(run_dir) if point["kind"] == "eval"]
+    points = [point for point in read_metrics(run_dir) if point["kind"] == "eval"]
+    evaluations = [point["mean_return"] for point in points]
     best = evaluations.index(max(evaluations))
     saved = torch.load(run_dir / "best.pt")
     assert saved["counters"]["evaluations"] == best + 1 and saved["counters"]["best_eval_return"] == max(evaluations)
     agent = ddq.load(run_dir / "best.pt")
-    assert play_evaluation(agent.network, agent.config, best, torch.device("cpu")).mean_return == max(evaluations)
+    seed = points[best]["seed"]  # its episodes'
+    assert play_evaluation(agent.network, agent.config, seed, torch.device("cpu")).mean_return == max(evaluations)
 
 
 

@@ -12,7 +12,7 @@ import redis
 import torch
 from torch import nn
 
-from ddq.bookkeeping import play_evaluation
+from ddq.bookkeeping import EVAL_SEED_OFFSET, evaluation_seed, play_evaluation
 from ddq.config import config_of
 from ddq.models import FlatParameters
 from ddq.modes.background_eval import BackgroundEvaluations, ThreadTimes, busy_seconds
@@ -82,10 +82,11 @@ def _points(flat: FlatParameters, count: int) -> list[EvaluationPoint]:
                             np.random.default_rng(k).normal(size=flat.size).astype(np.float32)) for k in range(count)]
 
 
-def _played_as_the_run_would(point: EvaluationPoint, config, index: int) -> list[float]:
+def _played_as_the_run_would(point: EvaluationPoint, config) -> list[float]:
+    """Its weights' evaluation at the env steps they were trained on, as serial training's at that mark."""
     network = _network(2)
     FlatParameters(network).assign(point.weights)
-    return play_evaluation(network, config, index, torch.device("cpu")).returns
+    return play_evaluation(network, config, evaluation_seed(config, point.trained_steps), torch.device("cpu")).returns
 
 
 class Held:
@@ -106,12 +107,12 @@ def test_points_that_wait_while_a_cpu_bound_evaluation_plays_give_way_to_the_new
     """Evaluations that keep a core busy play one at a time (Python's lock lets one thread compute; a second
     would slow the first). Points that come while one plays wait, the newest in place of the older
     (skipped, counted), so the next result is about the newest weights; results come in order, each played
-    with its point's weights and the episodes of the run's next evaluation index."""
-    config = config_of(env="CartPole-v1", eval_episodes=200, seed=3)  # ~0.1 s on a core
+    with its point's weights and its mark's episodes, whatever was skipped before it."""
+    config = config_of(env="CartPole-v1", eval_episodes=200, seed=3, eval_every=1000)  # ~0.1 s on a core
     network = _network(1)
     points = _points(FlatParameters(network), 4)
     held = Held()
-    background = BackgroundEvaluations(network, config, torch.device("cpu"), first_index=7, max_threads=3,
+    background = BackgroundEvaluations(network, config, torch.device("cpu"), max_threads=3,
                                        on_result=held)
     try:
         background.submit(points[0])
@@ -129,7 +130,22 @@ def test_points_that_wait_while_a_cpu_bound_evaluation_plays_give_way_to_the_new
     assert [finished.point.trained_steps for finished in results] == [1000, 4000] and background.pending() == 0
     assert len(background.threads) == 1
     assert [finished.result.returns for finished in results] == [
-        _played_as_the_run_would(points[0], config, 7), _played_as_the_run_would(points[3], config, 8)]
+        _played_as_the_run_would(points[0], config), _played_as_the_run_would(points[3], config)]
+    assert [finished.seed for finished in results] == [evaluation_seed(config, 1000), evaluation_seed(config, 4000)]
+    assert results[0].result.returns != results[1].result.returns  # marks 1 and 4: episodes of their own
+
+
+def test_an_evaluation_plays_the_episodes_of_its_mark_and_a_closing_one_those_of_the_next():
+    """Seeds follow the eval_every mark the weights reached, not how many evaluations were played (which
+    skipped points would shift): mark k plays lane k-1 wherever past it its point was taken, and the
+    evaluation that closes a run past its last mark plays the lane of the mark it does not reach."""
+    config = config_of(env="CartPole-v1", eval_every=1000, seed=3)
+
+    def lane(steps: int, closing: bool = False) -> int:
+        return (evaluation_seed(config, steps, closing) - 3) // EVAL_SEED_OFFSET - 1
+
+    assert [lane(steps) for steps in (1000, 1999, 2000, 2003, 205_002)] == [0, 0, 1, 1, 204]
+    assert [lane(steps, closing=True) for steps in (500, 2500, 4000, 4100)] == [0, 2, 4, 4]
 
 
 def test_evaluations_that_wait_on_their_simulator_play_side_by_side():

@@ -15,6 +15,7 @@ from torch import nn
 
 from ddq.config import TrainConfig, without_secrets
 from ddq.core.checkpoint import BEST_NAME
+from ddq.core.dqn import mark_number, marks_passed
 from ddq.core.evaluate import Evaluation, evaluate
 from ddq.gamesim.spec import Score, score_of
 from ddq.run_folder import RunLog
@@ -76,14 +77,24 @@ def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
 
 
-def play_evaluation(network: nn.Module, config: TrainConfig, index: int, device: torch.device,
+def evaluation_seed(config: TrainConfig, steps: int, closing: bool = False) -> int:
+    """The first episode's seed of the greedy evaluation of the weights at `steps` env steps (those trained
+    on, where a learner publishes its marks). It follows the eval_every mark those steps reached, so an
+    evaluation at a mark plays the same episodes in every mode, whoever plays it and when, and whichever
+    earlier points a busy evaluator skipped (the count of evaluations played would shift with them). The
+    `closing` evaluation of a run that ends past its last mark plays the next mark's, which the run does not
+    reach (as the count did where every mark was played)."""
+    every = config.run.eval_every
+    lane = marks_passed(steps, every) if closing else mark_number(steps, every)
+    return config.agent.seed + EVAL_SEED_OFFSET * (1 + lane)
+
+
+def play_evaluation(network: nn.Module, config: TrainConfig, seed: int, device: torch.device,
                     should_stop: Callable[[], bool] | None = None) -> Evaluation:
-    """The run's `index`-th greedy evaluation (0 first): its episodes' seeds depend on the index alone, so
-    the same evaluation plays the same episodes whoever plays it and when."""
+    """The run's greedy evaluation of `network` on the episodes that `seed` starts (`evaluation_seed`)."""
     agent = config.agent
     return evaluate(network, agent.env, config.run.eval_episodes, agent.frame_stack, agent.env_options,
-                    seed=agent.seed + EVAL_SEED_OFFSET * (1 + index), epsilon=config.run.eval_epsilon, device=device,
-                    should_stop=should_stop)
+                    seed=seed, epsilon=config.run.eval_epsilon, device=device, should_stop=should_stop)
 
 
 class Noted(NamedTuple):

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ddq.bookkeeping import play_evaluation
+from ddq.bookkeeping import evaluation_seed, play_evaluation
 from ddq.config import TrainConfig
 from ddq.core.evaluate import Evaluation
 from ddq.models import FlatParameters
@@ -44,6 +44,7 @@ BUSY_SHARE_FOR_ONE_THREAD = 0.5  # of the time any evaluation plays: their threa
 class Finished(NamedTuple):
     point: EvaluationPoint
     result: Evaluation
+    seed: int  # its episodes' (`ddq.bookkeeping.evaluation_seed`)
     arrived: float  # time.monotonic() when the point was submitted
 
 
@@ -80,12 +81,12 @@ class BackgroundEvaluations:
     """Plays submitted points' evaluations on threads (how many, and which points are skipped: the module's
     docstring); `finished` hands back results in the order their points arrived."""
 
-    def __init__(self, network: nn.Module, config: TrainConfig, device: torch.device, first_index: int = 0,
+    def __init__(self, network: nn.Module, config: TrainConfig, device: torch.device,
                  max_threads: int = MAX_THREADS, on_result: Callable[[], None] = lambda: None):
-        """`first_index`: the run's index of the first evaluation played here (each index decides its
-        episodes' seeds, as serial training's n-th evaluation's). `on_result`: called on an evaluation's
+        """Each point plays the episodes of the mark of the env steps it was trained on (as serial training's
+        evaluation at that mark: `ddq.bookkeeping.evaluation_seed`). `on_result`: called on an evaluation's
         thread as each result is done, or an evaluation failed (it wakes the driver's loop)."""
-        self.config, self.device, self.network, self.first_index = config, device, network, first_index
+        self.config, self.device, self.network = config, device, network
         self.on_result, self.max_threads = on_result, max_threads
         self.limit = 1  # evaluations playing at once: one, until they show they leave the core idle
         self.changed = threading.Condition()
@@ -165,9 +166,10 @@ class BackgroundEvaluations:
             counted = False
             order, (point, arrived) = taken
             before = ThreadTimes.now()
+            seed = evaluation_seed(self.config, point.trained_steps)
             try:
                 flat.assign(point.weights)
-                result = play_evaluation(network, self.config, self.first_index + order, self.device,
+                result = play_evaluation(network, self.config, seed, self.device,
                                          should_stop=lambda: self.stopping)
             except BaseException as error:  # the run must not go on without its evaluations
                 with self.changed:
@@ -179,7 +181,7 @@ class BackgroundEvaluations:
             busy = busy_seconds(before, ThreadTimes.now())
             with self.changed:
                 del self.playing[order]
-                self.done[order] = Finished(point, result, arrived)
+                self.done[order] = Finished(point, result, seed, arrived)
                 self._note_busy(busy)
                 self.changed.notify_all()  # a thread may take the next point, or more may play now
             self.on_result()

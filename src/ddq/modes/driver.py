@@ -110,7 +110,7 @@ class Driver:
             try:
                 self._run_job(spark, stack)
                 self.wiring.weights.drained()
-                self.mirror.evaluate(self.record, self.services)
+                self.mirror.evaluate(self.record, self.services, closing=True)
                 self.services.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
             except (ProcessFailed, SparkJobFailed, RunStalled) as error:
                 self._cannot_go_on(str(error))

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from ddq.bookkeeping import RunRecord, play_evaluation
+from ddq.bookkeeping import RunRecord, evaluation_seed, play_evaluation
 from ddq.config import TrainConfig
 from ddq.core import checkpoint as ckpt
 from ddq.core.dqn import next_mark
@@ -69,13 +69,14 @@ class WeightsMirror:
         finally:
             flat.data.copy_(kept)
 
-    def evaluate(self, record: RunRecord, services: RunServices) -> bool:
-        """Greedy evaluation of the newest weights, recorded and checkpointed (a driver killed later leaves a
-        run to resume from here), and kept in best.pt when the best so far; True once the target return is
-        reached."""
+    def evaluate(self, record: RunRecord, services: RunServices, closing: bool) -> bool:
+        """Greedy evaluation of the newest weights (at an eval_every mark, or `closing` the run), recorded and
+        checkpointed (a driver killed later leaves a run to resume from here), and kept in best.pt when the
+        best so far; True once the target return is reached."""
         self.sync()
-        result = play_evaluation(self.learner.online, self.config, record.counters.evaluations, self.device)
-        noted = record.note(result, record.counters.env_steps, self.version)
+        seed = evaluation_seed(self.config, record.counters.env_steps, closing)
+        result = play_evaluation(self.learner.online, self.config, seed, self.device)
+        noted = record.note(result, record.counters.env_steps, self.version, seed=seed)
         record_evaluation(services.store, "driver", self.version, record.counters.env_steps,
                           result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
         if noted.best:
@@ -123,7 +124,7 @@ class InlineEvaluator:
         if env_steps < self.next_eval or stopping:
             return False
         self.next_eval = next_mark(env_steps, self.record.config.run.eval_every)
-        return self.mirror.evaluate(self.record, self.services)
+        return self.mirror.evaluate(self.record, self.services, closing=False)
 
     def close(self) -> None:
         pass
@@ -169,7 +170,7 @@ class PointEvaluator:
         flat = mirror.learner.flat
         self.points = services.store.evaluation_points(layout_bytes(flat.layout_hash()), flat.size)
         self.background = BackgroundEvaluations(mirror.learner.online, record.config, mirror.device,
-                                                first_index=record.counters.evaluations, on_result=wake.set)
+                                                on_result=wake.set)
         self.clock = LagClock()
         self.accepting = threading.Event()
         self.accepting.set()
@@ -204,10 +205,11 @@ class PointEvaluator:
             print(f"ddq: warning: {line}", file=sys.stderr, flush=True)
             self.points.refused.remove(line)
         reached = recorded = False
-        for point, result, arrived in self.background.finished():
+        for point, result, seed, arrived in self.background.finished():
             if (late := self.clock.answered(arrived, time.monotonic())) is not None:
                 print(f"ddq: warning: {late}", file=sys.stderr, flush=True)
-            noted = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps)
+            noted = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps,
+                                     seed=seed)
             record_evaluation(self.services.store, "driver", point.version, point.env_steps,
                               result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
             if noted.best:

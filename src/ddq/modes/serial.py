@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from ddq.bookkeeping import (
     RunCounters,
+    evaluation_seed,
     note_evaluation,
     note_training,
     open_run_log,
@@ -110,7 +111,7 @@ class SerialTrainer:
                     bar.set_postfix(self._bar_values(), refresh=False)
                 if steps >= marks["eval_every"]:
                     marks["eval_every"] = self._next_mark(c.run.eval_every)
-                    reached = self._evaluate_and_check()
+                    reached = self._evaluate_and_check(closing=False)
                     bar.set_postfix(self._bar_values(), refresh=False)  # the bar shows the newest greedy score
                 if steps >= marks["checkpoint_every"]:
                     marks["checkpoint_every"] = self._next_mark(c.run.checkpoint_every)
@@ -157,12 +158,14 @@ class SerialTrainer:
         return progress_values(self._recent_return(), self.epsilon(self.actor.env_steps), self.last_eval,
                                env_spec(self.config.agent).score)
 
-    def _evaluate_and_check(self) -> bool:
-        """The run's periodic greedy evaluation on fresh seeds, logged, and its weights kept in best.pt when it
-        is the best so far; True once it reached the target."""
-        result = play_evaluation(self.learner.online, self.config, self.counters.evaluations, self.device)
+    def _evaluate_and_check(self, closing: bool) -> bool:
+        """The run's greedy evaluation at an eval_every mark (or, `closing`, where it stopped), logged with its
+        episodes' seed, and its weights kept in best.pt when it is the best so far; True once it reached the
+        target."""
+        seed = evaluation_seed(self.config, self.actor.env_steps, closing)
+        result = play_evaluation(self.learner.online, self.config, seed, self.device)
         noted = note_evaluation(result, self.config, self.log, self.counters, self.actor.env_steps,
-                                self.learner.updates, self.origin)
+                                self.learner.updates, self.origin, seed=seed)
         if noted.best:
             ckpt.save_checkpoint(self.run_dir / ckpt.BEST_NAME, self.config, self.learner, self.counters.as_dict(), {})
         self.last_eval = noted.last_eval
@@ -207,7 +210,7 @@ class SerialTrainer:
 
     def _finish(self) -> dict[str, Any]:
         if self.last_eval is None or self.last_eval[0] != self.actor.env_steps:
-            self._evaluate_and_check()
+            self._evaluate_and_check(closing=True)
         self.counters.wall_time_s = time.time() - self.origin  # after the last evaluation: never below time_to_target_s
         checkpoint_path = self.save()
         self.counters.env_steps = self.actor.env_steps
