@@ -302,7 +302,9 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     ev = commands.add_parser("evaluate", help="greedy mean return of a checkpoint, as JSON")
     ev.add_argument("checkpoint", help="checkpoint file or run folder")
     ev.add_argument("--episodes", type=int, default=10, help="episodes to play")
-    ev.add_argument("--seed", type=int, default=None, help="seed of the evaluation episodes")
+    ev.add_argument("--seed", type=int, default=None, help="seed of the first evaluation episode (a run's eval "
+                    "points carry theirs in metrics.jsonl: with that evaluation's episodes and epsilon, this plays "
+                    "them again)")
     ev.add_argument("--epsilon", type=float, default=0.0, help="exploration rate while evaluating")
     ev.add_argument("--device", default="cpu", help="torch device")
     ev.add_argument("--render", metavar="FILE", help="also write a GIF of one greedy episode to FILE")
