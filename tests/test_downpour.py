@@ -39,6 +39,10 @@ def test_two_workers_train_pqn_through_the_parameter_server(tmp_path):
     episodes = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {e["worker"] for e in episodes if e["kind"] == "episode"} == {0, 1}
     assert any(e["kind"] == "eval" for e in episodes)
+    # a training point up to the last log_every mark the workers passed: most short runs pass it after the
+    # driver's last look, and the driver logs it as the run ends
+    every, trained = summary["config"]["run"]["log_every"], [e for e in episodes if e["kind"] == "train"]
+    assert trained and trained[-1]["env_steps"] // every == summary["env_steps"] // every, (trained[-1], summary)
     assert_events_match_metrics(run_dir, TAGS | {"train/staleness"})
     assert_best_is_the_best_evaluation(run_dir)
     assert summary["best_checkpoint"] == "run/best.pt"

@@ -92,6 +92,7 @@ class Driver:
         self.record = RunRecord(config, open_run_log(config, self.run_dir), counters,
                                 self.started_at - counters.wall_time_s)
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
+        self.next_log = next_mark(counters.env_steps, config.run.log_every)  # the next training point's env steps
         self.supervisor = Supervisor()
         self.services = RunServices(config, self.run, self.run_dir, self.supervisor)
         self.signals = StopSignals()
@@ -199,7 +200,6 @@ class Driver:
         c, counters, s = self.config, self.record.counters, self.services
         reached = False
         moved_at, moved_steps = time.monotonic(), counters.env_steps  # the workers' last progress
-        next_log = next_mark(counters.env_steps, c.run.log_every)
         with tqdm(total=c.run.total_steps, initial=counters.env_steps, unit="step", disable=not c.run.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
             while job.is_alive():
@@ -229,11 +229,9 @@ class Driver:
                 counters.wall_time_s = time.time() - self.record.origin
                 log_new_episodes(self.services, self.record, self.recent_returns)
                 epsilon = self.wiring.weights.workers_epsilon(steps)
-                progress = s.reporter.record_progress(steps, epsilon, force=steps >= next_log)
-                if steps >= next_log and progress is not None:  # a training point: the telemetry's, as the dashboard's
-                    next_log = next_mark(steps, c.run.log_every)
-                    self.record.note_training(steps, progress["updates"], epsilon, **{key: progress[key] for key in (
-                        "env_steps_per_s", "updates_per_s", "loss", "mean_max_q", "staleness", "policy_lag")})
+                progress = s.reporter.record_progress(steps, epsilon, force=steps >= self.next_log)
+                if steps >= self.next_log and progress is not None:
+                    self._note_training(steps, epsilon, progress)
                 recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
                 bar.set_postfix(progress_values(recent, epsilon, self.record.last_eval, self.env_spec.score),
                                 refresh=False)
@@ -243,6 +241,12 @@ class Driver:
                                      episodes=counters.episodes, total_episodes=c.run.total_episodes)
                 if reason is not None and not stopping:
                     s.control.stop(reason)
+
+    def _note_training(self, steps: int, epsilon: float, progress: dict[str, Any]) -> None:
+        """Logs a training point at `steps`: the telemetry's `progress` point, as the dashboard shows it."""
+        self.next_log = next_mark(steps, self.config.run.log_every)
+        self.record.note_training(steps, progress["updates"], epsilon, **{key: progress[key] for key in (
+            "env_steps_per_s", "updates_per_s", "loss", "mean_max_q", "staleness", "policy_lag")})
 
     def _finish(self) -> dict[str, Any]:
         """Summary, progress point and checkpoint: from the weights service when it is there, from the
@@ -263,7 +267,11 @@ class Driver:
             account = sender_account(shard_reports(s.store, self.wiring.weights.slices))
             log_new_episodes(self.services, self.record, self.recent_returns)
             epsilon = self.wiring.weights.workers_epsilon(counters.env_steps)
-            s.reporter.record_progress(counters.env_steps, epsilon, force=True)
+            progress = s.reporter.record_progress(counters.env_steps, epsilon, force=True)
+            # a mark the workers passed after the watch's last look (most short runs' last): the point it would
+            # have logged, though no worker runs now to give the rates of their last second
+            if progress is not None and counters.env_steps >= self.next_log:
+                self._note_training(counters.env_steps, epsilon, progress)
         path = self.mirror.save(self.record)
         reason = f"{StopReason.FAILURE.value}: {self.failure}" if self.failure else s.control.reason()
         summary = run_summary(self.config, counters, self.record.last_eval, self.mirror.version, path, reason)
