@@ -170,7 +170,8 @@ class Driver:
         dashboard start once the tasks have: on a services host of one core, their start had taken 3.3-4.4 s
         of Spark's and the workers' (a one-worker data-parallel run on the test hosts, 2026-11-28), and the
         babysitters have nothing to show before the workers train. Nothing waits for them to start: a short
-        run could end before the watch's first look (a 4,000-step PQN run did, and logged no training point)."""
+        run could end before the watch's first look (a 4,000-step PQN run did, and played no evaluation
+        meanwhile)."""
         c = self.config
         job = SparkJob(spark, self.wiring.task, c.distributed.workers, self.wiring.barrier, encode_settings(c),
                        split_password(self.services.remote_url)[0], self.run, on_end=self.wake.set)
@@ -231,7 +232,8 @@ class Driver:
                 epsilon = self.wiring.weights.workers_epsilon(steps)
                 progress = s.reporter.record_progress(steps, epsilon, force=steps >= self.next_log)
                 if steps >= self.next_log and progress is not None:
-                    self._note_training(steps, epsilon, progress)
+                    self.next_log = next_mark(steps, c.run.log_every)
+                    log_training_point(self.record, steps, epsilon, progress)
                 recent = sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
                 bar.set_postfix(progress_values(recent, epsilon, self.record.last_eval, self.env_spec.score),
                                 refresh=False)
@@ -241,12 +243,6 @@ class Driver:
                                      episodes=counters.episodes, total_episodes=c.run.total_episodes)
                 if reason is not None and not stopping:
                     s.control.stop(reason)
-
-    def _note_training(self, steps: int, epsilon: float, progress: dict[str, Any]) -> None:
-        """Logs a training point at `steps`: the telemetry's `progress` point, as the dashboard shows it."""
-        self.next_log = next_mark(steps, self.config.run.log_every)
-        self.record.note_training(steps, progress["updates"], epsilon, **{key: progress[key] for key in (
-            "env_steps_per_s", "updates_per_s", "loss", "mean_max_q", "staleness", "policy_lag")})
 
     def _finish(self) -> dict[str, Any]:
         """Summary, progress point and checkpoint: from the weights service when it is there, from the
@@ -271,7 +267,7 @@ class Driver:
             # a mark the workers passed after the watch's last look (most short runs' last): the point it would
             # have logged, though no worker runs now to give the rates of their last second
             if progress is not None and counters.env_steps >= self.next_log:
-                self._note_training(counters.env_steps, epsilon, progress)
+                log_training_point(self.record, counters.env_steps, epsilon, progress)
         path = self.mirror.save(self.record)
         reason = f"{StopReason.FAILURE.value}: {self.failure}" if self.failure else s.control.reason()
         summary = run_summary(self.config, counters, self.record.last_eval, self.mirror.version, path, reason)
@@ -281,6 +277,12 @@ class Driver:
                        **lost_and_redone(workers))
         self.record.log.write_summary(summary)
         return summary
+
+
+def log_training_point(record: RunRecord, steps: int, epsilon: float, progress: dict[str, Any]) -> None:
+    """Logs a training point at `steps`: the telemetry's `progress` point, as the dashboard shows it."""
+    record.note_training(steps, progress["updates"], epsilon, **{key: progress[key] for key in (
+        "env_steps_per_s", "updates_per_s", "loss", "mean_max_q", "staleness", "policy_lag")})
 
 
 def log_new_episodes(services: RunServices, record: RunRecord, recent_returns: collections.deque[float]) -> None:
