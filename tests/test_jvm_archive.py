@@ -18,7 +18,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     """A cache folder of the test's own, and the pyspark package's Spark (a machine's own $SPARK_HOME or
     configuration folders could hold files, which no archive is written for)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    for variable in ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH"):
+    for variable in ("SPARK_HOME", "SPARK_CONF_DIR"):
         monkeypatch.delenv(variable, raising=False)
     return tmp_path / "cache" / "ddq"
 
@@ -71,10 +71,11 @@ def test_a_java_without_an_archive_of_its_own_classes_shares_nothing_and_starts_
 
 
 def test_a_class_path_with_a_folder_of_files_shares_nothing(cache, tmp_path, monkeypatch):
-    """Java writes no archive for a class path with a folder that holds files: a JVM told to write one fails
+    """Java writes no archive for a class path whose first folder holds files: a JVM told to write one fails
     as it exits, in every run (`java -XX:ArchiveClassesAtExit=... -cp conf:jars/*` with a spark-defaults.conf
-    in conf: "Cannot have non-empty directory in paths"). A configuration folder of one's own, or a Spark
-    download's conf/ of templates, is such a folder; an empty one is not."""
+    in conf: "Cannot have non-empty directory in paths"; after jars/*, such a folder did not hinder it). A
+    configuration folder of one's own, or a Spark download's conf/ of templates, is such a folder; an empty
+    one is not."""
     java = jvm_archive.java_binary()
     if java is None or not jvm_archive.has_base_archive(java):
         pytest.skip("no java that can write an archive")

@@ -9,13 +9,11 @@ The first local run's JVM writes an archive under a name of its own as it exits,
 path it ran with beside it. A later run adopts it once no process is writing it and Java maps it with that
 class path (`-Xshare:on` refuses an archive it cannot map; one cut short would crash a JVM that mapped it,
 so nothing unchecked is used), and every run after maps it. Java checks the archive against its own build
-and the jars it was made from, and leaves one that does not match unused (`-Xshare:auto`); a new Java or
-pyspark keys a new archive. Nothing is shared where the cache folder cannot be written, where Java has
-no archive of its own classes to build on (a runtime made with `jlink`), or where the JVM's class path holds
-a folder with files in it, which Java refuses to archive.
-
-Why a local master only: a cluster's driver has its operator's configuration folder (a spark-defaults.conf)
-on its class path, and Java writes no archive for a class path with a folder that holds files.
+and the jars it was made from, and leaves one that does not match unused (`-Xshare:auto`); a new Java,
+pyspark or Spark home keys a new archive. Nothing is shared where the cache folder cannot be written, where
+Java has no archive of its own classes to build on (a runtime made with `jlink`), or where Spark's
+configuration folder holds files (`archivable_class_path`): a cluster's driver reads its operator's
+spark-defaults.conf from there, which is why only a local master's JVM is asked.
 """
 
 from __future__ import annotations
@@ -64,29 +62,23 @@ def spark_home() -> Path:
     """The Spark whose launcher starts the JVM, found as pyspark finds it: $SPARK_HOME, else a Spark download
     that pip put beside pyspark (PYSPARK_HADOOP_VERSION), else the pyspark package."""
     import pyspark
-    from pyspark.find_spark_home import _find_spark_home
 
     try:
+        from pyspark.find_spark_home import _find_spark_home  # what pyspark's launch asks
+
         return Path(_find_spark_home())
-    except SystemExit:  # it found none (and said so): pyspark's launch fails the same way
-        return Path(pyspark.__file__).parent
-
-
-def class_path_folders() -> list[Path]:
-    """The folders Spark's launcher puts on its JVM's class path, where they exist: its configuration folder
-    ($SPARK_CONF_DIR, else its home's conf), Hadoop's and YARN's ($HADOOP_CONF_DIR, $YARN_CONF_DIR), and those
-    that $SPARK_DIST_CLASSPATH names."""
-    named = [os.environ.get("SPARK_CONF_DIR") or str(spark_home() / "conf"),
-             os.environ.get("HADOOP_CONF_DIR", ""), os.environ.get("YARN_CONF_DIR", ""),
-             *os.environ.get("SPARK_DIST_CLASSPATH", "").split(os.pathsep)]
-    return [Path(entry) for entry in named if entry and Path(entry).is_dir()]
+    except (ImportError, SystemExit):  # another pyspark; or none found (it said so), and its launch fails too
+        return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
 
 
 def archivable_class_path() -> bool:
-    """Whether Java can archive the classes of the JVM's class path: not where it holds a folder with files
-    in it (a spark-defaults.conf, or a Spark download's conf/ of templates). A JVM told to write an archive
-    then fails as it exits ("Cannot have non-empty directory in paths", Java 17), in every run."""
-    return not any(any(folder.iterdir()) for folder in class_path_folders())
+    """Whether Java can archive the classes of the class path Spark's launcher gives its JVM: not where its
+    configuration folder ($SPARK_CONF_DIR, else the Spark home's conf), first on that path, holds files (a
+    spark-defaults.conf, or a Spark download's templates). A JVM told to write an archive then fails as it
+    exits, in every run ("Cannot have non-empty directory in paths", Java 17); folders after Spark's jars
+    (Hadoop's and YARN's configuration) are no hindrance, as no class is loaded from them."""
+    folder = Path(os.environ.get("SPARK_CONF_DIR") or spark_home() / "conf")
+    return not (folder.is_dir() and any(folder.iterdir()))
 
 
 def archive_path(java: str) -> Path:
