@@ -132,20 +132,19 @@ def test_points_that_wait_while_a_cpu_bound_evaluation_plays_give_way_to_the_new
     assert [finished.result.returns for finished in results] == [
         _played_as_the_run_would(points[0], config), _played_as_the_run_would(points[3], config)]
     assert [finished.seed for finished in results] == [evaluation_seed(config, 1000), evaluation_seed(config, 4000)]
-    assert results[0].result.returns != results[1].result.returns  # marks 1 and 4: episodes of their own
 
 
 def test_an_evaluation_plays_the_episodes_of_its_mark_and_a_closing_one_those_of_the_next():
     """Seeds follow the eval_every mark the weights reached, not how many evaluations were played (which
-    skipped points would shift): mark k plays lane k-1 wherever past it its point was taken, and the
-    evaluation that closes a run past its last mark plays the lane of the mark it does not reach."""
+    skipped points would shift): mark k plays set k-1 wherever past it its point was taken, and the
+    evaluation that closes a run past its last mark plays the set of the mark it does not reach."""
     config = config_of(env="CartPole-v1", eval_every=1000, seed=3)
 
-    def lane(steps: int, closing: bool = False) -> int:
+    def episode_set(steps: int, closing: bool = False) -> int:
         return (evaluation_seed(config, steps, closing) - 3) // EVAL_SEED_OFFSET - 1
 
-    assert [lane(steps) for steps in (1000, 1999, 2000, 2003, 205_002)] == [0, 0, 1, 1, 204]
-    assert [lane(steps, closing=True) for steps in (500, 2500, 4000, 4100)] == [0, 2, 4, 4]
+    assert [episode_set(steps) for steps in (1000, 1999, 2000, 2003, 205_002)] == [0, 0, 1, 1, 204]
+    assert [episode_set(steps, closing=True) for steps in (500, 2500, 4000, 4100)] == [0, 2, 4, 4]
 
 
 def test_evaluations_that_wait_on_their_simulator_play_side_by_side():

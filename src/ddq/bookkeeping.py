@@ -15,7 +15,6 @@ from torch import nn
 
 from ddq.config import TrainConfig, without_secrets
 from ddq.core.checkpoint import BEST_NAME
-from ddq.core.dqn import mark_number, marks_passed
 from ddq.core.evaluate import Evaluation, evaluate
 from ddq.gamesim.spec import Score, score_of
 from ddq.run_folder import RunLog
@@ -79,14 +78,15 @@ EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with train
 
 def evaluation_seed(config: TrainConfig, steps: int, closing: bool = False) -> int:
     """The first episode's seed of the greedy evaluation of the weights at `steps` env steps (those trained
-    on, where a learner publishes its marks). It follows the eval_every mark those steps reached, so an
+    on, where a learner publishes its marks). It follows the eval_every marks those steps passed, so the
     evaluation at a mark plays the same episodes in every mode, whoever plays it and when, and whichever
-    earlier points a busy evaluator skipped (the count of evaluations played would shift with them). The
-    `closing` evaluation of a run that ends past its last mark plays the next mark's, which the run does not
-    reach (as the count did where every mark was played)."""
-    every = config.run.eval_every
-    lane = marks_passed(steps, every) if closing else mark_number(steps, every)
-    return config.agent.seed + EVAL_SEED_OFFSET * (1 + lane)
+    earlier points a busy evaluator skipped (the count of evaluations played would shift with them): the
+    first mark's episodes are set 0, the second's set 1, and so on. The `closing` evaluation of a run that
+    stops past its last mark plays the next mark's set (as the count did where every mark was played),
+    which a resumed run plays again at that mark, with newer weights."""
+    passed = steps // config.run.eval_every
+    episode_set = passed if closing else max(0, passed - 1)
+    return config.agent.seed + EVAL_SEED_OFFSET * (1 + episode_set)
 
 
 def play_evaluation(network: nn.Module, config: TrainConfig, seed: int, device: torch.device,

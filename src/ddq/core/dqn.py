@@ -117,18 +117,6 @@ def next_mark(steps: int, every: int) -> int:
     return (steps // every + 1) * every
 
 
-def mark_number(steps: int, every: int) -> int:
-    """Which multiple of `every` `steps` has reached, 0 for the first (and before it): the number of the
-    periodic mark an event at `steps` is due for. An evaluation's episodes follow it (`ddq.bookkeeping`)."""
-    return max(0, steps // every - 1)
-
-
-def marks_passed(steps: int, every: int) -> int:
-    """How many multiples of `every` `steps` has passed: the number of the next mark, which a run that ends
-    at `steps` does not reach."""
-    return steps // every
-
-
 def epsilon_greedy(q_net: nn.Module, states: torch.Tensor, epsilon: float,
                    rng: np.random.Generator) -> np.ndarray:
     """argmax_a Q(s, a) per state, replaced by a uniformly random action with probability epsilon."""

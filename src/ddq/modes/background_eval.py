@@ -166,8 +166,8 @@ class BackgroundEvaluations:
             counted = False
             order, (point, arrived) = taken
             before = ThreadTimes.now()
-            seed = evaluation_seed(self.config, point.trained_steps)
             try:
+                seed = evaluation_seed(self.config, point.trained_steps)
                 flat.assign(point.weights)
                 result = play_evaluation(network, self.config, seed, self.device,
                                          should_stop=lambda: self.stopping)

@@ -5,9 +5,10 @@ so weights read at the moment an evaluation starts would stand for however
 many env steps happened to pass while the last evaluation ran (on a slow
 simulator, tens of thousands). Instead the learner keeps a copy of its
 weights each time the env steps it has trained on cross a multiple of
-eval_every, and the driver evaluates every one of them, side by side if it
-must: each mark is evaluated as serial training evaluates it, and the step
-count a run reports reaching its target at is the mark's.
+eval_every, and the driver evaluates them (`ddq.modes.background_eval`:
+one a newer mark replaced while it waited is skipped): each mark is
+evaluated as serial training evaluates it, on that mark's episodes, and the
+step count a run reports reaching its target at is the mark's.
 
 An entry of the run's evaluation-points stream (a Redis stream, read in
 order and deleted once read) holds the weights in the parameter server's
