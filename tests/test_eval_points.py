@@ -131,7 +131,8 @@ def test_points_that_wait_while_a_cpu_bound_evaluation_plays_give_way_to_the_new
     assert len(background.threads) == 1
     assert [finished.result.returns for finished in results] == [
         _played_as_the_run_would(points[0], config), _played_as_the_run_would(points[3], config)]
-    assert [finished.seed for finished in results] == [evaluation_seed(config, 1000), evaluation_seed(config, 4000)]
+    assert [finished.result.seed for finished in results] == [evaluation_seed(config, 1000),
+                                                              evaluation_seed(config, 4000)]
 
 
 def test_an_evaluation_plays_the_episodes_of_its_mark_and_a_closing_one_those_of_the_next():

@@ -112,7 +112,7 @@ def note_evaluation(result: Evaluation, config: TrainConfig, log: RunLog, counte
     counters.evaluations += 1
     log.write("eval", env_steps=env_steps, updates=updates, wall_time_s=counters.wall_time_s,
               mean_return=result.mean_return, returns=result.returns, mean_rewarded_steps=result.mean_rewarded_steps,
-              **({"endings": result.endings} if result.endings else {}), **extra)
+              **({"endings": result.endings} if result.endings else {}), seed=result.seed, **extra)
     counters.last_eval_endings = result.endings or None
     reached = config.run.target_return is not None and result.mean_return >= config.run.target_return
     if reached and counters.steps_to_target is None:

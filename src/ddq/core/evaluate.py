@@ -27,6 +27,7 @@ class Evaluation:
     returns: list[float]
     rewarded_steps: list[int]
     endings: dict[str, int] = field(default_factory=dict)
+    seed: int | None = None  # the first episode's (None: unseeded), which plays these episodes again
 
     @property
     def mean_return(self) -> float:
@@ -81,7 +82,7 @@ def evaluate(q_net: nn.Module, env_id: str, episodes: int, frame_stack: int = 1,
                 done |= ends
                 if done.all() or (should_stop is not None and should_stop()):
                     break
-        return Evaluation(returns.tolist(), rewarded.tolist(), dict(sorted(endings.items())))
+        return Evaluation(returns.tolist(), rewarded.tolist(), dict(sorted(endings.items())), seed)
     finally:
         envs.close()
 

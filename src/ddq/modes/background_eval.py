@@ -44,7 +44,6 @@ BUSY_SHARE_FOR_ONE_THREAD = 0.5  # of the time any evaluation plays: their threa
 class Finished(NamedTuple):
     point: EvaluationPoint
     result: Evaluation
-    seed: int  # its episodes' (`ddq.bookkeeping.evaluation_seed`)
     arrived: float  # time.monotonic() when the point was submitted
 
 
@@ -167,10 +166,9 @@ class BackgroundEvaluations:
             order, (point, arrived) = taken
             before = ThreadTimes.now()
             try:
-                seed = evaluation_seed(self.config, point.trained_steps)
                 flat.assign(point.weights)
-                result = play_evaluation(network, self.config, seed, self.device,
-                                         should_stop=lambda: self.stopping)
+                result = play_evaluation(network, self.config, evaluation_seed(self.config, point.trained_steps),
+                                         self.device, should_stop=lambda: self.stopping)
             except BaseException as error:  # the run must not go on without its evaluations
                 with self.changed:
                     self.failed = self.failed or error
@@ -181,7 +179,7 @@ class BackgroundEvaluations:
             busy = busy_seconds(before, ThreadTimes.now())
             with self.changed:
                 del self.playing[order]
-                self.done[order] = Finished(point, result, seed, arrived)
+                self.done[order] = Finished(point, result, arrived)
                 self._note_busy(busy)
                 self.changed.notify_all()  # a thread may take the next point, or more may play now
             self.on_result()

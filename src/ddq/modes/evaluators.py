@@ -74,9 +74,9 @@ class WeightsMirror:
         checkpointed (a driver killed later leaves a run to resume from here), and kept in best.pt when the
         best so far; True once the target return is reached."""
         self.sync()
-        seed = evaluation_seed(self.config, record.counters.env_steps, closing)
-        result = play_evaluation(self.learner.online, self.config, seed, self.device)
-        noted = record.note(result, record.counters.env_steps, self.version, seed=seed)
+        result = play_evaluation(self.learner.online, self.config,
+                                 evaluation_seed(self.config, record.counters.env_steps, closing), self.device)
+        noted = record.note(result, record.counters.env_steps, self.version)
         record_evaluation(services.store, "driver", self.version, record.counters.env_steps,
                           result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
         if noted.best:
@@ -205,11 +205,10 @@ class PointEvaluator:
             print(f"ddq: warning: {line}", file=sys.stderr, flush=True)
             self.points.refused.remove(line)
         reached = recorded = False
-        for point, result, seed, arrived in self.background.finished():
+        for point, result, arrived in self.background.finished():
             if (late := self.clock.answered(arrived, time.monotonic())) is not None:
                 print(f"ddq: warning: {late}", file=sys.stderr, flush=True)
-            noted = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps,
-                                     seed=seed)
+            noted = self.record.note(result, point.env_steps, point.version, trained_steps=point.trained_steps)
             record_evaluation(self.services.store, "driver", point.version, point.env_steps,
                               result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
             if noted.best:

@@ -162,10 +162,10 @@ class SerialTrainer:
         """The run's greedy evaluation at an eval_every mark (or, `closing`, where it stopped), logged with its
         episodes' seed, and its weights kept in best.pt when it is the best so far; True once it reached the
         target."""
-        seed = evaluation_seed(self.config, self.actor.env_steps, closing)
-        result = play_evaluation(self.learner.online, self.config, seed, self.device)
+        result = play_evaluation(self.learner.online, self.config,
+                                 evaluation_seed(self.config, self.actor.env_steps, closing), self.device)
         noted = note_evaluation(result, self.config, self.log, self.counters, self.actor.env_steps,
-                                self.learner.updates, self.origin, seed=seed)
+                                self.learner.updates, self.origin)
         if noted.best:
             ckpt.save_checkpoint(self.run_dir / ckpt.BEST_NAME, self.config, self.learner, self.counters.as_dict(), {})
         self.last_eval = noted.last_eval
