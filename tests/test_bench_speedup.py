@@ -4,16 +4,18 @@ docs/benchmarks.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from ddq.benchmarks.procfs import parent_and_command, processes_mentioning
-from ddq.benchmarks.speedup import run_bench, table, waits
+from ddq.benchmarks.speedup import TASKS, outcome, run_bench, table, train_command, waits
 from ddq.benchmarks.testhosts import BASE, PREFIX, _ip
 from hosts import skip_unless_root
 
@@ -30,6 +32,32 @@ def test_each_run_says_what_it_waited_on_from_its_summary():
     assert waits({"mode": "downpour", "evaluation_lag_s": 0.0, "workers": [{"wall_time_s": 9.0}]}) == ""
     assert waits({"mode": "serial", "workers": []}) == ""
     assert waits({"mode": "data-parallel", "workers": two[:1]}) == ""  # one worker alone all-reduces nothing
+
+
+def test_snake_trains_as_make_run_does_for_a_fixed_time_and_is_scored_by_its_greedy_apples(tmp_path):
+    """A task without a target: each run stops at the wall time (from the command's start) and its closing
+    evaluation's apples are its score; the table sets each row's median apples and env steps against
+    serial's."""
+    snake = train_command("ddq/Snake-v0", "data-parallel", 2, 3, "/r", wall_time_s=120)
+    assert snake[snake.index("--time-budget-s") + 1] == "120" and "--target-return" not in snake
+    config = Path(snake[snake.index("--config") + 1])
+    assert config.is_absolute() and config.parts[-2:] == ("configs", "smart-snake.toml")  # found from the checkout
+    assert snake[-4:] == ["--mode", "data-parallel", "--workers", "2"]
+    lunar = train_command("LunarLander-v3", "serial", 2, 0, "/r")
+    assert lunar[lunar.index("--target-return") + 1] == "200" and "--time-budget-s" not in lunar
+
+    runs = []
+    for configuration, apples, steps in [("serial, 1 core", 40.0, 1_000_000), ("data-parallel", 50.0, 2_500_000)]:
+        folder = tmp_path / configuration
+        folder.mkdir()
+        (folder / "summary.json").write_text(json.dumps({
+            "final_eval_mean_apples": apples, "final_eval_return": -1.0, "env_steps": steps,
+            "time_to_target_s": None, "steps_to_target": None, "mode": configuration, "workers": []}))
+        runs.append(outcome(configuration, 1, 0, folder, TASKS["ddq/Snake-v0"]))
+    assert [(o.score, o.env_steps, o.seconds) for o in runs] == [(40.0, 1_000_000, None), (50.0, 2_500_000, None)]
+    shown = table("ddq/Snake-v0", runs, wall_time_s=120)
+    assert shown.startswith("ddq/Snake-v0: greedy apples per episode after 120 s from the command's start")
+    assert "| data-parallel | 50.00 (2,500,000) | 50.00 | 1.25x | 2,500,000 | 2.50x |" in shown
 
 
 @skip_unless_root

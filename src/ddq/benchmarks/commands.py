@@ -71,8 +71,8 @@ def cmd_bench_speedup(args: argparse.Namespace) -> int:
 
     exit_on_sigterm()  # a stopped bench still removes its test hosts (--hosts)
     for env in args.envs:
-        print(table(env, run_bench(env, args.modes, args.workers, args.seeds, args.cores, args.hosts)) + "\n",
-              flush=True)
+        outcomes = run_bench(env, args.modes, args.workers, args.seeds, args.cores, args.hosts, args.wall_time_s)
+        print(table(env, outcomes, args.wall_time_s) + "\n", flush=True)
     return 0
 
 
@@ -186,12 +186,13 @@ def add_bench_commands(commands: Any) -> None:
     scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
     scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
     scaling.set_defaults(func=cmd_bench_scaling)
-    from ddq.benchmarks.speedup import TASKS
+    from ddq.benchmarks.speedup import TASKS, WALL_TIME_S
 
-    speedup = kinds.add_parser("speedup", help="time to a target return: serial on one core against distributed "
-                                               "modes on N cores, seed by seed")
+    speedup = kinds.add_parser("speedup", help="time to a target return (Snake: apples after a fixed time): serial "
+                                               "on one core against distributed modes on N cores, seed by seed")
     speedup.add_argument("--envs", "--env", nargs="+", default=["LunarLander-v3", "MinAtar/Breakout-v1"],
-                         choices=list(TASKS), help="tasks (each with its target return)")
+                         choices=list(TASKS), help="tasks (each with its target return; Snake trains with make run's "
+                                                   "settings for --wall-time-s and is scored by its greedy apples)")
     speedup.add_argument("--modes", nargs="+", default=["data-parallel"], choices=MODES[1:],
                          help="distributed modes to run beside serial")
     speedup.add_argument("--workers", type=int, default=2, help="workers (and cores) of each distributed run")
@@ -202,6 +203,9 @@ def add_bench_commands(commands: Any) -> None:
     speedup.add_argument("--cores", type=int, nargs="+", metavar="CORE",
                          help="the CPU cores the runs may use (default: the first N, and one more with --hosts): "
                               "serial and the services host get the first, each worker the next")
+    speedup.add_argument("--wall-time-s", type=float, default=WALL_TIME_S,
+                         help="how long each run of a task without a target trains, from its command's start "
+                              "(default: %(default)g)")
     speedup.set_defaults(func=cmd_bench_speedup)
     grandio = kinds.add_parser("grandio", aliases=["actors"],
                                help="Grandio's MPI DQN runtime study re-done: serial beside actor-learner with 1 to N "

@@ -1,18 +1,21 @@
-"""`ddq bench speedup`: time to a target return, serial on one core against a distributed mode on N cores.
+"""`ddq bench speedup`: serial on one core against a distributed mode on N cores, to a target or for a fixed time.
 
 What a user gets from more machines. Each run is one real `ddq train` with
-ddq's defaults for the env, its target return and a seed, timed from the
-command's start (Spark's and the services' start-up included) to the first
-greedy evaluation at the target. The serial run is held to one core. A
-distributed run is held to N cores (`taskset`), its driver, Redis and
-evaluator sharing them; with `--hosts` it runs on N one-core test hosts (a
-Spark standalone cluster, each host's processes held to a core of their own)
-beside a services host with one more core, as on N machines and the one that
-starts the run. Both modes evaluate at the preset's `eval_every` mark, serial
-in line, the distributed driver beside the run. Configurations alternate
-seed by seed, one run at a time, so a slow spell of the machine falls on both.
-Each run's line also says what a distributed run waited on (its summary's
-`collective_s` as a share of each worker's time, and `evaluation_lag_s`).
+ddq's defaults for the env and a seed. A task with a target return is timed
+from the command's start (Spark's and the services' start-up included) to
+the first greedy evaluation at the target; Snake is scored by the greedy
+apples its closing evaluation finds after a fixed wall time from the
+command's start, with `make run`'s settings. The serial run is held to one
+core. A distributed run is held to N cores (`taskset`), its driver, Redis
+and evaluator sharing them; with `--hosts` it runs on N one-core test hosts
+(a Spark standalone cluster, each host's processes held to a core of their
+own) beside a services host with one more core, as on N machines and the
+one that starts the run. Both modes evaluate at the preset's `eval_every`
+mark, serial in line, the distributed driver beside the run. Configurations
+alternate seed by seed, one run at a time, so a slow spell of the machine
+falls on both. Each run's line also says what a distributed run waited on
+(its summary's `collective_s` as a share of each worker's time, and
+`evaluation_lag_s`).
 """
 
 from __future__ import annotations
@@ -29,14 +32,49 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ddq.benchmarks.snake import DEFAULT_CONFIG
+from ddq.gamesim import SNAKE_ID
 from ddq.processes import how_it_ended
 from ddq.services.telemetry import collective_share
 
-# The tasks of the scaling issue: each env's target, and what the command adds to ddq's defaults for it.
-TASKS: dict[str, tuple[float, list[str]]] = {
-    "LunarLander-v3": (200.0, []),
-    "MinAtar/Breakout-v1": (7.0, ["--algo", "pqn"]),
-    "CartPole-v1": (475.0, []),
+WALL_TIME_S = 300.0  # a fixed-time task's default: a few of make run's 28 minutes, so that seeds fit in an hour
+
+
+@dataclass(frozen=True)
+class Task:
+    """How a run of an env is measured: the time to a greedy `target` return, or (no target) the greedy score
+    its closing evaluation finds after a fixed wall time; `flags`: what the command adds to ddq's defaults."""
+
+    target: float | None = None
+    flags: tuple[str, ...] = ()
+    config: str | None = None  # a config file, from the folder the bench runs in
+    score: str = "final_eval_return"  # a fixed-time task's summary field, and below what it is in words
+    score_words: str = "greedy return"
+
+    def command_flags(self, wall_time_s: float) -> list[str]:
+        """What `ddq train` is given beside the env, the seed and the mode: the flags that end a run where this
+        task measures it, then the task's own."""
+        goal = ["--target-return", f"{self.target:g}"] if self.target is not None else ["--time-budget-s",
+                                                                                         f"{wall_time_s:g}"]
+        return goal + (["--config", str(Path(self.config).resolve())] if self.config else []) + list(self.flags)
+
+    def described(self, wall_time_s: float) -> str:
+        """The task in words, for its table's title."""
+        settings = f"the settings of {self.config}" if self.config else "ddq's defaults"
+        settings += "".join(f", {flag}" if flag.startswith("--") else f" {flag}" for flag in self.flags)
+        if self.target is None:
+            return (f"{self.score_words} after {wall_time_s:g} s from the command's start ({settings}; env steps "
+                    "played in brackets)")
+        return f"to a greedy {self.target:g} ({settings}; seconds from the command's start, env steps in brackets)"
+
+
+# The tasks of the scaling issue. Snake trains as `make run` does (its config file, found from the folder the
+# bench runs in), for a fixed time: its target, a board half filled, takes longer than a bench can give it.
+TASKS: dict[str, Task] = {
+    "LunarLander-v3": Task(200.0),
+    "MinAtar/Breakout-v1": Task(7.0, ("--algo", "pqn")),
+    "CartPole-v1": Task(475.0),
+    SNAKE_ID: Task(None, (), DEFAULT_CONFIG, "final_eval_mean_apples", "greedy apples per episode"),
 }
 
 
@@ -45,29 +83,32 @@ class Outcome:
     configuration: str
     cores: int  # what the run had: 1 for serial; a distributed run's worker cores (its services' core not counted)
     seed: int
-    seconds: float | None  # from the command's start to the target; None: not reached
-    env_steps: int | None
+    seconds: float | None  # from the command's start to the target; None: not reached (or no target)
+    env_steps: int | None  # to the target; a fixed-time task's: all the run played
     where_time_went: str = ""  # a distributed run's waits (`waits`), for the bench's line about the run
+    score: float | None = None  # a fixed-time task's greedy score at the end
 
 
 def train_command(env: str, mode: str, workers: int, seed: int, run_dir: str,
-                  spark_master: str | None = None) -> list[str]:
-    """`ddq train` with ddq's defaults for `env`, its target and `seed`: the command a user types."""
-    target, extra = TASKS[env]
-    return [sys.executable, "-m", "ddq", "train", "--env", env, "--seed", str(seed), "--target-return", str(target),
-            "--no-progress", "--run-dir", run_dir, *extra, *(["--spark-master", spark_master] if spark_master else []),
+                  spark_master: str | None = None, wall_time_s: float = WALL_TIME_S) -> list[str]:
+    """`ddq train` with ddq's defaults for `env`, its goal and `seed`: the command a user types."""
+    task = TASKS[env]
+    return [sys.executable, "-m", "ddq", "train", "--env", env, "--seed", str(seed),
+            "--no-progress", "--run-dir", run_dir, *task.command_flags(wall_time_s),
+            *(["--spark-master", spark_master] if spark_master else []),
             *(["--mode", "serial"] if mode == "serial" else ["--mode", mode, "--workers", str(workers)])]
 
 
-def run_one(env: str, mode: str, workers: int, seed: int, folder: Path, cores: list[int]) -> Outcome:
+def run_one(env: str, mode: str, workers: int, seed: int, folder: Path, cores: list[int],
+            wall_time_s: float = WALL_TIME_S) -> Outcome:
     """One run on this machine, held to `cores` (`taskset`), its services sharing them."""
     run_dir = folder / f"{mode}-{workers}-seed{seed}"
     pinned = ["taskset", "-c", ",".join(map(str, cores[:1] if mode == "serial" else cores[:workers]))]
-    command = pinned + train_command(env, mode, workers, seed, str(run_dir))
+    command = pinned + train_command(env, mode, workers, seed, str(run_dir), wall_time_s=wall_time_s)
     finished = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     if finished.returncode != 0:
         failed(command[3:], finished.returncode, finished.stdout + finished.stderr)  # without taskset's
-    return outcome(configuration_name(mode, workers), 1 if mode == "serial" else workers, seed, run_dir)
+    return outcome(configuration_name(mode, workers), 1 if mode == "serial" else workers, seed, run_dir, TASKS[env])
 
 
 def failed(command: list[str], code: int, output: str) -> NoReturn:
@@ -84,8 +125,11 @@ def cluster_failed(error: Exception) -> NoReturn:
     raise RuntimeError(f"the test hosts' cluster: {first}{' (its logs end above)' if logs else ''}") from None
 
 
-def outcome(configuration: str, cores: int, seed: int, run_dir: Path) -> Outcome:
+def outcome(configuration: str, cores: int, seed: int, run_dir: Path, task: Task) -> Outcome:
+    """What the run's summary says of it, as `task` measures it."""
     summary = json.loads((run_dir / "summary.json").read_text())
+    if task.target is None:
+        return Outcome(configuration, cores, seed, None, summary["env_steps"], waits(summary), summary[task.score])
     return Outcome(configuration, cores, seed, summary["time_to_target_s"], summary["steps_to_target"],
                    waits(summary))
 
@@ -117,10 +161,16 @@ def configuration_name(mode: str, workers: int, on_hosts: bool = False) -> str:
 
 
 def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores: list[int] | None = None,
-              on_hosts: bool = False) -> list[Outcome]:
+              on_hosts: bool = False, wall_time_s: float = WALL_TIME_S) -> list[Outcome]:
     """Serial and each of `modes`, alternating seed by seed, one run at a time. `on_hosts`: each distributed
     run goes to a Spark cluster on test hosts (`HostsRunner`); else it runs on this machine's first
-    `workers` of `cores`."""
+    `workers` of `cores`. `wall_time_s`: how long a task without a target trains."""
+    task = TASKS[env]
+    if task.config is not None and not Path(task.config).is_file():
+        raise ValueError(f"{env} trains with the settings of {task.config}, which is not in {Path.cwd()}: run the "
+                         "bench from a checkout of ddq")
+    if task.target is None and not wall_time_s > 0:
+        raise ValueError(f"--wall-time-s {wall_time_s:g}: {env} trains for a fixed time, which must be above 0")
     needed = workers + 1 if on_hosts else workers
     cores = cores if cores is not None else list(range(needed))
     if len(set(cores)) < needed or len(set(cores)) < len(cores) or not set(cores) <= os.sched_getaffinity(0):
@@ -138,11 +188,12 @@ def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores:
         for seed in seeds:
             for mode in ["serial", *modes]:
                 if hosts is not None and mode != "serial":
-                    outcomes.append(hosts.run(env, mode, seed))
+                    outcomes.append(hosts.run(env, mode, seed, wall_time_s))
                 else:
-                    outcomes.append(run_one(env, mode, workers, seed, Path(tmp), cores))
+                    outcomes.append(run_one(env, mode, workers, seed, Path(tmp), cores, wall_time_s))
                 done = outcomes[-1]
-                print(f"ddq: {env} {done.configuration} seed {seed}: {done.seconds} s, {done.env_steps} env steps"
+                result = f"{done.seconds} s" if task.target is not None else f"{done.score} {task.score_words}"
+                print(f"ddq: {env} {done.configuration} seed {seed}: {result}, {done.env_steps} env steps"
                       + (f" ({done.where_time_went})" if done.where_time_went else ""), file=sys.stderr, flush=True)
     return outcomes
 
@@ -178,11 +229,11 @@ class HostsRunner:
     def __exit__(self, *exc: object) -> None:
         self.hosts.close()
 
-    def run(self, env: str, mode: str, seed: int) -> Outcome:
+    def run(self, env: str, mode: str, seed: int, wall_time_s: float = WALL_TIME_S) -> Outcome:
         from ddq.benchmarks.spark_cluster import ClusterError
 
         name = f"{mode}-seed{seed}"
-        command = train_command(env, mode, self.workers, seed, f"/tmp/{name}", self.cluster.master)
+        command = train_command(env, mode, self.workers, seed, f"/tmp/{name}", self.cluster.master, wall_time_s)
         try:
             self.cluster.wait_for_workers()  # the last run's executors gone: this one starts on free cores
             driver = self.hosts.start("h0", command, self.hosts.folder / f"{name}.log",
@@ -194,7 +245,7 @@ class HostsRunner:
         if code != 0:
             failed(command, code, log)
         return outcome(configuration_name(mode, self.workers, on_hosts=True), self.workers, seed,
-                       self.hosts.tmp("h0") / name)
+                       self.hosts.tmp("h0") / name, TASKS[env])
 
 
 def _median(values: list[Any]) -> float | None:
@@ -206,13 +257,15 @@ def _median(values: list[Any]) -> float | None:
     return None if math.isinf(median) else median
 
 
-def table(env: str, outcomes: list[Outcome]) -> str:
-    target, extra = TASKS[env]
+def table(env: str, outcomes: list[Outcome], wall_time_s: float = WALL_TIME_S) -> str:
+    """The bench's table for `env`: a row per configuration, a column per seed, serial's row first."""
+    task = TASKS[env]
     names = list(dict.fromkeys(o.configuration for o in outcomes))
     seeds = list(dict.fromkeys(o.seed for o in outcomes))
+    if task.target is None:
+        return score_table(env, task, outcomes, names, seeds, wall_time_s)
     serial = _median([o.seconds for o in outcomes if o.configuration == names[0]])
-    lines = [f"{env} to a greedy {target:g} (ddq's defaults{', ' + ' '.join(extra) if extra else ''}; seconds from "
-             "the command's start, env steps in brackets)", "",
+    lines = [f"{env} {task.described(wall_time_s)}", "",
              "| configuration | " + " | ".join(f"seed {s}" for s in seeds) + " | median | x serial's time | "
              "speedup | efficiency |", "|---" * (len(seeds) + 5) + "|"]
     for name in names:
@@ -229,3 +282,30 @@ def table(env: str, outcomes: list[Outcome]) -> str:
         shown = f"{median:.1f}" if median is not None else "—"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {shown} | {ratio} | {speedup} | {efficiency} |")
     return "\n".join(lines)
+
+
+def score_table(env: str, task: Task, outcomes: list[Outcome], names: list[str], seeds: list[int],
+                wall_time_s: float) -> str:
+    """A fixed-time task's table: each run's score and env steps, the medians, and each against serial's.
+    (No speedup: a score twice serial's is not twice as fast.)"""
+    lines = [f"{env}: {task.described(wall_time_s)}", "",
+             "| configuration | " + " | ".join(f"seed {s}" for s in seeds) + " | median | x serial's | median env "
+             "steps | x serial's |", "|---" * (len(seeds) + 5) + "|"]
+    medians: dict[str, tuple[float, float]] = {}
+    for name in names:
+        runs = {o.seed: o for o in outcomes if o.configuration == name}
+        scored = [score for s in seeds if (score := runs[s].score) is not None]  # None: no evaluation closed it
+        medians[name] = (statistics.median(scored) if scored else 0.0,
+                         statistics.median(runs[s].env_steps or 0 for s in seeds))
+        score, steps = medians[name]
+        serial_score, serial_steps = medians[names[0]]
+        cells = [f"{'—' if runs[s].score is None else f'{runs[s].score:.2f}'} ({runs[s].env_steps or 0:,})"
+                 for s in seeds]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {score:.2f} | {times(score, serial_score)} | "
+                     f"{steps:,.0f} | {times(steps, serial_steps)} |")
+    return "\n".join(lines)
+
+
+def times(value: float, serial: float) -> str:
+    """`value` as a multiple of serial's; a dash where serial's is 0."""
+    return f"{value / serial:.2f}x" if serial else "—"
