@@ -79,6 +79,21 @@ def test_the_heartbeat_window_means_the_mean_max_q_the_learner_measured():
     assert stats.loss == 4.0 and stats.mean_max_q == 6.0
 
 
+def test_a_finished_worker_reports_its_whole_attempts_rates_not_its_last_windows():
+    """A last heartbeat can come milliseconds after the one before, one rollout later: its window's rate is
+    noise, so a finished row divides the attempt's totals by its wall time."""
+    from ddq.workers.barista import StatsWindow, WorkerStats
+
+    stats = WorkerStats(worker=0, attempt=0, env_steps=200_000, pushes=3_200, wall_time_s=12.5)
+    window = StatsWindow()
+    window.env_steps, window.pushes = 196_000, 3_136  # one rollout's steps and updates in the last window
+    stats.state = "running"
+    assert window.close(stats) and stats.env_steps_per_s > 100_000  # the window's: 4,000 steps in microseconds
+    stats.state = "finished"
+    window.close(stats)
+    assert (stats.env_steps_per_s, stats.pushes_per_s) == (16_000.0, 256.0)
+
+
 def _exchange(port: int, request: bytes, wait_s: float = 3.0) -> tuple[int, str, socket.socket]:
     """Sends raw request bytes and reads the answer without closing our side (a stalled client's socket stays
     open); returns the status, the body and the socket."""

@@ -81,10 +81,16 @@ class StatsWindow:
             self.max_q_readings += 1
 
     def close(self, stats: WorkerStats) -> StatsWindow:
-        """Writes the window's rates and means into `stats`; returns the next window."""
-        seconds = max(time.monotonic() - self.started, 1e-9)
-        stats.env_steps_per_s = (stats.env_steps - self.env_steps) / seconds
-        stats.pushes_per_s = (stats.pushes - self.pushes) / seconds
+        """Writes the window's rates and means into `stats`; returns the next window. A finished worker's
+        rates are its whole attempt's: its last window can be a few milliseconds and one rollout (a
+        data-parallel Breakout worker's summary said 69,548 env steps a second of a run at 15,900)."""
+        if stats.state == "finished" and stats.wall_time_s > 0:
+            stats.env_steps_per_s = stats.env_steps / stats.wall_time_s
+            stats.pushes_per_s = stats.pushes / stats.wall_time_s
+        else:
+            seconds = max(time.monotonic() - self.started, 1e-9)
+            stats.env_steps_per_s = (stats.env_steps - self.env_steps) / seconds
+            stats.pushes_per_s = (stats.pushes - self.pushes) / seconds
         if self.gradients:
             stats.loss = self.loss_sum / self.gradients
         if self.max_q_readings:  # else the last window's value stands: the learner reads it every 8th gradient
