@@ -87,8 +87,10 @@ def test_a_finished_worker_reports_its_whole_attempts_rates_not_its_last_windows
     stats = WorkerStats(worker=0, attempt=0, env_steps=200_000, pushes=3_200, wall_time_s=12.5)
     window = StatsWindow()
     window.env_steps, window.pushes = 196_000, 3_136  # one rollout's steps and updates in the last window
+    window.started -= 1.0  # that window began a second ago
     stats.state = "running"
-    assert window.close(stats) and stats.env_steps_per_s > 100_000  # the window's: 4,000 steps in microseconds
+    window.close(stats)
+    assert 3_000 < stats.env_steps_per_s <= 4_000 and 48 < stats.pushes_per_s <= 64  # the window's: 4,000 in 1 s
     stats.state = "finished"
     window.close(stats)
     assert (stats.env_steps_per_s, stats.pushes_per_s) == (16_000.0, 256.0)

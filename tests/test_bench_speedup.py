@@ -38,26 +38,33 @@ def test_snake_trains_as_make_run_does_for_a_fixed_time_and_is_scored_by_its_gre
     """A task without a target: each run stops at the wall time (from the command's start) and its closing
     evaluation's apples are its score; the table sets each row's median apples and env steps against
     serial's."""
-    snake = train_command("ddq/Snake-v0", "data-parallel", 2, 3, "/r", wall_time_s=120)
-    assert snake[snake.index("--time-budget-s") + 1] == "120" and "--target-return" not in snake
+    snake = train_command("ddq/Snake-v0", "data-parallel", 2, 3, "/r", wall_time_s=120.0)
+    assert snake[snake.index("--time-budget-s") + 1] == "120.0" and "--target-return" not in snake
     config = Path(snake[snake.index("--config") + 1])
     assert config.is_absolute() and config.parts[-2:] == ("configs", "smart-snake.toml")  # found from the checkout
     assert snake[-4:] == ["--mode", "data-parallel", "--workers", "2"]
     lunar = train_command("LunarLander-v3", "serial", 2, 0, "/r")
-    assert lunar[lunar.index("--target-return") + 1] == "200" and "--time-budget-s" not in lunar
+    assert lunar[lunar.index("--target-return") + 1] == "200.0" and "--time-budget-s" not in lunar
+    on_a_host = train_command("ddq/Snake-v0", "serial", 1, 0, "/r", config_at="/tmp/smart-snake.toml")
+    assert on_a_host[on_a_host.index("--config") + 1] == "/tmp/smart-snake.toml"  # h0's own /tmp (HostsRunner)
+    with pytest.raises(ValueError, match="--wall-time-s 0: ddq/Snake-v0 trains for a fixed time"):
+        TASKS["ddq/Snake-v0"].check(0.0)
 
     runs = []
-    for configuration, apples, steps in [("serial, 1 core", 40.0, 1_000_000), ("data-parallel", 50.0, 2_500_000)]:
+    for configuration, apples, steps in [("serial, 1 core", 40.0, 1_000_000), ("data-parallel", 50.0, 2_500_000),
+                                         ("downpour", None, 2_000_000)]:
         folder = tmp_path / configuration
         folder.mkdir()
         (folder / "summary.json").write_text(json.dumps({
             "final_eval_mean_apples": apples, "final_eval_return": -1.0, "env_steps": steps,
             "time_to_target_s": None, "steps_to_target": None, "mode": configuration, "workers": []}))
         runs.append(outcome(configuration, 1, 0, folder, TASKS["ddq/Snake-v0"]))
-    assert [(o.score, o.env_steps, o.seconds) for o in runs] == [(40.0, 1_000_000, None), (50.0, 2_500_000, None)]
+    assert [(o.score, o.env_steps, o.seconds) for o in runs] == [
+        (40.0, 1_000_000, None), (50.0, 2_500_000, None), (None, 2_000_000, None)]
     shown = table("ddq/Snake-v0", runs, wall_time_s=120)
     assert shown.startswith("ddq/Snake-v0: greedy apples per episode after 120 s from the command's start")
     assert "| data-parallel | 50.00 (2,500,000) | 50.00 | 1.25x | 2,500,000 | 2.50x |" in shown
+    assert "| downpour | not scored (2,000,000) | — | — | 2,000,000 | 2.00x |" in shown  # no closing evaluation
 
 
 @skip_unless_root

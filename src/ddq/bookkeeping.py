@@ -55,7 +55,7 @@ def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int
     score counts rewarded steps also gets its final greedy evaluation's count by the score's name (Snake's
     `final_eval_mean_apples`). `best_checkpoint`: best.pt beside `checkpoint`, once an evaluation wrote it."""
     score = score_of(config.agent.env)
-    named = {f"final_eval_mean_{score.name}": last_eval[2] if last_eval else None} if score.rewarded_steps else {}
+    named = {score.summary_field: last_eval[2] if last_eval else None} if score.rewarded_steps else {}
     return {
         "env": config.agent.env, "mode": config.run.mode, "seed": config.agent.seed, "stop_reason": reason,
         "wall_time_s": counters.wall_time_s, "env_steps": counters.env_steps,

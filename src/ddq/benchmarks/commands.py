@@ -67,9 +67,11 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_speedup(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.speedup import run_bench, table
+    from ddq.benchmarks.speedup import TASKS, run_bench, table
 
     exit_on_sigterm()  # a stopped bench still removes its test hosts (--hosts)
+    for env in args.envs:  # every task's setup, before the first run
+        TASKS[env].check(args.wall_time_s)
     for env in args.envs:
         outcomes = run_bench(env, args.modes, args.workers, args.seeds, args.cores, args.hosts, args.wall_time_s)
         print(table(env, outcomes, args.wall_time_s) + "\n", flush=True)
@@ -140,9 +142,9 @@ def add_bench_commands(commands: Any) -> None:
     """Adds `ddq bench KIND` to the `ddq` command's subparsers."""
     bench = commands.add_parser("bench", help="benchmarks: train (training to a target return), snake (the Snake "
                                               "ablation), grad (gradient cost by model size), ps (parameter "
-                                              "server), scaling (distributed workers), learner, grandio, peers, "
-                                              "minatar, dashboard (what babysitting costs), chaos (faults "
-                                              "across test hosts)")
+                                              "server), scaling (distributed workers), speedup (serial against "
+                                              "distributed modes), learner, grandio, peers, minatar, dashboard "
+                                              "(what babysitting costs), chaos (faults across test hosts)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("train", aliases=["serial"],
                               help="steps and wall time to a target return over several seeds (`serial` runs "

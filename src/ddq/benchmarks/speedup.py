@@ -24,6 +24,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ddq.benchmarks.snake import DEFAULT_CONFIG
-from ddq.gamesim import SNAKE_ID
+from ddq.benchmarks.snake import DEFAULT_CONFIG, MAKE_RUN_ENV
+from ddq.gamesim.spec import score_of
 from ddq.processes import how_it_ended
 from ddq.services.telemetry import collective_share
 
@@ -42,40 +43,59 @@ WALL_TIME_S = 300.0  # a fixed-time task's default: a few of make run's 28 minut
 
 @dataclass(frozen=True)
 class Task:
-    """How a run of an env is measured: the time to a greedy `target` return, or (no target) the greedy score
-    its closing evaluation finds after a fixed wall time; `flags`: what the command adds to ddq's defaults."""
+    """How runs of `env` are measured: by the time to a greedy `target` return, or, with no target, by the
+    greedy score (`score_of`) their closing evaluation finds after a fixed wall time. `flags` and `config` (a
+    config file, from the folder the bench runs in): what the command adds to ddq's defaults."""
 
+    env: str
     target: float | None = None
     flags: tuple[str, ...] = ()
-    config: str | None = None  # a config file, from the folder the bench runs in
-    score: str = "final_eval_return"  # a fixed-time task's summary field, and below what it is in words
-    score_words: str = "greedy return"
+    config: str | None = None
 
-    def command_flags(self, wall_time_s: float) -> list[str]:
+    @property
+    def fixed_time(self) -> bool:
+        return self.target is None
+
+    @property
+    def score_words(self) -> str:
+        score = score_of(self.env)
+        return f"greedy {score.name} {score.unit}"
+
+    def command_flags(self, wall_time_s: float, config_at: str | None = None) -> list[str]:
         """What `ddq train` is given beside the env, the seed and the mode: the flags that end a run where this
-        task measures it, then the task's own."""
-        goal = ["--target-return", f"{self.target:g}"] if self.target is not None else ["--time-budget-s",
-                                                                                         f"{wall_time_s:g}"]
-        return goal + (["--config", str(Path(self.config).resolve())] if self.config else []) + list(self.flags)
+        task measures it, then the task's own. `config_at`: where the run finds the config file (default:
+        the file itself, from this folder)."""
+        goal = ["--time-budget-s", str(wall_time_s)] if self.fixed_time else ["--target-return", str(self.target)]
+        config = ["--config", config_at or str(Path(self.config).resolve())] if self.config else []
+        return goal + config + list(self.flags)
 
     def described(self, wall_time_s: float) -> str:
         """The task in words, for its table's title."""
         settings = f"the settings of {self.config}" if self.config else "ddq's defaults"
         settings += "".join(f", {flag}" if flag.startswith("--") else f" {flag}" for flag in self.flags)
-        if self.target is None:
+        if self.fixed_time:
             return (f"{self.score_words} after {wall_time_s:g} s from the command's start ({settings}; env steps "
                     "played in brackets)")
         return f"to a greedy {self.target:g} ({settings}; seconds from the command's start, env steps in brackets)"
 
+    def check(self, wall_time_s: float) -> None:
+        """Raises ValueError, in one line, where this bench cannot run the task as asked."""
+        if self.config is not None and not Path(self.config).is_file():
+            raise ValueError(f"{self.env} trains with the settings of {self.config}, which is not in {Path.cwd()}: "
+                             "run the bench from a checkout of ddq")
+        if self.fixed_time and not wall_time_s > 0:
+            raise ValueError(f"--wall-time-s {wall_time_s:g}: {self.env} trains for a fixed time, which must be "
+                             "above 0")
 
-# The tasks of the scaling issue. Snake trains as `make run` does (its config file, found from the folder the
-# bench runs in), for a fixed time: its target, a board half filled, takes longer than a bench can give it.
-TASKS: dict[str, Task] = {
-    "LunarLander-v3": Task(200.0),
-    "MinAtar/Breakout-v1": Task(7.0, ("--algo", "pqn")),
-    "CartPole-v1": Task(475.0),
-    SNAKE_ID: Task(None, (), DEFAULT_CONFIG, "final_eval_mean_apples", "greedy apples per episode"),
-}
+
+# The tasks of the scaling issue. Snake trains as `make run` does (its config file), for a fixed time: its
+# target, a board half filled, takes longer than a bench can give it.
+TASKS: dict[str, Task] = {task.env: task for task in (
+    Task("LunarLander-v3", 200.0),
+    Task("MinAtar/Breakout-v1", 7.0, ("--algo", "pqn")),
+    Task("CartPole-v1", 475.0),
+    Task(MAKE_RUN_ENV, config=DEFAULT_CONFIG),
+)}
 
 
 @dataclass
@@ -89,12 +109,13 @@ class Outcome:
     score: float | None = None  # a fixed-time task's greedy score at the end
 
 
-def train_command(env: str, mode: str, workers: int, seed: int, run_dir: str,
-                  spark_master: str | None = None, wall_time_s: float = WALL_TIME_S) -> list[str]:
-    """`ddq train` with ddq's defaults for `env`, its goal and `seed`: the command a user types."""
+def train_command(env: str, mode: str, workers: int, seed: int, run_dir: str, spark_master: str | None = None,
+                  wall_time_s: float = WALL_TIME_S, config_at: str | None = None) -> list[str]:
+    """`ddq train` with ddq's defaults for `env`, its goal and `seed`: the command a user types. `config_at`:
+    where the run finds the task's config file (`Task.command_flags`)."""
     task = TASKS[env]
     return [sys.executable, "-m", "ddq", "train", "--env", env, "--seed", str(seed),
-            "--no-progress", "--run-dir", run_dir, *task.command_flags(wall_time_s),
+            "--no-progress", "--run-dir", run_dir, *task.command_flags(wall_time_s, config_at),
             *(["--spark-master", spark_master] if spark_master else []),
             *(["--mode", "serial"] if mode == "serial" else ["--mode", mode, "--workers", str(workers)])]
 
@@ -128,8 +149,9 @@ def cluster_failed(error: Exception) -> NoReturn:
 def outcome(configuration: str, cores: int, seed: int, run_dir: Path, task: Task) -> Outcome:
     """What the run's summary says of it, as `task` measures it."""
     summary = json.loads((run_dir / "summary.json").read_text())
-    if task.target is None:
-        return Outcome(configuration, cores, seed, None, summary["env_steps"], waits(summary), summary[task.score])
+    if task.fixed_time:
+        score = summary[score_of(task.env).summary_field]
+        return Outcome(configuration, cores, seed, None, summary["env_steps"], waits(summary), score)
     return Outcome(configuration, cores, seed, summary["time_to_target_s"], summary["steps_to_target"],
                    waits(summary))
 
@@ -166,11 +188,7 @@ def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores:
     run goes to a Spark cluster on test hosts (`HostsRunner`); else it runs on this machine's first
     `workers` of `cores`. `wall_time_s`: how long a task without a target trains."""
     task = TASKS[env]
-    if task.config is not None and not Path(task.config).is_file():
-        raise ValueError(f"{env} trains with the settings of {task.config}, which is not in {Path.cwd()}: run the "
-                         "bench from a checkout of ddq")
-    if task.target is None and not wall_time_s > 0:
-        raise ValueError(f"--wall-time-s {wall_time_s:g}: {env} trains for a fixed time, which must be above 0")
+    task.check(wall_time_s)
     needed = workers + 1 if on_hosts else workers
     cores = cores if cores is not None else list(range(needed))
     if len(set(cores)) < needed or len(set(cores)) < len(cores) or not set(cores) <= os.sched_getaffinity(0):
@@ -192,7 +210,7 @@ def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores:
                 else:
                     outcomes.append(run_one(env, mode, workers, seed, Path(tmp), cores, wall_time_s))
                 done = outcomes[-1]
-                result = f"{done.seconds} s" if task.target is not None else f"{done.score} {task.score_words}"
+                result = f"{done.score} {task.score_words}" if task.fixed_time else f"{done.seconds} s"
                 print(f"ddq: {env} {done.configuration} seed {seed}: {result}, {done.env_steps} env steps"
                       + (f" ({done.where_time_went})" if done.where_time_went else ""), file=sys.stderr, flush=True)
     return outcomes
@@ -233,13 +251,17 @@ class HostsRunner:
         from ddq.benchmarks.spark_cluster import ClusterError
 
         name = f"{mode}-seed{seed}"
-        command = train_command(env, mode, self.workers, seed, f"/tmp/{name}", self.cluster.master, wall_time_s)
+        config = TASKS[env].config
+        if config is not None:  # h0 has a /tmp of its own, where a checkout under /tmp is not: the file goes there
+            shutil.copyfile(config, self.hosts.tmp("h0") / Path(config).name)
+        command = train_command(env, mode, self.workers, seed, f"/tmp/{name}", self.cluster.master, wall_time_s,
+                                f"/tmp/{Path(config).name}" if config else None)
         try:
             self.cluster.wait_for_workers()  # the last run's executors gone: this one starts on free cores
             driver = self.hosts.start("h0", command, self.hosts.folder / f"{name}.log",
                                       {"PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1",
                                        "SPARK_CONF_DIR": str(self.cluster.conf_dir)}, core=self.cluster.pin["h0"])
-            code, _, log = self.cluster.finish(name, driver, timeout=1800)
+            code, _, log = self.cluster.finish(name, driver, timeout=1800 + wall_time_s)
         except ClusterError as error:
             cluster_failed(error)
         if code != 0:
@@ -262,7 +284,7 @@ def table(env: str, outcomes: list[Outcome], wall_time_s: float = WALL_TIME_S) -
     task = TASKS[env]
     names = list(dict.fromkeys(o.configuration for o in outcomes))
     seeds = list(dict.fromkeys(o.seed for o in outcomes))
-    if task.target is None:
+    if task.fixed_time:
         return score_table(env, task, outcomes, names, seeds, wall_time_s)
     serial = _median([o.seconds for o in outcomes if o.configuration == names[0]])
     lines = [f"{env} {task.described(wall_time_s)}", "",
@@ -294,18 +316,19 @@ def score_table(env: str, task: Task, outcomes: list[Outcome], names: list[str],
     medians: dict[str, tuple[float, float]] = {}
     for name in names:
         runs = {o.seed: o for o in outcomes if o.configuration == name}
-        scored = [score for s in seeds if (score := runs[s].score) is not None]  # None: no evaluation closed it
-        medians[name] = (statistics.median(scored) if scored else 0.0,
-                         statistics.median(runs[s].env_steps or 0 for s in seeds))
+        # a run its closing evaluation did not score (None) counts as scoring less than any that was scored
+        scores = [-math.inf if runs[s].score is None else runs[s].score for s in seeds]
+        medians[name] = (statistics.median(scores), statistics.median(runs[s].env_steps or 0 for s in seeds))
         score, steps = medians[name]
         serial_score, serial_steps = medians[names[0]]
-        cells = [f"{'—' if runs[s].score is None else f'{runs[s].score:.2f}'} ({runs[s].env_steps or 0:,})"
-                 for s in seeds]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {score:.2f} | {times(score, serial_score)} | "
+        cells = [f"{'not scored' if math.isinf(value) else f'{value:.2f}'} ({runs[s].env_steps or 0:,})"
+                 for s, value in zip(seeds, scores, strict=True)]
+        shown = "—" if math.isinf(score) else f"{score:.2f}"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {shown} | {times(score, serial_score)} | "
                      f"{steps:,.0f} | {times(steps, serial_steps)} |")
     return "\n".join(lines)
 
 
 def times(value: float, serial: float) -> str:
-    """`value` as a multiple of serial's; a dash where serial's is 0."""
-    return f"{value / serial:.2f}x" if serial else "—"
+    """`value` as a multiple of serial's; a dash where either is not a number of its own or serial's is 0."""
+    return f"{value / serial:.2f}x" if serial and math.isfinite(value) and math.isfinite(serial) else "—"

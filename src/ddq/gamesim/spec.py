@@ -39,6 +39,11 @@ class Score:
     unit: str = "per episode"
     rewarded_steps: bool = False
 
+    @property
+    def summary_field(self) -> str:
+        """The field of a run's summary.json that holds its final greedy score (`bookkeeping.run_summary`)."""
+        return f"final_eval_mean_{self.name}" if self.rewarded_steps else "final_eval_return"
+
 
 RETURN = Score()
 _SCORES = {SNAKE_ID: Score("apples", "per episode", rewarded_steps=True)}
