@@ -317,7 +317,7 @@ def score_table(env: str, task: Task, outcomes: list[Outcome], names: list[str],
     for name in names:
         runs = {o.seed: o for o in outcomes if o.configuration == name}
         # a run its closing evaluation did not score (None) counts as scoring less than any that was scored
-        scores = [-math.inf if runs[s].score is None else runs[s].score for s in seeds]
+        scores = [-math.inf if (scored := runs[s].score) is None else scored for s in seeds]
         medians[name] = (statistics.median(scores), statistics.median(runs[s].env_steps or 0 for s in seeds))
         score, steps = medians[name]
         serial_score, serial_steps = medians[names[0]]
