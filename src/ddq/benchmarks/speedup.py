@@ -270,12 +270,12 @@ class HostsRunner:
                        self.hosts.tmp("h0") / name, TASKS[env])
 
 
-def _median(values: list[Any]) -> float | None:
-    """The median time, a run that never reached the target counted as slower than any that did; None
-    where the median itself is such a run."""
+def _median(values: list[Any], worst: float = math.inf) -> float | None:
+    """The median, a None (a run that never reached the target, or that no evaluation scored) counted as
+    worse than any value (`worst`: inf for times, -inf for scores); None where the median itself is one."""
     if not values:
         return None
-    median = statistics.median([math.inf if value is None else value for value in values])
+    median = statistics.median([worst if value is None else value for value in values])
     return None if math.isinf(median) else median
 
 
@@ -313,22 +313,22 @@ def score_table(env: str, task: Task, outcomes: list[Outcome], names: list[str],
     lines = [f"{env}: {task.described(wall_time_s)}", "",
              "| configuration | " + " | ".join(f"seed {s}" for s in seeds) + " | median | x serial's | median env "
              "steps | x serial's |", "|---" * (len(seeds) + 5) + "|"]
-    medians: dict[str, tuple[float, float]] = {}
-    for name in names:
+    def medians(name: str) -> tuple[dict[int, Outcome], float | None, float]:
         runs = {o.seed: o for o in outcomes if o.configuration == name}
-        # a run its closing evaluation did not score (None) counts as scoring less than any that was scored
-        scores = [-math.inf if (scored := runs[s].score) is None else scored for s in seeds]
-        medians[name] = (statistics.median(scores), statistics.median(runs[s].env_steps or 0 for s in seeds))
-        score, steps = medians[name]
-        serial_score, serial_steps = medians[names[0]]
-        cells = [f"{'not scored' if math.isinf(value) else f'{value:.2f}'} ({runs[s].env_steps or 0:,})"
-                 for s, value in zip(seeds, scores, strict=True)]
-        shown = "—" if math.isinf(score) else f"{score:.2f}"
+        return (runs, _median([runs[s].score for s in seeds], worst=-math.inf),
+                statistics.median(runs[s].env_steps or 0 for s in seeds))
+
+    _, serial_score, serial_steps = medians(names[0])
+    for name in names:
+        runs, score, steps = medians(name)
+        cells = [f"{'not scored' if (value := runs[s].score) is None else f'{value:.2f}'} ({runs[s].env_steps or 0:,})"
+                 for s in seeds]
+        shown = "—" if score is None else f"{score:.2f}"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {shown} | {times(score, serial_score)} | "
                      f"{steps:,.0f} | {times(steps, serial_steps)} |")
     return "\n".join(lines)
 
 
-def times(value: float, serial: float) -> str:
-    """`value` as a multiple of serial's; a dash where either is not a number of its own or serial's is 0."""
-    return f"{value / serial:.2f}x" if serial and math.isfinite(value) and math.isfinite(serial) else "—"
+def times(value: float | None, serial: float | None) -> str:
+    """`value` as a multiple of serial's; a dash where either is missing or serial's is 0."""
+    return f"{value / serial:.2f}x" if value is not None and serial else "—"

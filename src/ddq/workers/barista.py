@@ -50,7 +50,7 @@ class WorkerStats:
     state: str = "starting"
     heartbeat: float = 0.0
     pid: int = 0
-    # over the last heartbeat interval, for the dashboard
+    # over the last heartbeat interval, for the dashboard; once finished, over the whole attempt (StatsWindow)
     env_steps_per_s: float = 0.0
     pushes_per_s: float = 0.0
     loss: float | None = None
