@@ -20,6 +20,13 @@ from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
 TASK_RETRIES = 4
 SPARK_STOP_WAIT_S = 15.0
+# How long a killed task's Python process has to end before Spark kills it (Spark's default: 2 s). When a
+# data-parallel worker dies, Spark kills the stage's other tasks, and worker 0 writes its final snapshot as
+# it ends; the stage's next start waits for that process and begins from the snapshot. Where worker 0 took
+# longer than 2 s (a CI run on a loaded 2-core machine; a 5 s delay put in by hand), Spark killed it first
+# and the next start began from the run's first weights, 272 updates back. A killed worker ends at its next
+# collective call, its peers gone, so only a rank stuck on a host that vanished waits this long.
+TASK_KILL_TIMEOUT = "10s"
 JVM_ARCHIVE_WAIT_S = 60.0  # a first run's JVM writing its class-data archive as it exits took 7 s on 2 cores
 # A local master's JVM schedules a few tasks that last the run and answers py4j: its optimising compiler and
 # parallel collector only take cores from the workers (a 2,000-step CartPole downpour run: 8.7 CPU-seconds
@@ -135,7 +142,8 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
     if driver_host is not None:
         conf = conf.set("spark.driver.host", driver_host).set("spark.driver.bindAddress", bind or driver_host)
     return (conf.setAppName(app).set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
-            .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true"))
+            .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true")
+            .setIfMissing("spark.python.task.killTimeout", TASK_KILL_TIMEOUT))
 
 
 def java_options(conf: Any) -> str:
