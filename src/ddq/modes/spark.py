@@ -20,12 +20,14 @@ from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
 TASK_RETRIES = 4
 SPARK_STOP_WAIT_S = 15.0
-# How long a killed task's Python process has to end before Spark kills it (Spark's default: 2 s). When a
-# data-parallel worker dies, Spark kills the stage's other tasks, and worker 0 writes its final snapshot as
-# it ends; the stage's next start waits for that process and begins from the snapshot. Where worker 0 took
-# longer than 2 s (a CI run on a loaded 2-core machine; a 5 s delay put in by hand), Spark killed it first
-# and the next start began from the run's first weights, 272 updates back. A killed worker ends at its next
-# collective call, its peers gone, so only a rank stuck on a host that vanished waits this long.
+# How long a killed task's Python process has to end before Spark kills it (Spark's default: 2 s; Spark
+# looks every 2 s, so the wait is up to 2 s longer). When a data-parallel worker dies, Spark kills the
+# stage's other tasks, and worker 0 writes its final snapshot as it ends; the stage's next start waits
+# for that process and begins from the snapshot. A CI run once began the next start from the run's first
+# weights, 272 updates back: worker 0, likely slowed by a loaded 2-core machine, was killed first. A 5 s
+# delay put into worker 0's end did the same with 2 s, and with 10 s the next start began from the
+# snapshot. The longer wait costs only where a killed task does not end by itself: a rank or a --sync
+# actor whose peer's host vanished delays the stage's next start by it. It applies to every mode.
 TASK_KILL_TIMEOUT = "10s"
 JVM_ARCHIVE_WAIT_S = 60.0  # a first run's JVM writing its class-data archive as it exits took 7 s on 2 cores
 # A local master's JVM schedules a few tasks that last the run and answers py4j: its optimising compiler and
@@ -142,8 +144,7 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
     if driver_host is not None:
         conf = conf.set("spark.driver.host", driver_host).set("spark.driver.bindAddress", bind or driver_host)
     return (conf.setAppName(app).set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
-            .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true")
-            .setIfMissing("spark.python.task.killTimeout", TASK_KILL_TIMEOUT))
+            .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true"))
 
 
 def java_options(conf: Any) -> str:
@@ -175,14 +176,21 @@ def start_context(conf: Any, log_path: Path | None, password: str | None = None,
             conf.set(f"spark.executorEnv.{PASSWORD_VARIABLE}", password)
         else:
             print(f"ddq: {refused}", file=sys.stderr, flush=True)
-    for key, value in executor_wait(master, workers, int(settings.get("spark.task.cpus", "1"))).items():
-        if not settings.contains(key):  # an operator's spark-defaults.conf or spark-submit's say wins
+    for key, value in ddq_spark_defaults(master, workers, int(settings.get("spark.task.cpus", "1"))).items():
+        if not settings.contains(key):  # an operator's spark-defaults.conf, PYSPARK_SUBMIT_ARGS or spark-submit's wins
             conf.set(key, value)
     context = SparkContext(conf=conf, gateway=gateway)
     if not master.startswith("local"):  # executors have it from their launch; each task's function need not
         context.environment.pop(PASSWORD_VARIABLE, None)
     context.setLogLevel("ERROR")
     return context
+
+
+def ddq_spark_defaults(master: str, workers: int, task_cpus: int) -> dict[str, str]:
+    """The Spark settings ddq chooses where the operator's configuration says nothing: the kill timeout
+    (TASK_KILL_TIMEOUT) and, on a cluster, `executor_wait`'s. (A SparkConf made before its JVM is empty, so
+    it cannot tell whether an operator set one: `start_context` asks the JVM's.)"""
+    return {"spark.python.task.killTimeout": TASK_KILL_TIMEOUT, **executor_wait(master, workers, task_cpus)}
 
 
 def executor_wait(master: str, workers: int, task_cpus: int) -> dict[str, str]:
