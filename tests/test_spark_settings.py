@@ -30,4 +30,3 @@ def test_ddqs_kill_timeout_holds_where_the_operator_set_none_and_theirs_wins(tmp
     assert kill_timeout_of_a_real_context(tmp_path, "ddq-defaults") == TASK_KILL_TIMEOUT
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--conf {KILL_TIMEOUT}=3s pyspark-shell")
     assert kill_timeout_of_a_real_context(tmp_path, "operators-setting") == "3s"
-
