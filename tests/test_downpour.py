@@ -56,8 +56,8 @@ def test_two_workers_train_pqn_through_the_parameter_server(tmp_path):
     assert processes_mentioning(str(run_dir)) == []  # shards, Celery and Redis are gone
 
 
-def test_bench_scaling_measures_each_worker_count():
-    result = run_ddq("bench", "scaling", "--workers", "1", "2", "--steps-per-worker", "150", "--latency-ms", "5")
+def test_bench_throughput_measures_each_worker_count():
+    result = run_ddq("bench", "throughput", "--workers", "1", "2", "--steps-per-worker", "150", "--latency-ms", "5")
     assert result.returncode == 0, result.stderr
     rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert [row[1].strip() for row in rows] == ["1", "2"]

@@ -59,15 +59,15 @@ def cmd_bench_ps(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_scaling(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.scaling import run_bench, table
+def cmd_bench_throughput(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.throughput import run_bench, table
 
     print(table(run_bench(args.workers, args.latency_ms, args.steps_per_worker, args.mode), args.latency_ms, args.mode))
     return 0
 
 
-def cmd_bench_speedup(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.speedup import TASKS, run_bench, table
+def cmd_bench_scaling(args: argparse.Namespace) -> int:
+    from ddq.benchmarks.scaling import TASKS, run_bench, table
 
     exit_on_sigterm()  # a stopped bench still removes its test hosts (--hosts)
     for env in args.envs:  # every task's setup, before the first run
@@ -142,8 +142,9 @@ def add_bench_commands(commands: Any) -> None:
     """Adds `ddq bench KIND` to the `ddq` command's subparsers."""
     bench = commands.add_parser("bench", help="benchmarks: train (training to a target return), snake (the Snake "
                                               "ablation), grad (gradient cost by model size), ps (parameter "
-                                              "server), scaling (distributed workers), speedup (serial against "
-                                              "distributed modes), learner, grandio, peers, minatar, dashboard "
+                                              "server), scaling (serial against distributed modes, "
+                                              "to a target), throughput (distributed workers on a slept env), "
+                                              "learner, grandio, peers, minatar, dashboard "
                                               "(what babysitting costs), chaos (faults across test hosts)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("train", aliases=["serial"],
@@ -181,34 +182,37 @@ def add_bench_commands(commands: Any) -> None:
     ps.add_argument("--seconds", type=float, default=3.0, help="length of each throughput window")
     ps.add_argument("--redis-url", help="use this Redis instead of a private one")
     ps.set_defaults(func=cmd_bench_ps)
-    scaling = kinds.add_parser("scaling", help="downpour env steps/s and pushes/s by worker count, on an env "
-                                               "whose steps take a fixed (slept) time")
-    scaling.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="worker counts (first: base)")
-    scaling.add_argument("--mode", default="downpour", choices=MODES[1:], help="distributed mode to measure")
-    scaling.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
-    scaling.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
-    scaling.set_defaults(func=cmd_bench_scaling)
-    from ddq.benchmarks.speedup import TASKS, WALL_TIME_S
+    throughput = kinds.add_parser("throughput", help="downpour env steps/s and pushes/s by worker count, on an "
+                                                     "env whose steps take a fixed (slept) time")
+    throughput.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16],
+                            help="worker counts (first: base)")
+    throughput.add_argument("--mode", default="downpour", choices=MODES[1:], help="distributed mode to measure")
+    throughput.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
+    throughput.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
+    throughput.set_defaults(func=cmd_bench_throughput)
+    from ddq.benchmarks.scaling import TASKS, WALL_TIME_S
 
-    speedup = kinds.add_parser("speedup", help="time to a target return (Snake: apples after a fixed time): serial "
-                                               "on one core against distributed modes on N cores, seed by seed")
-    speedup.add_argument("--envs", "--env", nargs="+", default=["LunarLander-v3", "MinAtar/Breakout-v1"],
+    scaling = kinds.add_parser("scaling", aliases=["speedup"],
+                               help="what more machines buy: time to a target return (Snake: apples after a fixed "
+                                    "time), serial on one core against distributed modes on N cores (or N one-core "
+                                    "test hosts), seed by seed, with speedup and efficiency")
+    scaling.add_argument("--envs", "--env", nargs="+", default=["LunarLander-v3", "MinAtar/Breakout-v1"],
                          choices=list(TASKS), help="tasks (each with its target return; Snake trains with make run's "
                                                    "settings for --wall-time-s and is scored by its greedy apples)")
-    speedup.add_argument("--modes", nargs="+", default=["data-parallel"], choices=MODES[1:],
+    scaling.add_argument("--modes", nargs="+", default=["data-parallel"], choices=MODES[1:],
                          help="distributed modes to run beside serial")
-    speedup.add_argument("--workers", type=int, default=2, help="workers (and cores) of each distributed run")
-    speedup.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds")
-    speedup.add_argument("--hosts", action="store_true",
+    scaling.add_argument("--workers", type=int, default=2, help="workers (and cores) of each distributed run")
+    scaling.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds")
+    scaling.add_argument("--hosts", action="store_true",
                          help="run each distributed run on test hosts (root): a Spark cluster of N one-core worker "
                               "hosts and a services host with a core of its own")
-    speedup.add_argument("--cores", type=int, nargs="+", metavar="CORE",
+    scaling.add_argument("--cores", type=int, nargs="+", metavar="CORE",
                          help="the CPU cores the runs may use (default: the first N, and one more with --hosts): "
                               "serial and the services host get the first, each worker the next")
-    speedup.add_argument("--wall-time-s", type=float, default=WALL_TIME_S,
+    scaling.add_argument("--wall-time-s", type=float, default=WALL_TIME_S,
                          help="how long each run of a task without a target trains, from its command's start "
                               "(default: %(default)g)")
-    speedup.set_defaults(func=cmd_bench_speedup)
+    scaling.set_defaults(func=cmd_bench_scaling)
     grandio = kinds.add_parser("grandio", aliases=["actors"],
                                help="Grandio's MPI DQN runtime study re-done: serial beside actor-learner with 1 to N "
                                     "actors, for 500 training episodes (or to a target return), side by side")

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddq.benchmarks.scaling import worker_rates
+from ddq.benchmarks.throughput import worker_rates
 from ddq.gamesim.spec import BOARD_GAME
 
 PAGE_HEIGHT = 2600

@@ -30,7 +30,7 @@ from ddq.gamesim import SNAKE_ID
 from ddq.processes import how_it_ended, spawn
 
 DEFAULT_CONFIG = "configs/smart-snake.toml"
-MAKE_RUN_ENV = SNAKE_ID  # what `make run` trains with DEFAULT_CONFIG (`ddq bench speedup` trains it too)
+MAKE_RUN_ENV = SNAKE_ID  # what `make run` trains with DEFAULT_CONFIG (`ddq bench scaling` trains it too)
 
 
 @dataclass(frozen=True)

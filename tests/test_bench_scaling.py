@@ -1,4 +1,4 @@
-"""`ddq bench speedup --hosts`: serial on one core against a distributed run on a Spark cluster of one-core
+"""`ddq bench scaling --hosts`: serial on one core against a distributed run on a Spark cluster of one-core
 test hosts beside a services host, as the scaling bars set them (a small task here; the bars' in
 docs/benchmarks.md)."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddq.benchmarks.procfs import parent_and_command, processes_mentioning
-from ddq.benchmarks.speedup import TASKS, outcome, run_bench, table, train_command, waits
+from ddq.benchmarks.scaling import TASKS, outcome, run_bench, table, train_command, waits
 from ddq.benchmarks.testhosts import BASE, PREFIX, _ip
 from hosts import skip_unless_root
 
@@ -90,7 +90,7 @@ def test_a_bench_stopped_by_sigterm_removes_its_hosts(tmp_path):
     namespaces and folders go with it."""
     log = tmp_path / "bench.log"
     with log.open("w") as output:
-        bench = subprocess.Popen([sys.executable, "-m", "ddq", "bench", "speedup", "--envs", "CartPole-v1",
+        bench = subprocess.Popen([sys.executable, "-m", "ddq", "bench", "scaling", "--envs", "CartPole-v1",
                                   "--workers", "1", "--seeds", "0", "--hosts"], stdout=output, stderr=output)
     theirs = f"{BASE}/{PREFIX}-{bench.pid}-"
     try:
