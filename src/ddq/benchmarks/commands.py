@@ -142,10 +142,10 @@ def add_bench_commands(commands: Any) -> None:
     """Adds `ddq bench KIND` to the `ddq` command's subparsers."""
     bench = commands.add_parser("bench", help="benchmarks: train (training to a target return), snake (the Snake "
                                               "ablation), grad (gradient cost by model size), ps (parameter "
-                                              "server), scaling (serial against distributed modes, "
-                                              "to a target), throughput (distributed workers on a slept env), "
-                                              "learner, grandio, peers, minatar, dashboard "
-                                              "(what babysitting costs), chaos (faults across test hosts)")
+                                              "server), scaling (serial against distributed modes: what more "
+                                              "machines buy; alias speedup), throughput (distributed workers on a "
+                                              "slept env), learner, grandio, peers, minatar, dashboard (what "
+                                              "babysitting costs), chaos (faults across test hosts)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     serial = kinds.add_parser("train", aliases=["serial"],
                               help="steps and wall time to a target return over several seeds (`serial` runs "
@@ -182,14 +182,6 @@ def add_bench_commands(commands: Any) -> None:
     ps.add_argument("--seconds", type=float, default=3.0, help="length of each throughput window")
     ps.add_argument("--redis-url", help="use this Redis instead of a private one")
     ps.set_defaults(func=cmd_bench_ps)
-    throughput = kinds.add_parser("throughput", help="downpour env steps/s and pushes/s by worker count, on an "
-                                                     "env whose steps take a fixed (slept) time")
-    throughput.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16],
-                            help="worker counts (first: base)")
-    throughput.add_argument("--mode", default="downpour", choices=MODES[1:], help="distributed mode to measure")
-    throughput.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
-    throughput.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
-    throughput.set_defaults(func=cmd_bench_throughput)
     from ddq.benchmarks.scaling import TASKS, WALL_TIME_S
 
     scaling = kinds.add_parser("scaling", aliases=["speedup"],
@@ -213,6 +205,14 @@ def add_bench_commands(commands: Any) -> None:
                          help="how long each run of a task without a target trains, from its command's start "
                               "(default: %(default)g)")
     scaling.set_defaults(func=cmd_bench_scaling)
+    throughput = kinds.add_parser("throughput", help="a distributed mode's env steps/s and messages/s by worker "
+                                                     "count, on an env whose steps take a fixed (slept) time")
+    throughput.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16],
+                            help="worker counts (first: base)")
+    throughput.add_argument("--mode", default="downpour", choices=MODES[1:], help="distributed mode to measure")
+    throughput.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
+    throughput.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
+    throughput.set_defaults(func=cmd_bench_throughput)
     grandio = kinds.add_parser("grandio", aliases=["actors"],
                                help="Grandio's MPI DQN runtime study re-done: serial beside actor-learner with 1 to N "
                                     "actors, for 500 training episodes (or to a target return), side by side")
