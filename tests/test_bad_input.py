@@ -1,7 +1,8 @@
 """Bad input: one line that names the setting, where it came from and what is allowed; exit 2; nothing left.
 
-Each case runs `ddq.cli.main` in this process (every check happens before any process or folder
-would exist, so there is nothing else to watch), from an empty working folder that must stay empty.
+Each case runs `ddq.cli.main` in this process, from an empty working folder that must stay empty. Every
+check happens before any folder would exist, and before any process but the JVM a distributed run on a
+local master boots meanwhile, which a failed check kills: this process has no child left.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ CASES = [
     (["train", "--env", "CartPole-v1", "--model", "deepq"], "--model 'deepq': model 'deepq' needs image states"),
     (["train", "--env", "CartPole-v1", "--board-symmetries"], "--board-symmetries: CartPole-v1 declares no board"),
     (["train", "--model", "nope"], "--model 'nope': unknown model 'nope'; choose one of auto, mlp"),
+    # a distributed run on a local master boots Spark's JVM while it checks (`ddq.modes.jvm_boot`): killed
+    (["train", "--mode", "data-parallel", "--model", "nope"], "--model 'nope': unknown model 'nope'"),
     (["train", "--redis-url", "redis://127.0.0.1:1"], "--redis-url redis://127.0.0.1:1: no Redis answers there"),
     (["train", "--spark-master", "localhost"], "--spark-master 'localhost' is not a Spark master URL"),
     (["train", "--spark-master", "spark://127.0.0.1:1"], "--spark-master spark://127.0.0.1:1: no Spark master accepts"),
@@ -49,13 +52,27 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_starts(argv, message, 
     for name, (text, _) in TOML_CASES.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "text.pt").write_text("not a checkpoint\n")
-    before = sorted(os.listdir(tmp_path))
+    before, children = sorted(os.listdir(tmp_path)), children_of(os.getpid())
 
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert err.startswith("ddq: error: ") and len(err.splitlines()) == 1, err
     assert message in err and "Traceback" not in err and out == ""
     assert sorted(os.listdir(tmp_path)) == before  # no run folder, nothing written
+    assert set(children_of(os.getpid())) - set(children) == set()  # no JVM left (nor a zombie of one)
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return sorted(found)
 
 
 def test_debug_shows_the_traceback(tmp_path, monkeypatch):

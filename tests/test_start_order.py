@@ -1,5 +1,6 @@
 """A run's start: reading its settings loads no torch (`ddq train --help` and a refused setting take a
-second, not four), and a distributed run starts Spark before it imports its wiring, so that Spark's JVM and
+second, not four), a distributed run on a local master boots Spark's JVM before its checks import torch
+(`ddq.modes.jvm_boot`), and it starts Spark before it imports its wiring, so that Spark's JVM and
 executors start while the driver builds the rest (`ddq.modes.launch`). Each check runs in a fresh
 interpreter, where nothing has imported torch yet."""
 
@@ -52,3 +53,27 @@ def test_a_distributed_run_starts_spark_before_it_imports_its_wiring(tmp_path):
             print(started)
     """)
     assert seen == "no torch yet"
+
+
+def test_a_local_distributed_run_boots_spark_s_jvm_before_its_checks_import_torch(tmp_path):
+    """The JVM's launch is stood in for: it says whether torch, which the settings' checks load, was loaded."""
+    seen = run_fresh(f"""
+        import sys
+        import ddq.modes.launch
+        from ddq.api import prepare
+
+        class Booted(Exception):
+            pass
+
+        def booting(conf):
+            raise Booted("torch loaded" if "torch" in sys.modules else "no torch yet")
+
+        ddq.modes.launch.BootingJvm = booting
+        try:
+            prepare({{"env": "CartPole-v1", "mode": "data-parallel", "workers": 1, "run_dir": {str(tmp_path / "run")!r}}})
+        except Booted as booted:
+            print(booted)
+        prepare({{"env": "CartPole-v1", "mode": "serial", "run_dir": {str(tmp_path / "serial")!r}}})  # boots none
+        print("torch" in sys.modules)
+    """)
+    assert seen == "no torch yet\nTrue"

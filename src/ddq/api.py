@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     import gymnasium as gym
     import torch
 
+    from ddq.modes.jvm_boot import BootingJvm
+
 
 class TrainingFailed(RuntimeError):
     """A run that could not go on (a process that kept dying, Redis gone, a failed Spark job). Its summary
@@ -98,20 +100,22 @@ def train(env: str | None = None, mode: str | None = None, *, algo: str | None =
     if progress is not None:
         values["progress"] = progress
     config_file = None if config is None else str(config)
-    prepared, _ = prepare(values, config_file)
+    prepared, _, spark = prepare(values, config_file)
     if progress is None and not (config_file and "progress" in flat_settings(load_toml(config_file))):
         prepared.run.progress = False  # a library call prints no bar unless asked
-    summary, _ = execute(prepared, animate=animate)
+    summary, _ = execute(prepared, animate=animate, spark=spark)
     if str(summary.get("stop_reason") or "").startswith(StopReason.FAILURE.value):
         raise TrainingFailed(summary)
     return Run(Path(str(prepared.run.run_dir)), summary)
 
 
 def prepare(values: dict[str, Any], config_file: str | None = None, solver_file: str | None = None,
-            resume: str | None = None) -> tuple[TrainConfig, dict[str, Any] | None]:
-    """The run's settings, checked before anything starts (a mistake costs one line), and the checkpoint
-    it resumes from, if any."""
+            resume: str | None = None) -> tuple[TrainConfig, dict[str, Any] | None, BootingJvm | None]:
+    """The run's settings, checked before anything starts (a mistake costs one line), the checkpoint it
+    resumes from, if any, and a local master's Spark JVM, booted while the settings were checked (for
+    `execute`; it exits with this process if nothing takes it)."""
     from ddq.core.settings import build_config
+    from ddq.modes.launch import boot_spark
     from ddq.preflight import check_run
 
     saved, why = None, None
@@ -134,10 +138,16 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
                          "or choose another --run-dir")
     config.run.run_dir = run_dir
-    check_run(config)
+    spark = boot_spark(config)
+    try:
+        check_run(config)
+    except BaseException:
+        if spark is not None:
+            spark.kill()
+        raise
     if why is not None:  # once the settings hold: a mistake is still one line
         print(f"ddq: no mode named, so {why}", file=sys.stderr)
-    return config, saved
+    return config, saved, spark
 
 
 def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple[dict[str, Any], str | None]:
@@ -156,17 +166,17 @@ def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple
 
 
 def execute(config: TrainConfig, saved: dict[str, Any] | None = None, started_at: float | None = None,
-            animate: bool = True) -> tuple[dict[str, Any], int]:
+            animate: bool = True, spark: BootingJvm | None = None) -> tuple[dict[str, Any], int]:
     """Trains a prepared run; its summary (also in summary.json, with the learning curve and the animation)
     and the exit code it earned: 0 only for a run that finished, 1 when it failed, 128+N when signal N
-    stopped it."""
+    stopped it. `spark`: the JVM `prepare` booted."""
     from ddq.modes import run_training
     from ddq.run_folder import write_summary
     from ddq.services.plot import NothingToPlot, plot_run
 
     run_dir = str(config.run.run_dir)
     print(f"ddq: training {config.agent.env} ({config.run.mode}) into {run_dir}", file=sys.stderr)
-    summary, exit_code = run_training(config, run_dir, started_at, resume=saved)
+    summary, exit_code = run_training(config, run_dir, started_at, resume=saved, booted=spark)
     try:
         summary["learning_curve"] = str(plot_run(run_dir, env_id=config.agent.env))
     except NothingToPlot:  # a run that ended before its first episode (a failure at the start) has no curve

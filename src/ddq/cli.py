@@ -21,8 +21,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cli_values = {k: v for k, v in vars(args).items()
                   if k not in ("func", "config", "resume", "command", "started_at", "solver")}
-    config, saved = prepare(cli_values, args.config, args.solver, args.resume)
-    summary, exit_code = execute(config, saved, args.started_at)
+    config, saved, spark = prepare(cli_values, args.config, args.solver, args.resume)
+    summary, exit_code = execute(config, saved, args.started_at, spark=spark)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
     print(f"ddq: the same summary, with every setting, is in {Path(str(config.run.run_dir)) / 'summary.json'}",
           file=sys.stderr)

@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ddq.config import TrainConfig
     from ddq.modes.driver import Wiring
+    from ddq.modes.jvm_boot import BootingJvm
 
 
 def run_training(config: TrainConfig, run_dir: str | Path, started_at: float | None = None,
-                 resume: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
+                 resume: dict[str, Any] | None = None, booted: BootingJvm | None = None) -> tuple[dict[str, Any], int]:
     """Trains in the configured mode; (the run's summary, the exit code it earned: 0 only for a run that
     finished). The one place a mode is chosen (each imports its own machinery, Spark's included, lazily).
-    A distributed run starts Spark first (`ddq.modes.launch`): the driver builds its wiring, network and
-    services meanwhile."""
+    A distributed run starts Spark first (`ddq.modes.launch`), on the JVM `booted` when the settings' checks
+    launched one: the driver builds its wiring, network and services meanwhile."""
     started_at = time.time() if started_at is None else started_at
     if config.run.mode == "serial":
         from ddq.modes.serial import SerialTrainer
@@ -27,7 +28,7 @@ def run_training(config: TrainConfig, run_dir: str | Path, started_at: float | N
         return serial.run(), serial.exit_code
     from ddq.modes.launch import launch
 
-    launched = launch(config, Path(run_dir))
+    launched = launch(config, Path(run_dir), booted)
     try:
         from ddq.modes.driver import Driver
 

@@ -1,8 +1,8 @@
 """A distributed run's first step, taken before it imports its wiring: the run's id, where its parts listen,
 its Redis password, and Spark starting on a thread of the driver. Spark's JVM, its executors and their
 Python workers then start while the driver builds its wiring, its network and its services, instead of
-after. (torch is loaded by then: the settings' checks, `ddq.preflight`, build the network before anything
-may start.)"""
+after. On a local master the JVM boots earlier still, while the settings are checked (`boot_spark`,
+`ddq.modes.jvm_boot`): those checks build the network, which imports torch, before anything else may start."""
 
 from __future__ import annotations
 
@@ -12,8 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import TrainConfig
-from ddq.modes.placement import Placement, placement
-from ddq.modes.spark import SparkStarting, launched_by_spark_submit, local_master
+from ddq.modes.jvm_boot import BootingJvm
+from ddq.modes.placement import Placement, is_cluster, placement
+from ddq.modes.spark import (
+    SparkStarting,
+    launched_by_spark_submit,
+    local_master,
+    prepare_environment,
+    quiet_py4j,
+    spark_conf,
+)
 from ddq.shipping import package_zip
 from ddq.transport.credentials import run_password
 
@@ -28,21 +36,57 @@ class Launch:
     spark: SparkStarting
 
 
-def launch(config: TrainConfig, run_dir: Path) -> Launch:
-    """Starts Spark for a run into `run_dir` (its log goes there), on a thread: `Launch.spark.result()` waits."""
-    d = config.distributed
-    submitted = launched_by_spark_submit()
+@dataclass(frozen=True)
+class SparkDriver:
+    """Where a run's Spark driver runs: its master (None: spark-submit's), and the address executors reach
+    it at (None: as spark-submit was told)."""
+
+    placement: Placement
+    master: str | None
+    driver_host: str | None
+
+
+def spark_driver(config: TrainConfig, submitted: bool) -> SparkDriver:
+    """The one rule for where a run's Spark driver runs, for `boot_spark` and `launch` alike."""
     place = placement(config, submitted)
-    master = d.spark_master or (None if submitted else local_master(d.workers))
-    driver_host = place.advertise if place.cluster or not submitted else None
-    run = f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
-    password = run_password(d.redis_url, place.listen)
+    master = config.distributed.spark_master or (None if submitted else local_master(config.distributed.workers))
+    return SparkDriver(place, master, place.advertise if place.cluster or not submitted else None)
 
-    def ship(context: Any) -> None:  # executors elsewhere import ddq from the job, not their environment
-        if place.ship:
-            context.addPyFile(str(package_zip(run_dir / "ship")))
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    spark = SparkStarting(master, f"ddq-{run}", run_dir / "spark.log", driver_host, place.bind, d.workers, ship,
-                          password)
+def boot_spark(config: TrainConfig) -> BootingJvm | None:
+    """Spark's JVM for a distributed run on a local master, launched now, on a thread, while the settings are
+    checked (`ddq.modes.jvm_boot`); None for serial runs, cluster masters, spark-submit's JVM and a `--listen`
+    address (not checked yet, and the JVM's environment would carry it). The caller kills it when a check
+    fails, or hands it to `launch`."""
+    d = config.distributed
+    if config.run.mode == "serial" or launched_by_spark_submit() or is_cluster(d.spark_master) or d.listen:
+        return None
+    driver = spark_driver(config, submitted=False)
+    quiet_py4j()
+    prepare_environment(driver.master, driver.driver_host, driver.placement.bind)
+    return BootingJvm(spark_conf(driver.master, "ddq", driver.driver_host, driver.placement.bind))
+
+
+def launch(config: TrainConfig, run_dir: Path, booted: BootingJvm | None = None) -> Launch:
+    """Starts Spark for a run into `run_dir` (its log goes there), on a thread: `Launch.spark.result()` waits.
+    `booted`: its JVM, when `boot_spark` launched it already (killed if the launch fails before Spark has it)."""
+    try:
+        d = config.distributed
+        submitted = launched_by_spark_submit()
+        driver = spark_driver(config, submitted)
+        place = driver.placement
+        run = f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
+        password = run_password(d.redis_url, place.listen)
+
+        def ship(context: Any) -> None:  # executors elsewhere import ddq from the job, not their environment
+            if place.ship:
+                context.addPyFile(str(package_zip(run_dir / "ship")))
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except BaseException:
+        if booted is not None:
+            booted.kill()
+        raise
+    spark = SparkStarting(driver.master, f"ddq-{run}", run_dir / "spark.log", driver.driver_host, place.bind,
+                          d.workers, ship, password, booted)
     return Launch(run, place, password, spark)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.modes.jvm_archive import jvm_options, note_class_path, writing_to
+from ddq.modes.jvm_boot import BootingJvm
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
 TASK_RETRIES = 4
@@ -152,15 +153,19 @@ def java_options(conf: Any) -> str:
     return str(conf.get("spark.driver.defaultJavaOptions", ""))
 
 
-def start_context(conf: Any, log_path: Path | None, password: str | None = None, workers: int = 1) -> Any:
-    """Starts the JVM (its output into `log_path`, when given and ddq starts it) and the context on it, once
-    a cluster's executors offer a task slot for each of the run's `workers` (`executor_wait`). The run's
-    Redis `password` reaches the executors in their launch environment, when `password_route` allows: set
-    after the JVM started, as what the JVM starts with is on its command line."""
+def start_context(conf: Any, log_path: Path | None, password: str | None = None, workers: int = 1,
+                  booted: BootingJvm | None = None) -> Any:
+    """Starts the JVM (its output into `log_path`, when given and ddq starts it), or takes the one `booted`
+    for `conf` (`ddq.modes.jvm_boot`), and the context on it, once a cluster's executors offer a task slot
+    for each of the run's `workers` (`executor_wait`). The run's Redis `password` reaches the executors in
+    their launch environment, when `password_route` allows: set after the JVM started, as what the JVM
+    starts with is on its command line."""
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    if log_path is None or launched_by_spark_submit():  # spark-submit's JVM exists already, with its own stderr
+    if booted is not None:
+        gateway = booted.gateway(log_path)
+    elif log_path is None or launched_by_spark_submit():  # spark-submit's JVM exists already, with its own stderr
         gateway = launch_gateway(conf)
     else:
         with open(log_path, "ab") as log:
@@ -264,13 +269,18 @@ class SparkStarting:
     only, and a session's SQL side costs a couple of seconds to start."""
 
     def __init__(self, master: str | None, app: str, log_path: Path | None, driver_host: str | None,
-                 bind: str | None, workers: int, ship: Callable[[Any], None], password: str | None = None):
+                 bind: str | None, workers: int, ship: Callable[[Any], None], password: str | None = None,
+                 booted: BootingJvm | None = None):
         """`ship(context)`: what the context needs before a task runs (ddq's code, for a cluster's executors).
-        `password`: the run's Redis password, for the executors' environment (`start_context`)."""
-        self.password = password
+        `password`: the run's Redis password, for the executors' environment (`start_context`). `booted`:
+        the JVM, when it was launched for the same master and driver already (`ddq.modes.launch.boot_spark`)."""
+        self.password, self.booted = password, booted
         quiet_py4j()
-        prepare_environment(master, driver_host, bind)
-        self.conf = spark_conf(master, app, driver_host, bind)
+        if booted is None:
+            prepare_environment(master, driver_host, bind)
+            self.conf = spark_conf(master, app, driver_host, bind)
+        else:  # the conf its JVM was launched with (the class-data archive it writes is named there)
+            self.conf = booted.conf.setAppName(app)
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
         self.context: Any = None
         self.stopped = False
@@ -281,7 +291,7 @@ class SparkStarting:
 
     def _start(self, log_path: Path | None, workers: int, ship: Callable[[Any], None]) -> None:
         try:
-            self.context = start_context(self.conf, log_path, self.password, workers)
+            self.context = start_context(self.conf, log_path, self.password, workers, self.booted)
             slots = task_slots(self.context)
             if slots < workers:
                 print(f"ddq: Spark's executors offer {slots} of the {workers} task slots the workers need (after "
