@@ -30,7 +30,7 @@ class ModeChoice:
 def measured_mode(named: set[str], spark_master: str | None, cores: int, submitted: bool = False) -> ModeChoice:
     """The mode for a run that names none. Serial on one machine, unless a setting only distributed runs read
     is named: on a local master with 2 cores data-parallel reached MinAtar Breakout's and LunarLander-v3's
-    targets sooner (0.72x and 0.76x serial's time) but CartPole-v1's 3.1x later, its Spark start costing more
+    targets sooner (0.68x and 0.86x serial's time) but CartPole-v1's 3.1x later, its Spark start costing more
     than a task that serial solves in seconds. A distributed run, on one machine or a standalone cluster
     master, gets data-parallel, which reached all three targets sooner than downpour there (on one machine,
     2 workers on 2 cores; on one-core test hosts). Downpour where a setting only another wiring reads is
@@ -46,7 +46,7 @@ def measured_mode(named: set[str], spark_master: str | None, cores: int, submitt
     if master == "local" and not asked:
         beyond = "" if cores <= MEASURED_CORES else f"; this machine's {cores} cores are more than measured so far"
         return ModeChoice("serial", "serial: on one machine data-parallel took 3.1x serial's time to CartPole-v1's "
-                                    "target (0.72x on MinAtar Breakout and 0.76x on LunarLander-v3, with 2 cores: "
+                                    "target (0.68x on MinAtar Breakout and 0.86x on LunarLander-v3, with 2 cores: "
                                     "docs/benchmarks.md)"
                                     f"{beyond}; --mode data-parallel --workers N trains on N")
     other_wiring = sorted(named & OTHER_WIRINGS_SETTINGS)

@@ -34,11 +34,15 @@ class HeldOutput:
         threading.Thread(target=self._pump, name="jvm-output", daemon=True).start()
 
     def _pump(self) -> None:
+        """Reads to the end whatever happens to the file: a pipe left unread would stop the child once full."""
         with os.fdopen(self.read_end, "rb", buffering=0) as pipe:
             for chunk in iter(lambda: pipe.read(1 << 16), b""):
                 with self.lock:
                     if self.file is not None:
-                        self.file.write(chunk)
+                        try:
+                            self.file.write(chunk)
+                        except OSError:  # a full disk: the rest of the log is lost, the run goes on
+                            self._close()
                     elif self.held is not None:
                         self.held.append(chunk)
         with self.lock:
@@ -52,12 +56,18 @@ class HeldOutput:
             os.close(self.write_end)
 
     def write_to(self, path: Path) -> None:
+        """Sends what was held, and what follows, to `path` (an OSError opening or writing it is raised, and
+        the output is dropped from then on)."""
         with self.lock:
-            if self.held is None:
+            held, self.held = self.held, None
+            if held is None:
                 return
             self.file = open(path, "ab", buffering=0)  # noqa: SIM115  (closed by the pump, at the output's end)
-            self.file.write(b"".join(self.held))
-            self.held = None
+            try:
+                self.file.write(b"".join(held))
+            except OSError:
+                self._close()
+                raise
             if self.ended:
                 self._close()
 

@@ -1,0 +1,63 @@
+"""A booting JVM's output (`ddq.modes.jvm_boot.HeldOutput`), with real child processes writing to its pipe: held
+until the run folder exists, never left unread (a full pipe would stop the JVM), and a full disk loses the log,
+not the run. (Booting and killing a real JVM: tests/test_bad_input.py and every local distributed run.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddq.modes.jvm_boot import HeldOutput
+
+MORE_THAN_A_PIPE = 300_000  # a Linux pipe holds 64 KiB: a writer past that waits for a reader
+
+
+def child_writing(output: HeldOutput, code: str) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", code], stderr=output.write_end, stdin=subprocess.PIPE)
+    output.child_started()
+    return child
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_output_is_held_until_the_log_exists_then_all_of_it_goes_there(tmp_path: Path):
+    output = HeldOutput()
+    child = child_writing(output, f"import sys; sys.stderr.write('a' * {MORE_THAN_A_PIPE}); sys.stderr.flush(); "
+                                  "sys.stdin.read(); sys.stderr.write('after')")
+    wait_for(lambda: sum(map(len, output.held or [])) == MORE_THAN_A_PIPE)  # read while no file exists
+    log = tmp_path / "spark.log"
+    output.write_to(log)
+    child.communicate(b"")  # its standard input ends: it writes once more, then exits
+    wait_for(lambda: output.ended and output.file is None)  # the pump closed the log at the output's end
+    assert log.read_text() == "a" * MORE_THAN_A_PIPE + "after"
+
+
+def test_dropped_output_is_still_read_to_its_end(tmp_path: Path):
+    output = HeldOutput()
+    output.drop()
+    child = child_writing(output, f"import sys; sys.stderr.write('b' * {MORE_THAN_A_PIPE})")
+    assert child.wait(timeout=30) == 0  # not stopped by a full pipe
+    wait_for(lambda: output.ended)
+    output.write_to(tmp_path / "spark.log")  # too late: nothing held, nothing written
+    assert not (tmp_path / "spark.log").exists()
+
+
+def test_a_full_disk_loses_the_log_but_the_output_is_still_read():
+    output = HeldOutput()
+    child = child_writing(output, f"import sys; sys.stderr.write('c' * 100); sys.stderr.flush(); sys.stdin.read(); "
+                                  f"sys.stderr.write('d' * {MORE_THAN_A_PIPE})")
+    wait_for(lambda: output.held == [b"c" * 100])
+    with pytest.raises(OSError):
+        output.write_to(Path("/dev/full"))  # every write fails with "No space left on device"
+    child.communicate(b"", timeout=30)  # its later output is read and dropped: the child ends
+    assert child.returncode == 0
+    wait_for(lambda: output.ended)
