@@ -1,6 +1,8 @@
 """A booting JVM's output (`ddq.modes.jvm_boot.HeldOutput`), with real child processes writing to its pipe: held
 until the run folder exists, never left unread (a full pipe would stop the JVM), and a full disk loses the log,
-not the run. (Booting and killing a real JVM: tests/test_bad_input.py and every local distributed run.)"""
+not the run. `BootingJvm` with a Python child standing in for the JVM pyspark launches: killed and reaped, or
+its failed launch raised where the gateway is asked for, its output kept. (Booting and killing a real JVM:
+tests/test_bad_input.py and every local distributed run.)"""
 
 from __future__ import annotations
 
@@ -8,10 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from pyspark import java_gateway
 
-from ddq.modes.jvm_boot import HeldOutput
+from ddq.modes.jvm_boot import BootingJvm, HeldOutput
 
 MORE_THAN_A_PIPE = 300_000  # a Linux pipe holds 64 KiB: a writer past that waits for a reader
 
@@ -61,3 +65,40 @@ def test_a_full_disk_loses_the_log_but_the_output_is_still_read():
     child.communicate(b"", timeout=30)  # its later output is read and dropped: the child ends
     assert child.returncode == 0
     wait_for(lambda: output.ended)
+
+
+def stand_in_jvm(code: str, fails: bool = False):
+    """pyspark's `launch_gateway`, with a Python child in the JVM's place: its stderr where ddq says."""
+    children: list[subprocess.Popen] = []
+
+    def launch(conf, popen_kwargs):
+        child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stderr=popen_kwargs["stderr"])
+        children.append(child)
+        if fails:
+            child.wait(timeout=30)
+            raise RuntimeError("Java gateway process exited before sending its port number")
+        return SimpleNamespace(proc=child, close=lambda: None)
+
+    return launch, children
+
+
+def test_a_booted_jvm_is_killed_and_reaped_and_what_it_printed_dropped(monkeypatch):
+    launch, children = stand_in_jvm("import sys; sys.stderr.write('booting'); sys.stderr.flush(); sys.stdin.read()")
+    monkeypatch.setattr(java_gateway, "launch_gateway", launch)
+    booting = BootingJvm(conf=None)
+    wait_for(lambda: booting.output.held == [b"booting"])
+    booting.kill()
+    assert children[0].returncode is not None  # ended and reaped: no zombie
+    wait_for(lambda: booting.output.ended)
+    assert booting.output.held is None
+
+
+def test_a_failed_launch_is_raised_where_the_gateway_is_asked_for_and_its_output_kept(monkeypatch, tmp_path: Path):
+    launch, _ = stand_in_jvm("import sys; sys.stderr.write('Error: no Java found'); sys.exit(1)", fails=True)
+    monkeypatch.setattr(java_gateway, "launch_gateway", launch)
+    booting = BootingJvm(conf=None)
+    with pytest.raises(RuntimeError, match="exited before sending its port"):
+        booting.gateway(tmp_path / "spark.log")
+    wait_for(lambda: booting.output.ended)
+    assert (tmp_path / "spark.log").read_text() == "Error: no Java found"
+    booting.kill()  # nothing launched: nothing to end

@@ -2,24 +2,31 @@
 
 `ddq train` checks a run's settings before anything starts (`ddq.preflight`), and those checks import
 torch: most of a second in which the JVM that Spark's context needs could boot on another core. A local
-master's JVM reaches nothing beyond this host until its context is made, so a distributed run on one
-launches it (pyspark's `launch_gateway`) on a thread as the checks begin, holds what it prints until the
-run folder exists, and kills it when a check fails: the mistake is still one line, and nothing is left
-running or written. The context is made once the checks pass (`ddq.modes.spark.SparkStarting`). A
-two-worker LunarLander-v3 run's job then started 0.7-0.9 s sooner (3.5-3.8 s after the command against
-4.2-4.4 s, 2026-11-29, 2 cores); booting the context too gained nothing more there, as the JVM and the
-checks then share the cores for longer. A cluster master is reached only after the checks (its address is
-one of them), and spark-submit's JVM exists already: neither is booted early.
+master's JVM reaches nothing beyond this host until its context is made, so a distributed run that names
+no master launches it (pyspark's `launch_gateway`) on a thread as the checks begin, holds what it prints
+until the run folder exists, and kills it when a check fails: the mistake is still one line, and no
+process is left. The context is made once the checks pass (`ddq.modes.spark.SparkStarting`). A two-worker
+LunarLander-v3 run's Python workers were then warm 3.4-3.7 s after the command against 4.2-4.4 s, and its
+first update came about 0.8 s sooner (2026-11-29, 2 cores); booting the context too gained nothing more
+there, as the JVM and the checks then share the cores for longer. A cluster master is reached only after
+the checks (its address is one of them), and spark-submit's JVM exists already: neither is booted early.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ddq.run_folder import cannot_write
+
+# How long this process, as it exits, waits for the rest of the JVM's output: the JVM exits within a second
+# or two of its run's end (`ddq.modes.spark.end_stopped_jvm`), mostly while the run writes its summary.
+OUTPUT_TAIL_WAIT_S = 3.0
 
 class HeldOutput:
     """A child process's output, read from a pipe on a thread of its own: held in memory until `write_to`
@@ -31,7 +38,8 @@ class HeldOutput:
         self.held: list[bytes] | None = []  # None once written out or dropped
         self.file: BinaryIO | None = None
         self.ended = False
-        threading.Thread(target=self._pump, name="jvm-output", daemon=True).start()
+        self.thread = threading.Thread(target=self._pump, name="jvm-output", daemon=True)
+        self.thread.start()
 
     def _pump(self) -> None:
         """Reads to the end whatever happens to the file: a pipe left unread would stop the child once full."""
@@ -41,6 +49,7 @@ class HeldOutput:
                     if self.file is not None:
                         try:
                             self.file.write(chunk)
+                            self.file.flush()
                         except OSError:  # a full disk: the rest of the log is lost, the run goes on
                             self._close()
                     elif self.held is not None:
@@ -57,19 +66,22 @@ class HeldOutput:
 
     def write_to(self, path: Path) -> None:
         """Sends what was held, and what follows, to `path` (an OSError opening or writing it is raised, and
-        the output is dropped from then on)."""
+        the output is dropped from then on). As this process exits it waits, OUTPUT_TAIL_WAIT_S at most, for
+        the output's end: the pump is a daemon thread, which would otherwise stop with the last lines unread."""
         with self.lock:
             held, self.held = self.held, None
             if held is None:
                 return
-            self.file = open(path, "ab", buffering=0)  # noqa: SIM115  (closed by the pump, at the output's end)
+            self.file = open(path, "ab")  # noqa: SIM115  (closed by the pump, at the output's end)
             try:
                 self.file.write(b"".join(held))
+                self.file.flush()
             except OSError:
                 self._close()
                 raise
             if self.ended:
                 self._close()
+        atexit.register(self.thread.join, OUTPUT_TAIL_WAIT_S)
 
     def drop(self) -> None:
         with self.lock:
@@ -77,7 +89,8 @@ class HeldOutput:
 
     def _close(self) -> None:
         if self.file is not None:
-            self.file.close()
+            with contextlib.suppress(OSError):  # what a full disk kept it from flushing is lost
+                self.file.close()
             self.file = None
 
 
@@ -104,12 +117,16 @@ class BootingJvm:
             self.output.child_started()
 
     def gateway(self, log_path: Path | None) -> Any:
-        """The JVM's py4j gateway, once launched (an error in launching it is raised here)."""
+        """The JVM's py4j gateway, once launched (an error in launching it is raised here). A log that cannot
+        be written (a full disk) is lost, not the run."""
         self.thread.join()
-        if log_path is None:
-            self.output.drop()
-        else:
-            self.output.write_to(log_path)
+        try:
+            if log_path is None:
+                self.output.drop()
+            else:
+                self.output.write_to(log_path)
+        except OSError as error:
+            print(f"ddq: {cannot_write(str(log_path), error)}: Spark's log is lost", file=sys.stderr, flush=True)
         if self.error is not None:
             raise self.error
         return self.launched

@@ -1,8 +1,9 @@
 """A distributed run's first step, taken before it imports its wiring: the run's id, where its parts listen,
 its Redis password, and Spark starting on a thread of the driver. Spark's JVM, its executors and their
 Python workers then start while the driver builds its wiring, its network and its services, instead of
-after. On a local master the JVM boots earlier still, while the settings are checked (`boot_spark`,
-`ddq.modes.jvm_boot`): those checks build the network, which imports torch, before anything else may start."""
+after. On the local master ddq picks, the JVM boots earlier still, while the settings are checked
+(`boot_spark`, `ddq.modes.jvm_boot`): those checks build the network, which imports torch, before anything
+else may start."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from ddq.config import TrainConfig
 from ddq.modes.jvm_boot import BootingJvm
-from ddq.modes.placement import Placement, is_cluster, placement
+from ddq.modes.placement import Placement, placement
 from ddq.modes.spark import (
     SparkStarting,
     launched_by_spark_submit,
@@ -54,12 +55,12 @@ def spark_driver(config: TrainConfig, submitted: bool) -> SparkDriver:
 
 
 def boot_spark(config: TrainConfig) -> BootingJvm | None:
-    """Spark's JVM for a distributed run on a local master, launched now, on a thread, while the settings are
-    checked (`ddq.modes.jvm_boot`); None for serial runs, cluster masters, spark-submit's JVM and a `--listen`
-    address (not checked yet, and the JVM's environment would carry it). The caller kills it when a check
-    fails, or hands it to `launch`."""
+    """Spark's JVM for a distributed run on the local master ddq picks, launched now, on a thread, while the
+    settings are checked (`ddq.modes.jvm_boot`); None for serial runs, a named master (a cluster's, or a
+    local one not checked yet), spark-submit's JVM and a `--listen` address (not checked yet, and the JVM's
+    environment would carry it). The caller kills it when a check fails, or hands it to `launch`."""
     d = config.distributed
-    if config.run.mode == "serial" or launched_by_spark_submit() or is_cluster(d.spark_master) or d.listen:
+    if config.run.mode == "serial" or launched_by_spark_submit() or d.spark_master is not None or d.listen:
         return None
     driver = spark_driver(config, submitted=False)
     quiet_py4j()

@@ -184,7 +184,13 @@ def start_context(conf: Any, log_path: Path | None, password: str | None = None,
     for key, value in ddq_spark_defaults(master, workers, int(settings.get("spark.task.cpus", "1"))).items():
         if not settings.contains(key):  # an operator's spark-defaults.conf, PYSPARK_SUBMIT_ARGS or spark-submit's wins
             conf.set(key, value)
-    context = SparkContext(conf=conf, gateway=gateway)
+    try:
+        context = SparkContext(conf=conf, gateway=gateway)
+    except BaseException:
+        if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's, which no context will stop
+            gateway.proc.kill()
+            gateway.proc.wait()
+        raise
     if not master.startswith("local"):  # executors have it from their launch; each task's function need not
         context.environment.pop(PASSWORD_VARIABLE, None)
     context.setLogLevel("ERROR")
