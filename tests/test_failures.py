@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from conftest import command_lines_holding, run_ddq, summary_of
-from ddq.benchmarks.procfs import child_named, processes_mentioning
+from ddq.benchmarks.procfs import child_named, parent_and_command, processes_mentioning
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 
@@ -250,7 +250,8 @@ def test_a_password_stays_secret_and_a_killed_driver_leaves_nothing_running(tmp_
             assert time.monotonic() < deadline and process.poll() is None, "no Celery evaluation, dashboard, snapshot"
             time.sleep(0.2)
         assert command_lines_holding(secret) == []
-        assert processes_mentioning(run)  # the JVM names the run (its app), the shards, Celery and the dashboard
+        # the JVM names the run (its app, booted before the run's id was printed), the shards, Celery, the dashboard
+        assert [pid for pid in processes_mentioning(run) if b"SparkSubmit" in parent_and_command(pid)[1]]
 
         process.kill()
         process.wait()

@@ -26,6 +26,8 @@ from ddq.modes.spark import (
 from ddq.shipping import package_zip
 from ddq.transport.credentials import run_password
 
+APP_PREFIX = "ddq-"  # Spark's application name: this, then the run's id
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -65,7 +67,16 @@ def boot_spark(config: TrainConfig) -> BootingJvm | None:
     driver = spark_driver(config, submitted=False)
     quiet_py4j()
     prepare_environment(driver.master, driver.driver_host, driver.placement.bind)
-    return BootingJvm(spark_conf(driver.master, "ddq", driver.driver_host, driver.placement.bind))
+    app = app_name(new_run_id(Path(str(config.run.run_dir))))  # on the JVM's command line: `ps` finds the run
+    return BootingJvm(spark_conf(driver.master, app, driver.driver_host, driver.placement.bind))
+
+
+def new_run_id(run_dir: Path) -> str:
+    return f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
+
+
+def app_name(run: str) -> str:
+    return f"{APP_PREFIX}{run}"
 
 
 def launch(config: TrainConfig, run_dir: Path, booted: BootingJvm | None = None) -> Launch:
@@ -76,7 +87,8 @@ def launch(config: TrainConfig, run_dir: Path, booted: BootingJvm | None = None)
         submitted = launched_by_spark_submit()
         driver = spark_driver(config, submitted)
         place = driver.placement
-        run = f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
+        # a booted JVM's app name holds the run's id already
+        run = new_run_id(run_dir) if booted is None else str(booted.conf.get("spark.app.name")).removeprefix(APP_PREFIX)
         password = run_password(d.redis_url, place.listen)
 
         def ship(context: Any) -> None:  # executors elsewhere import ddq from the job, not their environment
@@ -88,6 +100,6 @@ def launch(config: TrainConfig, run_dir: Path, booted: BootingJvm | None = None)
         if booted is not None:
             booted.kill()
         raise
-    spark = SparkStarting(driver.master, f"ddq-{run}", run_dir / "spark.log", driver.driver_host, place.bind,
+    spark = SparkStarting(driver.master, app_name(run), run_dir / "spark.log", driver.driver_host, place.bind,
                           d.workers, ship, password, booted)
     return Launch(run, place, password, spark)
