@@ -1,11 +1,15 @@
 """The Spark settings ddq chooses are defaults: a real JVM's context has ddq's where the operator set none,
 and the operator's where they did (PYSPARK_SUBMIT_ARGS here; spark-defaults.conf and spark-submit's
---conf reach the JVM's configuration the same way)."""
+--conf reach the JVM's configuration the same way). Those a local JVM needs as it starts go on its command
+line, where spark-defaults.conf could not override them: one it names is left to it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from ddq.modes.operator_conf import operator_settings
 from ddq.modes.spark import TASK_KILL_TIMEOUT, SparkStarting, ddq_spark_defaults, local_master
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
@@ -30,3 +34,33 @@ def test_ddqs_kill_timeout_holds_where_the_operator_set_none_and_theirs_wins(tmp
     assert kill_timeout_of_a_real_context(tmp_path, "ddq-defaults") == TASK_KILL_TIMEOUT
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--conf {KILL_TIMEOUT}=3s pyspark-shell")
     assert kill_timeout_of_a_real_context(tmp_path, "operators-setting") == "3s"
+
+
+def test_an_operators_spark_defaults_conf_keeps_the_settings_ddq_would_give_the_jvm_as_it_starts(tmp_path,
+                                                                                                 monkeypatch):
+    """ddq's launch settings of a local JVM (its JIT options, the Python daemon) go on spark-submit's command
+    line, which would override spark-defaults.conf: one it names is left to it, one it does not is ddq's."""
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("# the operator's\n\nspark.driver.defaultJavaOptions  -Dddq.operator=kept\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    starting = SparkStarting(local_master(1), "operators-defaults", tmp_path / "spark.log", "127.0.0.1", None, 1,
+                             lambda context: None)
+    try:
+        settings = starting.result().getConf()
+        assert settings.get("spark.driver.defaultJavaOptions") == "-Dddq.operator=kept"
+        assert settings.get("spark.python.daemon.module") == "ddq.modes.spark_daemon"
+        jvm = starting.context._gateway.proc.pid
+        assert b"-Dddq.operator=kept" in Path(f"/proc/{jvm}/cmdline").read_bytes().split(b"\0")
+    finally:
+        starting.stop()
+
+
+def test_the_settings_a_spark_defaults_conf_names(tmp_path, monkeypatch):
+    (tmp_path / "spark-defaults.conf").write_text(
+        "# comment\n! also a comment\n\nspark.a 1\n  spark.b=2\nspark.c: 3\nspark.d\t4\nspark.e\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert operator_settings() == {"spark.a", "spark.b", "spark.c", "spark.d", "spark.e"}
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))
+    assert operator_settings() == set()

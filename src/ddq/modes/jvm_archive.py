@@ -71,13 +71,19 @@ def spark_home() -> Path:
         return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
 
 
+def spark_conf_folder() -> Path:
+    """Spark's configuration folder as its launcher finds it ($SPARK_CONF_DIR, else the Spark home's conf):
+    first on the JVM's class path, and where spark-submit reads spark-defaults.conf."""
+    return Path(os.environ.get("SPARK_CONF_DIR") or spark_home() / "conf")
+
+
 def archivable_class_path() -> bool:
     """Whether Java can archive the classes of the class path Spark's launcher gives its JVM: not where its
     configuration folder ($SPARK_CONF_DIR, else the Spark home's conf), first on that path, holds files (a
     spark-defaults.conf, or a Spark download's templates). A JVM told to write an archive then fails as it
     exits, in every run ("Cannot have non-empty directory in paths", Java 17); folders after Spark's jars
     (Hadoop's and YARN's configuration) are no hindrance, as no class is loaded from them."""
-    folder = Path(os.environ.get("SPARK_CONF_DIR") or spark_home() / "conf")
+    folder = spark_conf_folder()
     return not (folder.is_dir() and any(folder.iterdir()))
 
 

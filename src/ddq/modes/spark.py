@@ -17,6 +17,7 @@ from typing import Any
 
 from ddq.modes.jvm_archive import jvm_options, note_class_path, writing_to
 from ddq.modes.jvm_boot import BootingJvm
+from ddq.modes.operator_conf import operator_settings
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
 TASK_RETRIES = 4
@@ -140,8 +141,12 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
     if master is not None and master.startswith("local"):
         # (a JVM spark-submit started already runs: no option reaches it, so no archive is looked for)
         sharing = "" if launched_by_spark_submit() else jvm_options()
-        conf = (conf.setIfMissing("spark.driver.defaultJavaOptions", f"{LOCAL_JVM_OPTIONS} {sharing}".rstrip())
-                .setIfMissing("spark.python.daemon.module", "ddq.modes.spark_daemon"))
+        launch_defaults = {"spark.driver.defaultJavaOptions": f"{LOCAL_JVM_OPTIONS} {sharing}".rstrip(),
+                           "spark.python.daemon.module": "ddq.modes.spark_daemon"}
+        operators = operator_settings()  # what spark-defaults.conf names: a --conf of ddq's would override it
+        for key, value in launch_defaults.items():
+            if key not in operators:
+                conf = conf.setIfMissing(key, value)
     if driver_host is not None:
         conf = conf.set("spark.driver.host", driver_host).set("spark.driver.bindAddress", bind or driver_host)
     return (conf.setAppName(app).set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
