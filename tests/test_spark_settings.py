@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from ddq.modes.operator_conf import operator_settings
 from ddq.modes.spark import TASK_KILL_TIMEOUT, SparkStarting, ddq_spark_defaults, local_master
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
@@ -56,11 +55,3 @@ def test_an_operators_spark_defaults_conf_keeps_the_settings_ddq_would_give_the_
     finally:
         starting.stop()
 
-
-def test_the_settings_a_spark_defaults_conf_names(tmp_path, monkeypatch):
-    (tmp_path / "spark-defaults.conf").write_text(
-        "# comment\n! also a comment\n\nspark.a 1\n  spark.b=2\nspark.c: 3\nspark.d\t4\nspark.e\n")
-    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
-    assert operator_settings() == {"spark.a", "spark.b", "spark.c", "spark.d", "spark.e"}
-    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))
-    assert operator_settings() == set()

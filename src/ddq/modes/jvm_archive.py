@@ -79,7 +79,7 @@ def spark_conf_folder() -> Path:
 
 def archivable_class_path() -> bool:
     """Whether Java can archive the classes of the class path Spark's launcher gives its JVM: not where its
-    configuration folder ($SPARK_CONF_DIR, else the Spark home's conf), first on that path, holds files (a
+    configuration folder (`spark_conf_folder`), first on that path, holds files (a
     spark-defaults.conf, or a Spark download's templates). A JVM told to write an archive then fails as it
     exits, in every run ("Cannot have non-empty directory in paths", Java 17); folders after Spark's jars
     (Hadoop's and YARN's configuration) are no hindrance, as no class is loaded from them."""

@@ -72,10 +72,12 @@ def boot_spark(config: TrainConfig) -> BootingJvm | None:
 
 
 def new_run_id(run_dir: Path) -> str:
+    """A run's id: its folder's name and a few random letters (a resumed run gets a new one)."""
     return f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
 
 
 def app_name(run: str) -> str:
+    """Spark's application name for the run `run`: on the JVM's command line, where `ps` finds it."""
     return f"{APP_PREFIX}{run}"
 
 
