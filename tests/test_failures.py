@@ -183,7 +183,9 @@ def test_killed_redis_then_weights_owner_then_worker_are_each_replaced_and_the_r
     else:  # and applied no gradient twice (the learner's rule: tests/test_central_learner.py); the Baristas'
         # own counts, as Redis restored from its snapshot forgot the pushes counted since
         assert "published version" in owned
-        assert summary["updates"] <= sum(worker["pushes"] for worker in summary["workers"])
+        assert summary["updates"] <= sum(worker["pushes"] for worker in summary["workers"]), (  # (seen once in
+            # a fresh clone's suite, 3,828 against 3,639, not since: what to read if it comes again)
+            summary["workers"], summary["account"], text[-2000:], owned[-2000:])
         # exactly: the shard's version is what its ledger applied, which its snapshot kept through its kill
         # (what it applied after the snapshot was lost with it, and counts as lost on the way)
         account = summary["account"]  # (the summary's updates are the driver's last copy: a few may follow)
