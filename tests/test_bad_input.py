@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from ddq.benchmarks.procfs import parent_and_command
 from ddq.cli import main
 
 TOML_CASES = {
@@ -59,20 +60,11 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_starts(argv, message, 
     assert err.startswith("ddq: error: ") and len(err.splitlines()) == 1, err
     assert message in err and "Traceback" not in err and out == ""
     assert sorted(os.listdir(tmp_path)) == before  # no run folder, nothing written
-    assert set(children_of(os.getpid())) - set(children) == set()  # no JVM left (nor a zombie of one)
+    assert children_of(os.getpid()) - children == set()  # no JVM left (nor a zombie of one)
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:  # ended meanwhile
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(entry))
-    return sorted(found)
+def children_of(parent: int) -> set[int]:
+    return {pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if parent_and_command(pid)[0] == parent}
 
 
 def test_debug_shows_the_traceback(tmp_path, monkeypatch):

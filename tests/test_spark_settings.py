@@ -54,4 +54,3 @@ def test_an_operators_spark_defaults_conf_keeps_the_settings_ddq_would_give_the_
         assert b"-Dddq.operator=kept" in Path(f"/proc/{jvm}/cmdline").read_bytes().split(b"\0")
     finally:
         starting.stop()
-

@@ -28,6 +28,7 @@ from ddq.run_folder import cannot_write
 # or two of its run's end (`ddq.modes.spark.end_stopped_jvm`), mostly while the run writes its summary.
 OUTPUT_TAIL_WAIT_S = 3.0
 
+
 class HeldOutput:
     """A child process's output, read from a pipe on a thread of its own: held in memory until `write_to`
     names a file, which then gets it and everything after; dropped by `drop`."""

@@ -290,8 +290,8 @@ class SparkStarting:
         if booted is None:
             prepare_environment(master, driver_host, bind)
             self.conf = spark_conf(master, app, driver_host, bind)
-        else:  # the conf its JVM was launched with (the class-data archive it writes is named there)
-            self.conf = booted.conf.setAppName(app)
+        else:  # the conf its JVM was launched with, `app` included (the class-data archive it writes is named there)
+            self.conf = booted.conf
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
         self.context: Any = None
         self.stopped = False
