@@ -22,13 +22,17 @@ def test_two_workers_train_pqn_through_the_parameter_server(tmp_path):
     """PQN's Baristas push each minibatch of their rollouts to the shards, as DQN's push replayed ones (DQN's
     downpour runs are test_across_hosts.py's and test_failures.py's)."""
     run_dir = tmp_path / "run"  # given relative to the working folder, as people do
-    result = run_ddq("train", *SHORT, "--algo", "pqn", "--total-steps", "4000", "--run-dir", "run", cwd=tmp_path)
+    budget = 20_000  # a few seconds of two PQN workers: long enough that neither's start decides where it ends
+    result = run_ddq("train", *SHORT, "--algo", "pqn", "--total-steps", str(budget), "--run-dir", "run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     # a quiet console: ddq's own lines only; the JVM's start-up warnings and Spark's log go to spark.log
     assert [line for line in result.stderr.splitlines() if not line.startswith("ddq: ")] == []
     assert "WARN" in (run_dir / "spark.log").read_text()
     summary = summary_of(run_dir)
-    assert summary["mode"] == "downpour" and summary["env_steps"] >= 4000 and summary["config"]["agent"]["algo"] == "pqn"
+    assert summary["mode"] == "downpour" and summary["config"]["agent"]["algo"] == "pqn"
+    # the budget spent, and not much more: each worker reports every few steps near the end instead of playing on
+    # for a report interval (which had played 21,983-22,853 env steps; 20,194-20,833 since, 2026-11-29)
+    assert budget <= summary["env_steps"] <= budget * 1.08, summary["workers"]
     workers = sorted(summary["workers"], key=lambda w: w["worker"])
     assert [(w["worker"], w["state"], w["attempt"]) for w in workers] == [(0, "finished", 0), (1, "finished", 0)]
     # every gradient pushed was applied: the server's version is the sum of the workers' pushes

@@ -120,6 +120,9 @@ class Barista:
         self.stopped = False  # the run's control key said stop
         self.unreported_steps, self.unreported_episodes = 0, list[dict]()  # since the last report
         self.next_report = 0.0  # time.monotonic() of the next report
+        self.reported_at: float | None = None  # time.monotonic() of the last report
+        self.run_steps_seen = 0  # the run's env steps as of then
+        self.others_rate = 0.0  # env steps a second the other workers played between this one's last two reports
         self.stepping_together = 1  # workers known to step with this one between reports (data-parallel: all)
 
     def play(self) -> int:
@@ -129,9 +132,22 @@ class Barista:
         self.unreported_steps += new_steps
         self.unreported_episodes += episodes
         self.global_steps += new_steps * self.stepping_together
-        if time.monotonic() >= self.next_report:
+        now = time.monotonic()
+        if now >= self.next_report or self.nearing_budget(now):
             self.report_unreported()
         return new_steps
+
+    def nearing_budget(self, now: float) -> bool:
+        """Whether the other workers (those not known to step with this one) may have brought the run's env
+        steps to the step budget since this one's last report, had they played twice as fast as they were
+        seen to, or each twice as many steps as this one did meanwhile (before their rate is known). Near the
+        end each worker then reports every few vector steps, and the run stops close to its budget, where
+        each had played on for a report interval (a 4,000-step PQN downpour run on CartPole-v1 played
+        5,707-6,783 env steps; a 20,000-step one 21,983-22,853)."""
+        others = self.config.distributed.workers - self.stepping_together
+        elapsed = 0.0 if self.reported_at is None else now - self.reported_at
+        unseen = max(self.unreported_steps * others, self.others_rate * elapsed)
+        return others > 0 and self.global_steps + 2 * unseen >= self.config.run.total_steps
 
     def act(self) -> tuple[int, list[dict]]:
         """One vector step: its env steps, and the episodes it finished, stamped for the run's episode list."""
@@ -149,8 +165,13 @@ class Barista:
         """Counts the steps and episodes played since the last report in the run's Redis and reads the run's
         state back, in one round trip."""
         run = self.channel.report(self.unreported_steps, self.unreported_episodes)
+        now = time.monotonic()
+        others = run.env_steps - self.run_steps_seen - self.unreported_steps
+        if self.reported_at is not None and now > self.reported_at:
+            self.others_rate = max(others, 0) / (now - self.reported_at)
+        self.reported_at, self.run_steps_seen = now, run.env_steps
         self.unreported_steps, self.unreported_episodes = 0, []
-        self.next_report = time.monotonic() + REPORT_S
+        self.next_report = now + REPORT_S
         self.global_steps, self.stopped = run.env_steps, run.stopping
 
     def learn(self, new_steps: int) -> None:
