@@ -57,6 +57,20 @@ def test_two_workers_learn_cartpole_as_one_and_apply_every_update(tmp_path):
     assert processes_mentioning(str(run_dir)) == []
 
 
+def test_dqn_workers_pair_every_update_though_their_episodes_end_apart(tmp_path):
+    """DQN: each worker replays its own memory, and the workers' updates pair up, all-reduce by all-reduce,
+    though their episodes end at different steps (counted by transitions, their update schedules drifted
+    apart and gloo failed on the mismatch: every such run crashed)."""
+    run_dir = tmp_path / "run"
+    done = run_ddq(*RUN, "--algo", "dqn", "--total-steps", "4000", "--run-dir", str(run_dir), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["stop_reason"] == "step budget spent" and summary["lost"] == [], summary["stop_reason"]
+    assert summary["config"]["agent"]["algo"] == "dqn" and summary["updates"] > 0
+    assert {(w["pushes"], w["weights_version"]) for w in summary["workers"]} == {(summary["updates"],) * 2}
+    assert {w["episodes"] for w in summary["workers"]} != {0}  # episodes ended: the streams reset as they went
+
+
 def evaluation_points(run_dir) -> list[tuple[int, float]]:
     """The env steps and greedy return of each point the workers published, in order."""
     return [(e["env_steps"], e["mean_return"]) for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())

@@ -1,10 +1,20 @@
 """DQN targets, loss and exploration against hand-computed numbers."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
 
-from ddq.core.dqn import LinearSchedule, double_dqn_targets, epsilon_greedy, n_step_returns, next_mark, td_loss
+from ddq.core.dqn import (
+    LinearSchedule,
+    UpdateSchedule,
+    double_dqn_targets,
+    epsilon_greedy,
+    n_step_returns,
+    next_mark,
+    td_loss,
+)
 
 
 def test_double_dqn_target_uses_online_argmax_and_target_value():
@@ -77,6 +87,21 @@ def test_linear_schedule():
     delayed = LinearSchedule(1.0, 0.1, 100, delay=20)  # stays at 1 for 20 steps, then falls over 100
     assert delayed(0) == delayed(20) == 1.0 and delayed(70) == pytest.approx(0.55)
     assert delayed(120) == pytest.approx(0.1) and delayed(10_000) == pytest.approx(0.1)
+
+
+
+def test_update_schedule_in_lockstep_counts_vector_steps_not_transitions():
+    """Data-parallel's workers pair every update in an all-reduce. By transitions, a vector step whose stream
+    reset (next-step autoreset: no transition) moves one worker's rounds and not the other's; in lockstep each
+    vector step counts as its slots, and both workers make the same updates."""
+    plays = ([4, 3, 4, 2, 4, 4], [4, 4, 4, 4, 1, 4])  # transitions of each vector step of 4 envs
+
+    def dues(schedule: UpdateSchedule, play: list[int]) -> list[int]:  # 1 update an env step from the 8th
+        return [schedule.due(new, so_far) for new, so_far in zip(play, itertools.accumulate(play))]
+
+    assert [dues(UpdateSchedule(1.0, 4, 8), play) for play in plays] == [[0, 0, 4, 0, 6, 4], [0, 4, 4, 4, 0, 5]]
+    in_lockstep = [dues(UpdateSchedule(1.0, 4, 8, lockstep_envs=4), play) for play in plays]
+    assert in_lockstep[0] == in_lockstep[1] == [0, 4, 4, 4, 4, 4]
 
 
 def test_epsilon_greedy_is_greedy_at_zero_and_uniform_at_one():

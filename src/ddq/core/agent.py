@@ -94,8 +94,11 @@ def epsilon_schedule(agent: AgentConfig) -> LinearSchedule:
     return LinearSchedule(agent.epsilon_start, agent.epsilon_end, agent.epsilon_steps, agent.epsilon_delay)
 
 
-def update_schedule(agent: AgentConfig) -> UpdateSchedule:
-    return UpdateSchedule(agent.replay_ratio, agent.train_frequency, agent.learning_starts)
+def update_schedule(agent: AgentConfig, lockstep: bool = False) -> UpdateSchedule:
+    """DQN's updates at the replay ratio; `lockstep`: by vector steps, for workers that step together
+    (`UpdateSchedule`'s lockstep_envs)."""
+    return UpdateSchedule(agent.replay_ratio, agent.train_frequency, agent.learning_starts,
+                          agent.num_envs if lockstep else None)
 
 
 def model_parameters(agent: AgentConfig) -> FlatParameters:

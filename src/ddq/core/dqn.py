@@ -142,14 +142,26 @@ def per_actor_epsilon(actor: int, actors: int, base: float = 0.4, alpha: float =
 
 class UpdateSchedule:
     """How many gradient updates are due: `replay_ratio` per env step once `learning_starts` steps
-    were played, done in rounds every `train_frequency` steps. Serial training and every worker use it."""
+    were played, done in rounds every `train_frequency` steps. Serial training and every worker use it.
 
-    def __init__(self, replay_ratio: float, train_frequency: int, learning_starts: int):
+    `lockstep_envs` (data-parallel's workers, whose every update is an all-reduce the others must pair):
+    each vector step counts as that many env steps, by the schedule's own count, whatever its streams did.
+    A stream's reset step is no transition (next-step autoreset), and falls at a different step in each
+    worker: counted by transitions, their updates had drifted apart and gloo failed on the mismatch."""
+
+    def __init__(self, replay_ratio: float, train_frequency: int, learning_starts: int,
+                 lockstep_envs: int | None = None):
         self.replay_ratio, self.train_frequency, self.learning_starts = replay_ratio, train_frequency, learning_starts
         self.credit = 0.0
         self.since_round = 0
+        self.lockstep_envs, self.slots = lockstep_envs, 0  # the vector steps' slots so far, when in lockstep
 
     def due(self, new_steps: int, steps_so_far: int) -> int:
+        """The updates due once the actor's latest vector step brought `new_steps` transitions, and its
+        total to `steps_so_far` (called once a vector step)."""
+        if self.lockstep_envs is not None:
+            self.slots += self.lockstep_envs
+            new_steps, steps_so_far = self.lockstep_envs, self.slots
         if steps_so_far < self.learning_starts:
             return 0
         self.credit += self.replay_ratio * new_steps

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ddq.config import TrainConfig
+from ddq.core.agent import update_schedule
 from ddq.core.dqn import last_target_refresh, next_mark
 from ddq.core.learner import Learner
 from ddq.core.weights import LocalParameters
@@ -181,6 +182,7 @@ class DataParallelWorker(Barista):
                                                              self.metrics)
                                               if rank == 0 else None)
         self.stepping_together = config.distributed.workers  # every worker steps with every other
+        self.agent.schedule = update_schedule(config.agent, lockstep=True)  # DQN's updates pair up with the others'
 
     def heartbeat(self, state: str) -> None:
         if self.collective is not None:  # what synchronous training cost this worker so far
