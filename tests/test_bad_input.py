@@ -27,6 +27,8 @@ CASES = [
     (["train", "--mode", "serial", "--gamma", "1.5"], "gamma must be between 0 and 1, got 1.5 (given as --gamma)"),
     (["train", "--env", "Foo-v9"], "--env 'Foo-v9': Environment `Foo` doesn't exist"),
     (["train", "--env", "CartPole-v9"], "did you mean CartPole-v1"),
+    # one suggestion, ddq's (with versions), not Gymnasium's before it
+    (["train", "--env", "CartPol-v1"], "Environment `CartPol` doesn't exist; did you mean CartPole-v1 or"),
     (["train", "--env", "CartPole-v1", "--model", "deepq"], "--model 'deepq': model 'deepq' needs image states"),
     (["train", "--env", "CartPole-v1", "--board-symmetries"], "--board-symmetries: CartPole-v1 declares no board"),
     (["train", "--model", "nope"], "--model 'nope': unknown model 'nope'; choose one of auto, mlp"),
@@ -65,6 +67,29 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_starts(argv, message, 
 
 def children_of(parent: int) -> set[int]:
     return {pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if parent_and_command(pid)[0] == parent}
+
+
+FLAG_CASES = [
+    (["train", "--workrs", "2"], "ddq train: error: unrecognized arguments: --workrs 2; --workrs is not a flag of "
+                                 "this command; did you mean --workers? (`ddq train --help-all` lists every flag)"),
+    (["bench", "scaling", "--sedes", "1"], "ddq bench scaling: error: unrecognized arguments: --sedes 1; --sedes is "
+                                           "not a flag of this command; did you mean --seeds?"),
+    (["evaluate", "run", "--episodes", "0"], "ddq evaluate: error: argument --episodes: must be at least 1, got 0"),
+    (["evaluate", "run", "--epsilon", "2"], "ddq evaluate: error: argument --epsilon: must be from 0.0 to 1.0, got 2"),
+    (["dashboard", "--port", "70000"], "ddq dashboard: error: argument --port: must be from 0 to 65535, got 70000"),
+]
+
+
+@pytest.mark.parametrize("argv, message", FLAG_CASES, ids=[" ".join(argv) for argv, _ in FLAG_CASES])
+def test_a_mistyped_flag_or_value_gets_the_commands_usage_and_one_line(argv, message, tmp_path, capsys, monkeypatch):
+    """argparse's mistakes (exit 2): the command's own usage, then one line naming the flag and what is
+    allowed, or the flag the command has nearest to an unknown one."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and out == "" and os.listdir(tmp_path) == []
+    assert err.startswith(f"usage: ddq {argv[0]}") and err.splitlines()[-1] == message, err
 
 
 def test_debug_shows_the_traceback(tmp_path, monkeypatch):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ddq.benchmarks.commands import add_bench_commands
 from ddq.config import REDIS_URL_ENV, read_settings
@@ -246,8 +249,8 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
                                                    "/step, /shutdown) for the dummy client or Spark tasks")
     serve.add_argument("--config", help="settings file (TOML or JSON)")
     serve.add_argument("--run", default="default", help="run id of the parameter server it works for")
-    serve.add_argument("--worker", type=int, default=0, help="this worker's id")
-    serve.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    serve.add_argument("--worker", type=in_range(int, 0), default=0, help="this worker's id")
+    serve.add_argument("--port", type=PORT, default=0, help="port on 127.0.0.1 (default: a free one)")
     serve.add_argument("--url-file", help="also write the URL it serves on into this file")
     add_config_flags(serve)
     serve.set_defaults(func=cmd_barista_serve)
@@ -259,21 +262,21 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
                     "and prints its URL; this serves one for any run whose Redis you can reach, or for a "
                     "finished run from its folder (`ddq dashboard runs/snake`).")
     dashboard.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
-                           help="a finished downpour run's folder: serves the telemetry saved there at its end")
+                           help="a finished distributed run's folder: serves the telemetry saved there at its end")
     dashboard.add_argument("--redis-url", help=f"the run's Redis (redis://, rediss://, unix://; default "
                                                f"${REDIS_URL_ENV}, which keeps a password off the command line)")
     dashboard.add_argument("--run", help="run id (as `ddq train` printed it; default: the only run there)")
     dashboard.add_argument("--host", default="127.0.0.1",
                            help="address to bind (default 127.0.0.1); beyond loopback, such as 0.0.0.0, every "
                                 "request needs a token shown once on your terminal")
-    dashboard.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    dashboard.add_argument("--port", type=PORT, default=0, help="port (default: a free one)")
     dashboard.add_argument("--url-file", help="also write the URL it serves on into this file")
     dashboard.set_defaults(func=cmd_dashboard)
 
     dummy = commands.add_parser("dummy-client", help="drive a Barista by hand: step, status, shutdown")
     dummy.add_argument("url", help="the Barista's URL, as `barista serve` printed it")
     dummy.add_argument("action", choices=("step", "status", "shutdown"))
-    dummy.add_argument("--steps", type=int, default=100, help="env steps for `step`")
+    dummy.add_argument("--steps", type=in_range(int, 1), default=100, help="env steps for `step` (default 100)")
     dummy.add_argument("--timeout", type=float, default=600, help="seconds to wait for the answer")
     dummy.set_defaults(func=cmd_dummy_client)
 
@@ -286,7 +289,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     server.add_argument("--settings", metavar="FILE", help="a run folder's config.json, as ddq train wrote it: "
                                                            "used as it is (only --redis-url applies over it)")
     server.add_argument("--run", default="default", help="run id: the Redis keys live under ddq:RUN:")
-    server.add_argument("--shard", type=int, default=0, help="which shard of --shards this process serves")
+    server.add_argument("--shard", type=in_range(int, 0), default=0, help="which shard of --shards this process serves")
     add_config_flags(server)
     server.set_defaults(func=cmd_param_server)
 
@@ -301,12 +304,13 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
 
     ev = commands.add_parser("evaluate", help="greedy mean return of a checkpoint, as JSON")
     ev.add_argument("checkpoint", help="checkpoint file or run folder")
-    ev.add_argument("--episodes", type=int, default=10, help="episodes to play")
+    ev.add_argument("--episodes", type=in_range(int, 1), default=10, help="episodes to play (default 10)")
     ev.add_argument("--seed", type=int, default=None, help="seed of the first evaluation episode (a run's eval "
                     "points carry theirs in metrics.jsonl: with that evaluation's episodes and epsilon, this plays "
                     "them again)")
-    ev.add_argument("--epsilon", type=float, default=0.0, help="exploration rate while evaluating")
-    ev.add_argument("--device", default="cpu", help="torch device")
+    ev.add_argument("--epsilon", type=in_range(float, 0.0, 1.0), default=0.0,
+                    help="exploration rate while evaluating (default 0: greedy)")
+    ev.add_argument("--device", default="cpu", help="torch device (default cpu)")
     ev.add_argument("--render", metavar="FILE", help="also write a GIF of one greedy episode to FILE")
     ev.set_defaults(func=cmd_evaluate)
 
@@ -331,7 +335,43 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     plot.set_defaults(func=cmd_plot)
     add_bench_commands(commands)
+    mark_commands(commands.choices)
     return parser
+
+
+def mark_commands(parsers: dict[str, argparse.ArgumentParser]) -> None:
+    """Each command's parser, and its subcommands' (`ddq bench KIND`), names itself in the arguments it parses:
+    the one whose flags an unknown flag is compared with (`main`)."""
+    for command in parsers.values():
+        command.set_defaults(command_parser=command)
+        for action in command._actions:
+            if isinstance(action.choices, dict):  # a subcommand's parsers, by name
+                mark_commands(action.choices)
+
+
+def in_range(kind: Callable[[str], Any], low: float, high: float | None = None) -> Callable[[str], Any]:
+    """An argparse type: the text as `kind`, refused unless at least `low` (and at most `high`)."""
+    def convert(text: str) -> Any:
+        value = kind(text)  # a ValueError argparse reports as an invalid value of the kind's name
+        if value < low or (high is not None and value > high):
+            allowed = f"at least {low}" if high is None else f"from {low} to {high}"
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
+        return value
+    convert.__name__ = getattr(kind, "__name__", "value")
+    return convert
+
+
+PORT = in_range(int, 0, 65535)
+
+
+def unrecognized(unknown: list[str], parser: argparse.ArgumentParser) -> str:
+    """argparse's complaint about `unknown` arguments, with the nearest flag `parser` has for each mistyped one."""
+    flags = [flag for action in parser._actions for flag in action.option_strings]
+    hints = [f"{given} is not a flag of this command; did you mean {close[0]}?" for given in
+             (arg.split("=")[0] for arg in unknown if arg.startswith("--"))
+             if (close := difflib.get_close_matches(given, flags, n=1))]
+    where = f" (`{parser.prog} --help-all` lists every flag)" if parser.prog == "ddq train" else ""
+    return "; ".join([f"unrecognized arguments: {' '.join(unknown)}", *hints]) + where
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,7 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug, full_help = "--debug" in argv, "--help-all" in argv
     argv = ["--help" if arg == "--help-all" else arg for arg in argv if arg != "--debug"]
-    args = build_parser(full_help).parse_args(argv)
+    parser = build_parser(full_help)
+    args, unknown = parser.parse_known_args(argv)
+    command_parser = vars(args).pop("command_parser", parser)
+    if unknown:  # argparse's own words, from the command's parser (its usage line), and the flag meant
+        command_parser.error(unrecognized(unknown, command_parser))
     args.started_at = started_at
     for not_a_setting in ("debug", "help_all"):
         vars(args).pop(not_a_setting, None)

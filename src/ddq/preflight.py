@@ -52,7 +52,8 @@ def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
         known = [name for name in gym.registry if not name.startswith("ALE/")]
         close = difflib.get_close_matches(config.agent.env, known, n=3)
         hint = f"; did you mean {' or '.join(close)}?" if close else "; see gymnasium.pprint_registry()"
-        raise SettingError(f"--env {config.agent.env!r}: {str(error).splitlines()[0].rstrip('.')}{hint}") from error
+        reason = str(error).splitlines()[0].split(" Did you mean")[0].rstrip(".")  # one suggestion: ddq's
+        raise SettingError(f"--env {config.agent.env!r}: {reason}{hint}") from error
     except (ValueError, RuntimeError) as error:
         raise SettingError(f"--env {config.agent.env!r}: {error}") from error
     if config.agent.board_symmetries:

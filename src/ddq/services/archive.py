@@ -30,6 +30,6 @@ def serve_saved_telemetry(run_dir: Path) -> EmbeddedRedis:
     """A private redis-server holding what `save_telemetry` wrote into `run_dir` (the file is not changed)."""
     path = Path(run_dir) / TELEMETRY_NAME
     if not path.is_file():
-        raise FileNotFoundError(f"{run_dir} holds no saved telemetry ({TELEMETRY_NAME}): only downpour runs "
-                                "write one, at their end")
+        raise FileNotFoundError(f"{run_dir} holds no saved telemetry ({TELEMETRY_NAME}): only distributed "
+                                "runs (downpour, actor-learner, data-parallel) write one, at their end")
     return EmbeddedRedis(rdb=path)
