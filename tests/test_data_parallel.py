@@ -67,6 +67,8 @@ def test_dqn_workers_pair_every_update_though_their_episodes_end_apart(tmp_path)
     summary = summary_of(run_dir)
     assert summary["stop_reason"] == "step budget spent" and summary["lost"] == [], summary["stop_reason"]
     assert summary["config"]["agent"]["algo"] == "dqn" and summary["updates"] > 0
+    # near the budget the workers vote every vector step: it ends within one of theirs (it had run on for up to 16)
+    assert 4000 <= summary["env_steps"] < 4000 + 2 * summary["config"]["agent"]["num_envs"], summary["env_steps"]
     assert {(w["pushes"], w["weights_version"]) for w in summary["workers"]} == {(summary["updates"],) * 2}
     assert {w["episodes"] for w in summary["workers"]} != {0}  # episodes ended: the streams reset as they went
 
