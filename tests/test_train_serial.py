@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
+from ddq.cli import main
 from ddq.run_folder import read_metrics
 
 TAGS = {"train/episode_return", "eval/mean_return", "train/loss", "train/epsilon", "speed/env_steps_per_s",
@@ -73,11 +74,20 @@ def test_short_run_writes_metrics_checkpoint_summary_and_curve(short_run):
     assert set(saved["q_network"]) == {"2.weight", "2.bias", "4.weight", "4.bias", "6.weight", "6.bias"}
 
 
-def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path):
+def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path, capsys):
     run_dir = tmp_path / "run"
     first = run_ddq("train", *SHORT, "--total-steps", "2000", "--run-dir", str(run_dir))
     assert first.returncode == 0, first.stderr
     before = summary_of(run_dir)
+    # a resume that could not continue it is refused in one line, the folder untouched: in another mode (whose
+    # weights live elsewhere: downpour had trained on from new ones) or with another network
+    files = {path.name: path.stat().st_mtime_ns for path in run_dir.iterdir()}
+    for change, refusal in ((["--mode", "downpour"], "the run trained in serial mode"),
+                            (["--hidden", "32"], "with hidden changed, the network is not the run's")):
+        assert main(["train", "--resume", str(run_dir), *change]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"ddq: error: --resume {run_dir}: {refusal}") and len(err.splitlines()) == 1, err
+    assert {path.name: path.stat().st_mtime_ns for path in run_dir.iterdir()} == files
     second = run_ddq("train", "--resume", str(run_dir), "--total-steps", "4000")
     assert second.returncode == 0, second.stderr
     after = summary_of(run_dir)

@@ -141,6 +141,8 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     spark = boot_spark(config)
     try:
         check_run(config)
+        if saved is not None and resume:
+            check_resume(saved, config, resume)
     except BaseException:
         if spark is not None:
             spark.kill()
@@ -148,6 +150,31 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     if why is not None:  # once the settings hold: a mistake is still one line
         print(f"ddq: no mode named, so {why}", file=sys.stderr)
     return config, saved, spark
+
+
+def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str) -> None:
+    """Refuses, in one line, a resume that could not continue the run: in another mode, whose weights live
+    elsewhere (a serial run resumed in downpour had trained on from new ones, and said nothing), or with
+    settings that make another network (a shard refused its snapshot once the run had started, after the
+    run's settings were rewritten). A network from a model file is checked as it loads."""
+    from dataclasses import asdict
+
+    from ddq.core import checkpoint as ckpt
+    from ddq.core.agent import env_spec, q_network
+
+    before = ckpt.config_from_checkpoint(saved)
+    if config.run.mode != before.run.mode:
+        raise ValueError(f"--resume {resume}: the run trained in {before.run.mode} mode, which keeps its weights; "
+                         f"resume it in that mode (no --mode), or start a new run in {config.run.mode} mode")
+    if "model_definition" in saved:
+        return
+    spec = env_spec(config.agent)
+    network = q_network(config.agent, spec.frame_shape, spec.num_actions).state_dict()
+    if {k: v.shape for k, v in network.items()} != {k: v.shape for k, v in saved["q_network"].items()}:
+        now, then = asdict(config.agent), asdict(before.agent)
+        changed = ", ".join(sorted(key for key in now if now[key] != then.get(key)))
+        raise ValueError(f"--resume {resume}: with {changed} changed, the network is not the run's; resume it with "
+                         "the run's, or start a new run")
 
 
 def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple[dict[str, Any], str | None]:

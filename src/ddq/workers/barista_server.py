@@ -133,3 +133,5 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(refused.status, {"error": str(refused)})
         except (ValueError, json.JSONDecodeError) as error:
             self._reply(HTTPStatus.BAD_REQUEST, {"error": str(error)})
+        except (RuntimeError, ConnectionError) as error:  # the run's parts, not the request: no weights served yet
+            self._reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"the worker could not step: {error}"})
