@@ -188,15 +188,18 @@ def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_
     assert measured_mode({"workers", "listen", "publish_every", "snapshot_every"}, "spark://m:7077", 2).mode \
         == "data-parallel"
     assert measured_mode({"workers"}, "yarn", 2).mode == "downpour"  # not compared on YARN or Kubernetes yet
-    for other_wiring in ("shards", "fetch_every", "sync", "send_every"):
+    # a setting only one other wiring reads asks for that wiring (actor-learner's had given downpour, which
+    # ignored --per-actor-epsilon and refused --sync)
+    for other_wiring, mode in (("shards", "downpour"), ("fetch_every", "downpour"), ("sync", "actor-learner"),
+                               ("send_every", "actor-learner"), ("per_actor_epsilon", "actor-learner")):
         choice = measured_mode({"workers", other_wiring}, "spark://10.0.0.1:7077", 2)
-        assert choice.mode == "downpour" and other_wiring in choice.why, other_wiring
+        assert choice.mode == mode and other_wiring in choice.why, other_wiring
     for distributed in ("workers", "listen", "redis_url", "publish_every", "snapshot_every"):
         choice = measured_mode({"env", distributed}, None, 2)
         assert choice.mode == "data-parallel" and distributed in choice.why, distributed
         assert measured_mode({distributed}, "local[2]", 2).mode == "data-parallel"
-    for other_wiring in ("shards", "sync", "send_every"):
-        assert measured_mode({"workers", other_wiring}, None, 2).mode == "downpour", other_wiring
+    for other_wiring, mode in (("shards", "downpour"), ("sync", "actor-learner"), ("send_every", "actor-learner")):
+        assert measured_mode({"workers", other_wiring}, None, 2).mode == mode, other_wiring
     assert measured_mode({"workers"}, None, 2, submitted=True).mode == "downpour"  # spark-submit's master: unseen
     assert measured_mode({"workers"}, "spark://m:7077", 2, submitted=True).mode == "data-parallel"
     assert with_measured_mode({"mode": "data-parallel"}, None) == ({"mode": "data-parallel"}, None)

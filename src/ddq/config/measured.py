@@ -11,10 +11,10 @@ from ddq.config.sections import DistributedConfig, ServerConfig
 # Settings that only a distributed run reads: naming one asks for a distributed run.
 DISTRIBUTED_SETTINGS = frozenset(f.name for kind in (DistributedConfig, ServerConfig)
                                  for f in dataclasses.fields(kind) if f.name != "server")
-# Those that only downpour's parameter server or actor-learner's actors read: data-parallel reads none of them
-# (its worker 0 snapshots the weights every snapshot_every updates, as a shard would).
-OTHER_WIRINGS_SETTINGS = frozenset({f.name for f in dataclasses.fields(ServerConfig)} - {"snapshot_every"}
-                                   | {"send_every", "actor_backlog", "per_actor_epsilon", "sync", "sync_every"})
+# Those that only downpour's parameter server reads, and those only actor-learner's actors read: data-parallel
+# reads none of them (its worker 0 snapshots the weights every snapshot_every updates, as a shard would).
+DOWNPOUR_SETTINGS = frozenset({f.name for f in dataclasses.fields(ServerConfig)} - {"snapshot_every"})
+ACTOR_LEARNER_SETTINGS = frozenset({"send_every", "actor_backlog", "per_actor_epsilon", "sync", "sync_every"})
 # The cluster masters the comparison of wirings ran on: a standalone master on test hosts. YARN and Kubernetes
 # often allocate executors as they go, which a barrier stage (data-parallel's) cannot run under.
 MEASURED_CLUSTER_MASTERS = ("spark://",)
@@ -33,9 +33,9 @@ def measured_mode(named: set[str], spark_master: str | None, cores: int, submitt
     targets sooner (0.68x and 0.86x serial's time) but CartPole-v1's 3.1x later, its Spark start costing more
     than a task that serial solves in seconds. A distributed run, on one machine or a standalone cluster
     master, gets data-parallel, which reached all three targets sooner than downpour there (on one machine,
-    2 workers on 2 cores; on one-core test hosts). Downpour where a setting only another wiring reads is
-    named, or on a master no comparison has run on: another cluster master, or spark-submit's (`submitted`
-    with no master named), which ddq does not see before Spark starts."""
+    2 workers on 2 cores; on one-core test hosts). Downpour or actor-learner where a setting only that wiring
+    reads is named; downpour on a master no comparison has run on: another cluster master, or spark-submit's
+    (`submitted` with no master named), which ddq does not see before Spark starts."""
     master = master_kind(spark_master, submitted)
     if master == "unmeasured":
         why = ("spark-submit's master is not seen before Spark starts (--spark-master names it; --mode names "
@@ -49,10 +49,10 @@ def measured_mode(named: set[str], spark_master: str | None, cores: int, submitt
                                     "target (0.68x on MinAtar Breakout and 0.86x on LunarLander-v3, with 2 cores: "
                                     "docs/benchmarks.md)"
                                     f"{beyond}; --mode data-parallel --workers N trains on N")
-    other_wiring = sorted(named & OTHER_WIRINGS_SETTINGS)
-    if other_wiring:
-        return ModeChoice("downpour", f"downpour: {other_wiring[0]} was named, which data-parallel does not read "
-                                      "(--mode names another)")
+    for mode, only_its in (("downpour", DOWNPOUR_SETTINGS), ("actor-learner", ACTOR_LEARNER_SETTINGS)):
+        if named & only_its:  # (a setting of each: downpour, which refuses actor-learner's by name)
+            return ModeChoice(mode, f"{mode}: {sorted(named & only_its)[0]} was named, which only {mode} reads "
+                                    "(--mode names another)")
     why = ("a standalone cluster master was named" if master == "standalone"
            else f"{asked[0]} was named, which only a distributed run reads")
     return ModeChoice("data-parallel", f"data-parallel: {why}; it reached CartPole-v1's, MinAtar Breakout's and "
