@@ -32,6 +32,9 @@ CASES = [
     (["train", "--env", "CartPole-v1", "--model", "deepq"], "--model 'deepq': model 'deepq' needs image states"),
     (["train", "--env", "CartPole-v1", "--board-symmetries"], "--board-symmetries: CartPole-v1 declares no board"),
     (["train", "--model", "nope"], "--model 'nope': unknown model 'nope'; choose one of auto, mlp"),
+    # a setting the named algorithm would ignore (DQN's replay, with PQN's rollouts)
+    (["train", "--algo", "pqn", "--n-step", "3"], "n_step is a setting of algo dqn, which algo pqn would ignore "
+                                                  "(given as --n-step)"),
     # a distributed run on a local master boots Spark's JVM while it checks (`ddq.modes.jvm_boot`): killed
     (["train", "--mode", "data-parallel", "--model", "nope"], "--model 'nope': unknown model 'nope'"),
     (["train", "--redis-url", "redis://127.0.0.1:1"], "--redis-url redis://127.0.0.1:1: no Redis answers there"),

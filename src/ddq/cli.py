@@ -335,18 +335,18 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     plot.set_defaults(func=cmd_plot)
     add_bench_commands(commands)
-    mark_commands(commands.choices)
     return parser
 
 
-def mark_commands(parsers: dict[str, argparse.ArgumentParser]) -> None:
-    """Each command's parser, and its subcommands' (`ddq bench KIND`), names itself in the arguments it parses:
-    the one whose flags an unknown flag is compared with (`main`)."""
-    for command in parsers.values():
-        command.set_defaults(command_parser=command)
-        for action in command._actions:
-            if isinstance(action.choices, dict):  # a subcommand's parsers, by name
-                mark_commands(action.choices)
+def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the command (or `ddq bench KIND`) that `argv` names: whose flags an unknown flag is
+    compared with (`main`)."""
+    for action in parser._actions:
+        if isinstance(action.choices, dict):  # a command's parsers, by name
+            for index, arg in enumerate(argv):
+                if arg in action.choices:
+                    return command_parser(action.choices[arg], argv[index + 1:])
+    return parser
 
 
 def in_range(kind: Callable[[str], Any], low: float, high: float | None = None) -> Callable[[str], Any]:
@@ -383,9 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = ["--help" if arg == "--help-all" else arg for arg in argv if arg != "--debug"]
     parser = build_parser(full_help)
     args, unknown = parser.parse_known_args(argv)
-    command_parser = vars(args).pop("command_parser", parser)
     if unknown:  # argparse's own words, from the command's parser (its usage line), and the flag meant
-        command_parser.error(unrecognized(unknown, command_parser))
+        command = command_parser(parser, argv)
+        command.error(unrecognized(unknown, command))
     args.started_at = started_at
     for not_a_setting in ("debug", "help_all"):
         vars(args).pop(not_a_setting, None)

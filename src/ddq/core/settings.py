@@ -9,7 +9,7 @@ from typing import Any
 
 from ddq.config import AgentConfig, RunConfig, TrainConfig, flat_settings, load_toml, merge, preset_for
 from ddq.config.sources import SettingRefused, named_setting, preset_key, where_given
-from ddq.core.algorithms import algorithm_for, algorithm_preset, default_algorithm
+from ddq.core.algorithms import algorithm_for, algorithm_preset, default_algorithm, unread_by
 
 
 def build_config(cli_values: dict[str, Any], config_file: str | None = None,
@@ -39,6 +39,11 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
     config = merge(config, cli_values, "the command line")
     try:
         algorithm_for(config.agent.algo).check(config)
+        ignored = unread_by(config.agent.algo, set(cli_values) | set(flat_settings(file_values)))
+        if ignored:  # (named: a preset's or a resumed run's own settings are not the user's)
+            setting, reader = next(iter(ignored.items()))
+            raise SettingRefused(setting, f"{setting} is a setting of algo {reader}, which algo {config.agent.algo} "
+                                          "would ignore")
     except SettingRefused as refusal:
         raise ValueError(f"{refusal} ({where_given(refusal.setting, cli_values, file_values, config_file)})") from None
     return config

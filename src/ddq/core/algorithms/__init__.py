@@ -39,10 +39,18 @@ def _read_only_by_others(kind: type[Algorithm]) -> frozenset[str]:
     return frozenset().union(*(other.reads_alone for other in ALGORITHMS.values() if other is not kind))
 
 
+def unread_by(algo: str, named: set[str]) -> dict[str, str]:
+    """Of the `named` settings, those only other algorithms read than `algo`, each with the one that does:
+    a run of `algo` would ignore them."""
+    kind = ALGORITHMS[algo]
+    return {setting: other.name for other in ALGORITHMS.values() if other is not kind
+            for setting in sorted(named & other.reads_alone)}
+
+
 def algorithm_preset(algorithm: Algorithm, preset_key: str) -> dict[str, Any]:
     """The settings `algorithm` needs over the env's preset, with the algorithm itself."""
     return {"algo": algorithm.name, **algorithm.presets.get(preset_key, {})}
 
 
-__all__ = ["ALGORITHMS", "DEFAULT", "AgentParts", "Algorithm", "algorithm_for", "algorithm_preset",
+__all__ = ["ALGORITHMS", "DEFAULT", "AgentParts", "Algorithm", "algorithm_for", "algorithm_preset", "unread_by",
            "default_algorithm"]
