@@ -224,3 +224,19 @@ def test_the_lag_clock_measures_each_result_from_its_points_arrival_and_warns_on
     assert clock.lag_s == LAG_WARNING_S + 9.0
     clock.abandoned(30.0, 30.0 + LAG_WARNING_S + 20.0)  # the run ended first: it had waited this long at least
     assert clock.lag_s == LAG_WARNING_S + 20.0
+
+
+def test_downpours_inline_evaluator_counts_the_marks_passed_between_two_looks_as_skipped():
+    """The driver evaluates downpour's weights of the moment as it looks (twice a second, or sooner): marks the
+    workers passed meanwhile are evaluated once, and the others are the summary's skipped points."""
+    from types import SimpleNamespace
+
+    from ddq.modes.evaluators import InlineEvaluator
+
+    evaluated: list[int] = []
+    record = SimpleNamespace(counters=SimpleNamespace(env_steps=0), config=config_of(eval_every=1000))
+    mirror = SimpleNamespace(evaluate=lambda record, services, closing: evaluated.append(1) or False)
+    evaluator = InlineEvaluator(mirror, record, None, threading.Event())
+    for steps in (900, 3500, 3900, 4000, 4100):
+        evaluator.periodic(steps, stopping=False)
+    assert len(evaluated) == 2 and evaluator.skipped == 2  # 1,000-3,000 at 3,500 (two skipped); 4,000

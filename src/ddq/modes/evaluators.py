@@ -111,19 +111,22 @@ EvaluatorFactory = Callable[[WeightsMirror, RunRecord, RunServices, threading.Ev
 
 
 class InlineEvaluator:
-    """Evaluates the mirror in the driver's loop once the workers' env steps cross each eval_every mark."""
+    """Evaluates the mirror in the driver's loop once the workers' env steps cross each eval_every mark; marks
+    they crossed between two of its looks are evaluated once, and the others count as skipped."""
 
     lag_s = 0.0  # it evaluates the weights of the moment
-    skipped = 0
 
     def __init__(self, mirror: WeightsMirror, record: RunRecord, services: RunServices, wake: threading.Event):
         self.mirror, self.record, self.services = mirror, record, services
         self.next_eval = next_mark(record.counters.env_steps, record.config.run.eval_every)
+        self.skipped = 0
 
     def periodic(self, env_steps: int, stopping: bool) -> bool:
         if env_steps < self.next_eval or stopping:
             return False
-        self.next_eval = next_mark(env_steps, self.record.config.run.eval_every)
+        every = self.record.config.run.eval_every
+        self.skipped += (env_steps - self.next_eval) // every  # the marks passed since its last look, but one
+        self.next_eval = next_mark(env_steps, every)
         return self.mirror.evaluate(self.record, self.services, closing=False)
 
     def close(self) -> None:
