@@ -394,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ddq: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # its reader left (`ddq models NAME | head`): nothing to say, nor to flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # as a process SIGPIPE ended would
     except Exception as error:
         if debug:
             raise

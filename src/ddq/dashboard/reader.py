@@ -27,8 +27,8 @@ from ddq.transport.wire import BODY_DTYPE, WireError, layout_bytes, read_weights
 MAX_FILTERS = 64  # first-layer images shown; a wide first layer shows its first units
 
 
-class RunNotFound(LookupError):
-    pass
+class RunNotFound(LookupError, ValueError):
+    """No run by the name asked for: a mistake the user can fix (the command line's exit 2)."""
 
 
 class MirroredList:

@@ -29,6 +29,8 @@ def save_telemetry(client: Connection, run: str, run_dir: Path) -> Path | None:
 def serve_saved_telemetry(run_dir: Path) -> EmbeddedRedis:
     """A private redis-server holding what `save_telemetry` wrote into `run_dir` (the file is not changed)."""
     path = Path(run_dir) / TELEMETRY_NAME
+    if not Path(run_dir).is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a folder: give a finished run's folder (its --run-dir)")
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} holds no saved telemetry ({TELEMETRY_NAME}): only distributed "
                                 "runs (downpour, actor-learner, data-parallel) write one, at their end")
