@@ -63,6 +63,17 @@ def test_an_env_trains_with_its_measured_algorithm_unless_told_or_unable(tmp_pat
     assert build_config({"env": "LunarLander-v3", "algo": "dqn"}).run.total_steps == 200_000
     assert agent({"env": "Acrobot-v1"})[0] == "dqn"
     assert agent({"env": "CartPole-v1", "algo": "pqn", "mode": "downpour"})[0] == "pqn"
+    # and the run's first lines say why, when it is not the env's choice and no algorithm was named
+    from ddq.api import algorithm_note
+
+    def note(values):
+        return algorithm_note(values, None, build_config(values))
+
+    assert note({"env": "CartPole-v1", "batch_size": 64}) == (
+        "dqn: batch_size was named, which only dqn reads (pqn is CartPole-v1's measured choice; --algo names another)")
+    assert note({"env": "CartPole-v1", "mode": "actor-learner"}).startswith("dqn: pqn does not train in actor-learner")
+    assert note({"env": "CartPole-v1"}) is None and note({"env": "CartPole-v1", "algo": "dqn"}) is None
+    assert note({"env": "Acrobot-v1"}) is None  # DQN, the choice where none was measured
 
 
 def test_unknown_settings_are_named(tmp_path):

@@ -149,6 +149,8 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         raise
     if why is not None:  # once the settings hold: a mistake is still one line
         print(f"ddq: no mode named, so {why}", file=sys.stderr)
+    if not resume and (note := algorithm_note(values, config_file, config)):
+        print(f"ddq: no algo named, so {note}", file=sys.stderr)
     return config, saved, spark
 
 
@@ -175,6 +177,22 @@ def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str) -> Non
         changed = ", ".join(sorted(key for key in now if now[key] != then.get(key)))
         raise ValueError(f"--resume {resume}: with {changed} changed, the network is not the run's; resume it with "
                          "the run's, or start a new run")
+
+
+def algorithm_note(values: dict[str, Any], config_file: str | None, config: TrainConfig) -> str | None:
+    """Why a run that names no algorithm trains with another than its env's measured choice (a setting only
+    that one reads was named, or the choice does not train in the run's mode), for its first lines; else None."""
+    from ddq.config.sources import preset_key
+    from ddq.core.algorithms import ALGORITHMS, default_algorithm
+
+    named = set(values) | set(flat_settings(load_toml(config_file)) if config_file else {})
+    choice, algo = default_algorithm(preset_key(config.agent.env), "serial").name, config.agent.algo
+    if "algo" in named or choice == algo:
+        return None
+    read = sorted(named & ALGORITHMS[algo].reads_alone)
+    why = f"{read[0]} was named, which only {algo} reads" if read else \
+        f"{choice} does not train in {config.run.mode} mode"
+    return f"{algo}: {why} ({choice} is {config.agent.env}'s measured choice; --algo names another)"
 
 
 def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple[dict[str, Any], str | None]:
