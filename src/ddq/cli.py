@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ddq.benchmarks.commands import add_bench_commands
 from ddq.config import REDIS_URL_ENV, read_settings
-from ddq.flags import add_config_flags
+from ddq.flags import PORT, add_config_flags, command_parser, in_range, unrecognized
 from ddq.preflight import check_redis
 from ddq.processes import exit_on_sigterm, process_started_at
 from ddq.run_folder import write_whole
@@ -336,42 +333,6 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     plot.set_defaults(func=cmd_plot)
     add_bench_commands(commands)
     return parser
-
-
-def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
-    """The parser of the command (or `ddq bench KIND`) that `argv` names: whose flags an unknown flag is
-    compared with (`main`)."""
-    for action in parser._actions:
-        if isinstance(action.choices, dict):  # a command's parsers, by name
-            for index, arg in enumerate(argv):
-                if arg in action.choices:
-                    return command_parser(action.choices[arg], argv[index + 1:])
-    return parser
-
-
-def in_range(kind: Callable[[str], Any], low: float, high: float | None = None) -> Callable[[str], Any]:
-    """An argparse type: the text as `kind`, refused unless at least `low` (and at most `high`)."""
-    def convert(text: str) -> Any:
-        value = kind(text)  # a ValueError argparse reports as an invalid value of the kind's name
-        if value < low or (high is not None and value > high):
-            allowed = f"at least {low}" if high is None else f"from {low} to {high}"
-            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
-        return value
-    convert.__name__ = getattr(kind, "__name__", "value")
-    return convert
-
-
-PORT = in_range(int, 0, 65535)
-
-
-def unrecognized(unknown: list[str], parser: argparse.ArgumentParser) -> str:
-    """argparse's complaint about `unknown` arguments, with the nearest flag `parser` has for each mistyped one."""
-    flags = [flag for action in parser._actions for flag in action.option_strings]
-    hints = [f"{given} is not a flag of this command; did you mean {close[0]}?" for given in
-             (arg.split("=")[0] for arg in unknown if arg.startswith("--"))
-             if (close := difflib.get_close_matches(given, flags, n=1))]
-    where = f" (`{parser.prog} --help-all` lists every flag)" if parser.prog == "ddq train" else ""
-    return "; ".join([f"unrecognized arguments: {' '.join(unknown)}", *hints]) + where
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
-"""The run's settings as command-line flags: one per setting of `TrainConfig`, grouped as each field says,
-defaults shown.
+"""Command-line flags: the run's settings, one per setting of `TrainConfig`, grouped as each field says,
+defaults shown; and what every command's flags share (ranges, the nearest flag to a mistyped one).
 
 `ddq train --help` lists the settings a field marks `brief`; `--help-all` lists every one, under its
 group and the TOML section it lives in ([agent], [agent.optim], [run], [distributed], [services], ...).
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
@@ -91,3 +92,39 @@ def add_config_flags(parser: argparse.ArgumentParser, brief: bool = False) -> No
                                               nargs="+" if s.is_list else None, default=argparse.SUPPRESS,
                                               help=help_text, metavar=f.name.upper())
         action.preset = _PresetNote(f.name)  # read by `%(preset)s` in its help
+
+
+def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the command (or `ddq bench KIND`) that `argv` names: whose flags an unknown flag is
+    compared with (`main`)."""
+    for action in parser._actions:
+        if isinstance(action.choices, dict):  # a command's parsers, by name
+            for index, arg in enumerate(argv):
+                if arg in action.choices:
+                    return command_parser(action.choices[arg], argv[index + 1:])
+    return parser
+
+
+def in_range(kind: Callable[[str], Any], low: float, high: float | None = None) -> Callable[[str], Any]:
+    """An argparse type: the text as `kind`, refused unless at least `low` (and at most `high`)."""
+    def convert(text: str) -> Any:
+        value = kind(text)  # a ValueError argparse reports as an invalid value of the kind's name
+        if value < low or (high is not None and value > high):
+            allowed = f"at least {low}" if high is None else f"from {low} to {high}"
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
+        return value
+    convert.__name__ = getattr(kind, "__name__", "value")
+    return convert
+
+
+PORT = in_range(int, 0, 65535)
+
+
+def unrecognized(unknown: list[str], parser: argparse.ArgumentParser) -> str:
+    """argparse's complaint about `unknown` arguments, with the nearest flag `parser` has for each mistyped one."""
+    flags = [flag for action in parser._actions for flag in action.option_strings]
+    hints = [f"{given} is not a flag of this command; did you mean {close[0]}?" for given in
+             (arg.split("=")[0] for arg in unknown if arg.startswith("--"))
+             if (close := difflib.get_close_matches(given, flags, n=1))]
+    where = f" (`{parser.prog} --help-all` lists every flag)" if parser.prog == "ddq train" else ""
+    return "; ".join([f"unrecognized arguments: {' '.join(unknown)}", *hints]) + where
