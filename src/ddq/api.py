@@ -183,14 +183,14 @@ def algorithm_note(values: dict[str, Any], config_file: str | None, config: Trai
     """Why a run that names no algorithm trains with another than its env's measured choice (a setting only
     that one reads was named, or the choice does not train in the run's mode), for its first lines; else None."""
     from ddq.config.sources import preset_key
-    from ddq.core.algorithms import ALGORITHMS, default_algorithm
+    from ddq.core.algorithms import default_algorithm, unread_by
 
     named = set(values) | set(flat_settings(load_toml(config_file)) if config_file else {})
     choice, algo = default_algorithm(preset_key(config.agent.env), "serial").name, config.agent.algo
     if "algo" in named or choice == algo:
         return None
-    read = sorted(named & ALGORITHMS[algo].reads_alone)
-    why = f"{read[0]} was named, which only {algo} reads" if read else \
+    moved = unread_by(choice, named)  # what `default_algorithm` moved away from the choice for, if anything
+    why = "{} was named, which only {} reads".format(*next(iter(moved.items()))) if moved else \
         f"{choice} does not train in {config.run.mode} mode"
     return f"{algo}: {why} ({choice} is {config.agent.env}'s measured choice; --algo names another)"
 

@@ -17,12 +17,12 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
     """Defaults (or `base`, for a resume), then the env's preset and its algorithm's (the one named, or
     the env's measured choice), the file, a Caffe solver, then the flags; checked by the algorithm."""
     file_values = load_toml(config_file) if config_file else {}
+    named = set(cli_values) | set(flat_settings(file_values))  # the user's (not a preset's, nor a resumed run's)
     if base is not None:
         config = base
     else:
         env_id = cli_values.get("env") or named_setting(file_values, "env") or AgentConfig.env
         mode = cli_values.get("mode") or named_setting(file_values, "mode") or RunConfig.mode
-        named = set(cli_values) | set(flat_settings(file_values))
         algo = cli_values.get("algo") or named_setting(file_values, "algo")
         key = preset_key(env_id)
         try:
@@ -39,8 +39,8 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
     config = merge(config, cli_values, "the command line")
     try:
         algorithm_for(config.agent.algo).check(config)
-        ignored = unread_by(config.agent.algo, set(cli_values) | set(flat_settings(file_values)))
-        if ignored:  # (named: a preset's or a resumed run's own settings are not the user's)
+        ignored = unread_by(config.agent.algo, named)
+        if ignored:
             setting, reader = next(iter(ignored.items()))
             raise SettingRefused(setting, f"{setting} is a setting of algo {reader}, which algo {config.agent.algo} "
                                           "would ignore")

@@ -145,9 +145,11 @@ class Barista:
         each had played on for a report interval (a 4,000-step PQN downpour run on CartPole-v1 played
         5,707-6,783 env steps; a 20,000-step one 21,983-22,853)."""
         others = self.config.distributed.workers - self.stepping_together
+        if others == 0:  # data-parallel's: it counts every worker's steps itself
+            return False
         elapsed = 0.0 if self.reported_at is None else now - self.reported_at
         unseen = max(self.unreported_steps * others, self.others_rate * elapsed)
-        return others > 0 and self.global_steps + 2 * unseen >= self.config.run.total_steps
+        return self.global_steps + 2 * unseen >= self.config.run.total_steps
 
     def act(self) -> tuple[int, list[dict]]:
         """One vector step: its env steps, and the episodes it finished, stamped for the run's episode list."""

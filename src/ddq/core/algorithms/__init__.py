@@ -30,16 +30,12 @@ def default_algorithm(preset_key: str, mode: str, named: set[str] | frozenset[st
     learner draws from a replay memory), or where one of the `named` settings is read only by another
     algorithm (a settings document of a run from before PQN names all of DQN's)."""
     for kind in ALGORITHMS.values():
-        if preset_key in kind.chosen_for and mode in kind.modes and not named & _read_only_by_others(kind):
+        if preset_key in kind.chosen_for and mode in kind.modes and not unread_by(kind.name, named):
             return kind()
     return DEFAULT()
 
 
-def _read_only_by_others(kind: type[Algorithm]) -> frozenset[str]:
-    return frozenset().union(*(other.reads_alone for other in ALGORITHMS.values() if other is not kind))
-
-
-def unread_by(algo: str, named: set[str]) -> dict[str, str]:
+def unread_by(algo: str, named: set[str] | frozenset[str]) -> dict[str, str]:
     """Of the `named` settings, those only other algorithms read than `algo`, each with the one that does:
     a run of `algo` would ignore them."""
     kind = ALGORITHMS[algo]
