@@ -61,7 +61,8 @@ def _start(run_dir: Path, total_steps: int, services: bool, env: dict[str, str],
     flags[flags.index("downpour")] = mode
     process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *flags, "--total-steps", str(total_steps),
                                 "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
+                               env=dict(os.environ, PYTHONUNBUFFERED="1", **env),
+                               start_new_session=True)  # its process group is its own, for signals to the group
     return process, log
 
 
@@ -222,12 +223,15 @@ def test_a_redis_that_keeps_dying_ends_the_run_with_a_summary_and_nothing_left(t
 
 
 def test_sigterm_stops_the_run_the_way_a_spent_budget_does(tmp_path, start):
+    """SIGTERM to the command's whole process group, as `timeout` and batch schedulers send it: Spark's JVM,
+    in a session of its own, is stopped by the driver after the run, not killed under it by the signal."""
     run_dir = tmp_path / "run"
     process, log = start(run_dir, 200_000)
     wait_for_progress(run_dir, process, log, 1_500)  # past learning_starts (1,000): the shard has applied updates
-    process.send_signal(signal.SIGTERM)
+    os.killpg(process.pid, signal.SIGTERM)
     code, out = finish(process, log, timeout=60)
     assert code == 143, log.read_text()[-3000:]
+    assert "starting it again" not in log.read_text()  # the workers' stage ended with the run, not by the signal
     summary = summary_of(run_dir)
     assert summary["stopped_by"] == "SIGTERM" and summary["stop_reason"] == "stopped by the user"
     assert json.loads(out)["stopped_by"] == "SIGTERM"  # the printed summary says it too

@@ -363,10 +363,18 @@ def main(argv: list[str] | None = None) -> int:
             raise
         user_error = isinstance(error, (ValueError, FileNotFoundError, RuntimeError, OSError))
         kind = "" if user_error else f"{type(error).__name__}: "
-        text = (str(error).strip().splitlines() or [""])[0]
+        text = (error_text(error).strip().splitlines() or [""])[0]
         print(f"ddq: error: {kind}{text}" + ("" if user_error else " (run again with --debug for the traceback)"),
               file=sys.stderr)
         return 2 if user_error else 1
+
+
+def error_text(error: Exception) -> str:
+    """The error's text; its type's name where making that text fails (py4j asks the JVM, which may be gone)."""
+    try:
+        return str(error)
+    except Exception:
+        return type(error).__name__
 
 
 if __name__ == "__main__":  # python -m ddq.cli works as python -m ddq does

@@ -29,6 +29,17 @@ from ddq.run_folder import cannot_write
 OUTPUT_TAIL_WAIT_S = 3.0
 
 
+def launch_jvm(conf: Any, stderr: Any = None) -> Any:
+    """pyspark's `launch_gateway` for `conf` (`stderr`: where the JVM prints), the JVM in a session of its own.
+    A signal for the command's whole process group (`timeout`, a batch scheduler at its time limit, `kill --
+    -PGID`) then reaches the driver alone, which stops the run as it does for its own SIGTERM and Spark after
+    it: the JVM and its Python workers had died at once, and the run ended in a traceback with no summary. The
+    JVM still ends with the driver, however it ends: it exits when its stdin, the driver's pipe, closes."""
+    from pyspark.java_gateway import launch_gateway  # imported already, with the conf's pyspark
+
+    return launch_gateway(conf, {"start_new_session": True, **({} if stderr is None else {"stderr": stderr})})
+
+
 class HeldOutput:
     """A child process's output, read from a pipe on a thread of its own: held in memory until `write_to`
     names a file, which then gets it and everything after; dropped by `drop`."""
@@ -108,10 +119,8 @@ class BootingJvm:
         self.thread.start()
 
     def _launch(self) -> None:
-        from pyspark.java_gateway import launch_gateway  # imported already, with the conf's pyspark
-
         try:
-            self.launched = launch_gateway(self.conf, {"stderr": self.output.write_end})
+            self.launched = launch_jvm(self.conf, self.output.write_end)
         except BaseException as error:  # raised where the context is made
             self.error = error
         finally:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.modes.jvm_archive import jvm_options, note_class_path, writing_to
-from ddq.modes.jvm_boot import BootingJvm
+from ddq.modes.jvm_boot import BootingJvm, launch_jvm
 from ddq.modes.operator_conf import operator_settings
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
@@ -166,15 +166,14 @@ def start_context(conf: Any, log_path: Path | None, password: str | None = None,
     their launch environment, when `password_route` allows: set after the JVM started, as what the JVM
     starts with is on its command line."""
     from pyspark import SparkContext
-    from pyspark.java_gateway import launch_gateway
 
     if booted is not None:
         gateway = booted.gateway(log_path)
     elif log_path is None or launched_by_spark_submit():  # spark-submit's JVM exists already, with its own stderr
-        gateway = launch_gateway(conf)
+        gateway = launch_jvm(conf)
     else:
         with open(log_path, "ab") as log:
-            gateway = launch_gateway(conf, {"stderr": log})
+            gateway = launch_jvm(conf, log)
     if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's: the class path an archive it writes needs
         note_class_path(java_options(conf), gateway.proc.pid)
     settings = gateway.jvm.org.apache.spark.SparkConf(True)  # conf, spark-submit's and spark-defaults.conf's
