@@ -84,3 +84,16 @@ def test_bench_train_set_reads_values_as_a_config_file_would():
     assert parse_setting("model=small-conv") == ("model", "small-conv")
     with pytest.raises(argparse.ArgumentTypeError, match="KEY=VALUE"):
         parse_setting("dueling")
+
+
+def test_bench_train_runs_its_serial_default_and_tables_each_seed(capsys, tmp_path, monkeypatch):
+    """The command as typed, to its table: its --workers (a distributed mode's) does not reach a serial run,
+    which refuses a distributed run's settings."""
+    from ddq.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "train", "--env", "CartPole-v1", "--seeds", "0", "--total-steps", "600"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 0 |")]
+    assert len(rows) == 1, rows
+    env_steps = int(rows[0].split("|")[4].replace(",", ""))
+    assert 600 <= env_steps < 700, rows  # the budget, and the few more of its last vector step

@@ -190,7 +190,7 @@ def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_
     cluster master (downpour if a setting only another wiring reads is named too, on other cluster masters
     and under spark-submit); a mode named anywhere (a flag, the file) stands, and the reason is one line."""
     from ddq.api import with_measured_mode
-    from ddq.config.measured import measured_mode
+    from ddq.config.measured import measured_mode, unread_in_serial
 
     assert measured_mode(set(), None, 2).mode == "serial"
     assert measured_mode({"env"}, "local[4]", 2).mode == "serial"
@@ -218,3 +218,5 @@ def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_
     assert with_measured_mode({}, str(tmp_path / "run.toml")) == ({}, None)
     values, why = with_measured_mode({"env": "CartPole-v1"}, None)
     assert values["mode"] == "serial" and why.startswith("serial:") and "\n" not in why
+    # what --mode serial refuses: a distributed run's settings, but the Redis URL an environment may export
+    assert unread_in_serial({"redis_url", "workers", "lr", "shards"}) == ["shards", "workers"]

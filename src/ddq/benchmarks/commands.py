@@ -33,7 +33,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     merge(build_config({"env": args.env}), dict(args.settings), "--set")
     overrides = {"total_steps": args.total_steps} if args.total_steps else {}
     overrides.update(dict(args.settings))
-    overrides.update(mode=args.mode, workers=args.workers)
+    overrides.update(mode=args.mode, **({} if args.mode == "serial" else {"workers": args.workers}))
     overrides.update({name: True for name in ("prioritized", "per_actor_epsilon", "sync") if getattr(args, name)})
     if args.target_return is not None:
         overrides["target_return"] = args.target_return

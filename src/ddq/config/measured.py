@@ -1,5 +1,6 @@
 """The training mode `ddq train` runs when none is named: the one measured best to a target return on a
-machine like the one the run starts on (docs/benchmarks.md, "Which mode reaches a target first")."""
+machine like the one the run starts on (docs/benchmarks.md, "Which mode reaches a target first"); and which
+settings name a distributed run, which a serial one refuses."""
 
 from __future__ import annotations
 
@@ -15,6 +16,15 @@ DISTRIBUTED_SETTINGS = frozenset(f.name for kind in (DistributedConfig, ServerCo
 # reads none of them (its worker 0 snapshots the weights every snapshot_every updates, as a shard would).
 DOWNPOUR_SETTINGS = frozenset({f.name for f in dataclasses.fields(ServerConfig)} - {"snapshot_every"})
 ACTOR_LEARNER_SETTINGS = frozenset({"send_every", "actor_backlog", "per_actor_epsilon", "sync", "sync_every"})
+
+
+def unread_in_serial(named: set[str]) -> list[str]:
+    """The named settings a serial run would ignore: any distributed run's (sorted), but redis_url, which is
+    often exported for every run ($DDQ_REDIS_URL). `--mode serial --workers 4` had trained one process, and
+    said nothing."""
+    return sorted(named & DISTRIBUTED_SETTINGS - {"redis_url"})
+
+
 # The cluster masters the comparison of wirings ran on: a standalone master on test hosts. YARN and Kubernetes
 # often allocate executors as they go, which a barrier stage (data-parallel's) cannot run under.
 MEASURED_CLUSTER_MASTERS = ("spark://",)
