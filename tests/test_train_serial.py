@@ -165,6 +165,14 @@ def test_bad_input_gets_a_clear_error(tmp_path):
     result = run_ddq("train", "--mode", "serial", "--env", "CartPole-v1", "--run-dir", str(tmp_path / "used"))
     assert result.returncode == 2 and "already holds a run" in result.stderr
     assert (tmp_path / "used" / "metrics.jsonl").read_text() == '{"kind": "train"}\n'  # nothing lost
+    # a run that failed as it started recorded nothing and saved no checkpoint: its folder takes a new run
+    (tmp_path / "failed").mkdir()
+    (tmp_path / "failed" / "metrics.jsonl").write_text("")
+    (tmp_path / "failed" / "redis.log").write_text("its Redis had no TLS\n")
+    result = run_ddq("train", "--mode", "serial", "--env", "CartPole-v1", "--total-steps", "500", "--no-progress",
+                     "--run-dir", str(tmp_path / "failed"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "failed" / "checkpoint.pt").exists() and (tmp_path / "failed" / "redis.log").exists()
 
 
 @pytest.mark.slow

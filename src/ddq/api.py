@@ -117,6 +117,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     from ddq.core.settings import build_config
     from ddq.modes.launch import boot_spark
     from ddq.preflight import check_run
+    from ddq.run_folder import holds_a_run
 
     saved, why = None, None
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
@@ -131,10 +132,10 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         values, why = with_measured_mode(values, config_file)
         config = build_config(values, config_file, solver_file=solver_file)
     if has_masked_secret(config.distributed.redis_url):
-        raise ValueError("the run used a Redis with a password, which ddq never writes down: give --redis-url "
-                         "again to resume it")
+        raise ValueError(f"the run used a Redis with a password, which ddq never writes down: give its URL again "
+                         f"to resume it (${REDIS_URL_ENV}, which keeps the password off the command line)")
     run_dir = config.run.run_dir or default_run_dir(config.agent.env)
-    if not resume and (Path(run_dir) / "metrics.jsonl").exists():
+    if not resume and holds_a_run(run_dir):
         raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
                          "or choose another --run-dir")
     config.run.run_dir = run_dir
