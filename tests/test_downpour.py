@@ -60,6 +60,21 @@ def test_two_workers_train_pqn_through_the_parameter_server(tmp_path):
     assert processes_mentioning(str(run_dir)) == []  # shards, Celery and Redis are gone
 
 
+@pytest.mark.parametrize("mode", ["downpour", "data-parallel"])
+def test_the_workers_stop_near_an_episode_budget(tmp_path, mode):
+    """The workers hold themselves to --total-episodes, as to --total-steps: they had played on until the driver
+    read their episodes and stopped the run (a downpour run of 200 CartPole episodes ended 511-941). Downpour's
+    report more often near it; data-parallel's count every worker's at each vote, 16 vector steps apart."""
+    run_dir = tmp_path / "run"
+    flags = [mode if flag == "downpour" else flag for flag in SHORT]
+    result = run_ddq("train", *flags, "--no-celery", "--no-dashboard", "--total-episodes", "200", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(run_dir)
+    assert summary["stop_reason"] == "episode budget spent" and summary["mode"] == mode
+    # CartPole's episodes last 8 steps or more: 16 votes' vector steps of 2 x 4 envs end 16 of them at most
+    assert 200 <= summary["episodes"] <= (216 if mode == "data-parallel" else 300), summary["workers"]
+
+
 def test_bench_throughput_measures_each_worker_count():
     result = run_ddq("bench", "throughput", "--workers", "1", "2", "--steps-per-worker", "150", "--latency-ms", "5")
     assert result.returncode == 0, result.stderr

@@ -43,6 +43,17 @@ def time_is_up(time_budget_s: float | None, started_at: float, now: float | None
     return time_budget_s is not None and (time.time() if now is None else now) - started_at >= time_budget_s
 
 
+def budget_spent(env_steps: int | None, total_steps: int, episodes: int, total_episodes: int | None
+                 ) -> StopReason | None:
+    """The step or episode budget, once spent (`env_steps` None: steps not counted by the caller); else None.
+    The workers of a distributed run hold themselves to it, the driver to the rest (`stop_reason`)."""
+    if env_steps is not None and env_steps >= total_steps:
+        return StopReason.BUDGET
+    if total_episodes is not None and episodes >= total_episodes:
+        return StopReason.EPISODES
+    return None
+
+
 def stop_reason(env_steps: int | None, total_steps: int, target_reached: bool, time_budget_s: float | None,
                 started_at: float, now: float | None = None, user_stopped: bool = False, episodes: int = 0,
                 total_episodes: int | None = None) -> StopReason | None:
@@ -55,10 +66,8 @@ def stop_reason(env_steps: int | None, total_steps: int, target_reached: bool, t
         return StopReason.USER
     if target_reached:
         return StopReason.TARGET
-    if env_steps is not None and env_steps >= total_steps:
-        return StopReason.BUDGET
-    if total_episodes is not None and episodes >= total_episodes:
-        return StopReason.EPISODES
+    if (spent := budget_spent(env_steps, total_steps, episodes, total_episodes)) is not None:
+        return spent
     if time_is_up(time_budget_s, started_at, now):
         return StopReason.TIME
     return None

@@ -31,7 +31,7 @@ from ddq.config import TrainConfig, encode_settings
 from ddq.core.agent import env_spec, make_learner, resolve_device, seed_everything
 from ddq.core.dqn import next_mark
 from ddq.core.replay import state_shape
-from ddq.lifecycle import StopReason, StopSignals, stop_reason
+from ddq.lifecycle import StopReason, StopSignals, budget_spent, stop_reason
 from ddq.modes.evaluators import EvaluatorFactory, WeightsMirror
 from ddq.modes.launch import Launch
 from ddq.modes.run_services import RunServices
@@ -112,7 +112,7 @@ class Driver:
                 self._run_job(spark, stack)
                 self.wiring.weights.drained()
                 self.mirror.evaluate(self.record, self.services, closing=True)
-                self.services.control.stop(StopReason.BUDGET)  # kept only if nothing stopped the run earlier
+                self.services.control.stop(self._budget_the_workers_spent())  # kept unless something stopped it earlier
             except (ProcessFailed, SparkJobFailed, RunStalled) as error:
                 self._cannot_go_on(str(error))
             except (StoreError, ConnectionError) as error:  # Redis gone: what died, else which error
@@ -128,6 +128,13 @@ class Driver:
                 save_telemetry(self.services.redis, self.run, self.run_dir)  # for `ddq dashboard RUN_DIR`
         self.exit_code = 1 if self.failure else self.signals.exit_code()
         return summary
+
+    def _budget_the_workers_spent(self) -> StopReason:
+        """The budget the workers stopped at, by the run's counts in Redis: the episode budget's, which they
+        can reach before the driver reads their last episodes, or the step budget's."""
+        run, store = self.config.run, self.services.store
+        return budget_spent(store.env_steps(), run.total_steps, store.episode_count(),
+                            run.total_episodes) or StopReason.BUDGET
 
     def _cannot_go_on(self, failure: str) -> None:
         self.failure = failure
@@ -153,7 +160,7 @@ class Driver:
         weights, flat = self.wiring.weights, self.mirror.learner.flat
         info = {"run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
                 "network": network_info(flat.layout, flat.layout_hash(), self.state_shape)}
-        self.services.open(stack, info, weights.slices, self.record.counters.env_steps, self.placement.listen,
+        self.services.open(stack, info, weights.slices, self.record.counters, self.placement.listen,
                            self.placement.advertise, self.redis_password)
         s = self.services
         weights.start(ServiceContext(s.settings, s.url, self.run, self.run_dir, s.redis, self.supervisor))

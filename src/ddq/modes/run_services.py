@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ddq.bookkeeping import RunCounters
 from ddq.config import TrainConfig, settings_document, write_settings
 from ddq.dashboard.launch import Dashboard
 from ddq.lifecycle import RunControl
@@ -30,10 +31,11 @@ class RunServices:
         self.redis_watch: Watched | None = None  # the private Redis's, when the run has one
         self.dashboard: Dashboard | None = None  # once the helpers start, if the run has one
 
-    def open(self, stack: contextlib.ExitStack, info: dict[str, Any], slices: int, env_steps: int,
+    def open(self, stack: contextlib.ExitStack, info: dict[str, Any], slices: int, counters: RunCounters,
              listen: str | None = None, advertise: str | None = None, password: str | None = None) -> None:
         """Redis, the run's control key, its episodes list, its reporter (`info`: what the dashboard shows
-        of the run) and its settings file. `env_steps`: where a resumed run's workers go on from. `listen`:
+        of the run) and its settings file. `counters`: the env steps and episodes a resumed run's workers go
+        on from. `listen`:
         the private Redis also serves other hosts there (TLS, a password made for the run), reached at
         `advertise`, as the user `ddq` with `password` (default: one made now); `remote_url` is then theirs,
         `url` this host's processes'."""
@@ -60,7 +62,8 @@ class RunServices:
         self.episodes = self.store.cursor("episodes")
         self.reporter = RunReporter(self.store, {**info, "settings": settings_document(self.config)}, slices)
         print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
-        self.store.set_env_steps(env_steps)
+        self.store.set_env_steps(counters.env_steps)
+        self.store.set_episode_count(counters.episodes)
         self.settings = write_settings(self.config, self.run_dir / "config.json")
 
     def redis_gone(self) -> bool:

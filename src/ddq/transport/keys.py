@@ -82,6 +82,12 @@ class RunKeys:
         return f"{self.prefix}:env_steps"
 
     @property
+    def episode_count(self) -> str:
+        """Integer: training episodes ended by all workers together (INCRBY), a resumed run's earlier ones
+        included: what the workers hold the episode budget against."""
+        return f"{self.prefix}:episode_count"
+
+    @property
     def pushes(self) -> str:
         """Integer: gradients pushed by all workers together (every shard gets each one)."""
         return f"{self.prefix}:pushes"

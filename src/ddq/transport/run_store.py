@@ -79,6 +79,13 @@ class RunStore:
     def set_env_steps(self, env_steps: int) -> None:
         self.client.set(self.keys.env_steps, env_steps)
 
+    def set_episode_count(self, episodes: int) -> None:
+        self.client.set(self.keys.episode_count, episodes)
+
+    def episode_count(self) -> int:
+        """Training episodes ended by all workers together (a resumed run's earlier ones included)."""
+        return int(self.client.get(self.keys.episode_count) or 0)
+
     def add_env_steps(self, env_steps: int) -> int:
         """Counts `env_steps` more; returns the new total."""
         return int(self.client.incrby(self.keys.env_steps, env_steps))

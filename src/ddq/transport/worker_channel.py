@@ -21,6 +21,7 @@ class RunState:
     stopping: bool  # the control key says stop
     trained_steps: int = 0  # actor-learner: the env steps the learner has trained on
     backlog: int = 0  # actor-learner: experience messages waiting for the learner
+    episodes: int = 0  # the run's training episodes ended, all workers together
 
 
 class WorkerChannel:
@@ -31,6 +32,7 @@ class WorkerChannel:
 
     def _report(self, pipe: Any, env_steps: int, episodes: list[dict]) -> None:
         pipe.incrby(self.keys.env_steps, env_steps)
+        pipe.incrby(self.keys.episode_count, len(episodes))
         for episode in episodes:
             pipe.rpush(self.keys.episodes, json.dumps(episode))
         pipe.get(self.keys.control)
@@ -40,7 +42,7 @@ class WorkerChannel:
         pipe = self.client.pipeline(transaction=False)
         self._report(pipe, env_steps, episodes)
         replies = pipe.execute()
-        return RunState(int(replies[0]), is_stop(replies[-1]))
+        return RunState(int(replies[0]), is_stop(replies[-1]), episodes=int(replies[1]))
 
     def write_row(self, attempt: int, row: dict) -> None:
         """The worker's latest statistics, one row per attempt (a killed attempt's still count)."""
@@ -53,8 +55,8 @@ class WorkerChannel:
         pipe.lpush(self.keys.experience, message)
         self._report(pipe, env_steps, episodes)
         pipe.get(self.keys.trained_steps)
-        backlog, total, *_, control, trained = pipe.execute()
-        return RunState(int(total), is_stop(control), int(trained or 0), int(backlog))
+        backlog, total, episodes_total, *_, control, trained = pipe.execute()
+        return RunState(int(total), is_stop(control), int(trained or 0), int(backlog), int(episodes_total))
 
     def backlog(self) -> tuple[int, bool]:
         """(experience messages waiting for the learner, whether the run is stopping)."""

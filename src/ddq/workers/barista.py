@@ -23,6 +23,7 @@ from ddq.config import TrainConfig
 from ddq.core.agent import build_agent, importance_beta
 from ddq.core.learner import Learner
 from ddq.core.weights import ParameterSource
+from ddq.lifecycle import budget_spent
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.worker_channel import WorkerChannel
 
@@ -117,12 +118,14 @@ class Barista:
         self.stats = WorkerStats(worker, attempt, pid=os.getpid())
         self.window = StatsWindow()
         self.global_steps = 0
+        self.run_episodes = 0  # the run's training episodes, all workers', as of the last report
         self.stopped = False  # the run's control key said stop
         self.unreported_steps, self.unreported_episodes = 0, list[dict]()  # since the last report
         self.next_report = 0.0  # time.monotonic() of the next report
         self.reported_at: float | None = None  # time.monotonic() of the last report
         self.run_steps_seen = 0  # the run's env steps as of then
         self.others_rate = 0.0  # env steps a second the other workers played between this one's last two reports
+        self.others_episode_rate = 0.0  # and the episodes they ended a second
         self.stepping_together = 1  # workers known to step with this one between reports (data-parallel: all)
 
     def play(self) -> int:
@@ -140,16 +143,19 @@ class Barista:
     def nearing_budget(self, now: float) -> bool:
         """Whether the other workers (those not known to step with this one) may have brought the run's env
         steps to the step budget since this one's last report, had they played twice as fast as they were
-        seen to, or each twice as many steps as this one did meanwhile (before their rate is known). Near the
-        end each worker then reports every few vector steps, and the run stops close to its budget, where
-        each had played on for a report interval (a 4,000-step PQN downpour run on CartPole-v1 played
-        5,707-6,783 env steps; a 20,000-step one 21,983-22,853)."""
+        seen to, or each twice as many steps as this one did meanwhile (before their rate is known); or its
+        episodes to the episode budget, alike. Near the end each worker then reports every few vector steps,
+        and the run stops close to its budget, where each had played on for a report interval (a 4,000-step
+        PQN downpour run on CartPole-v1 played 5,707-6,783 env steps; a 20,000-step one 21,983-22,853; one of
+        200 episodes ended 511-941, the driver stopping it)."""
         others = self.config.distributed.workers - self.stepping_together
         if others == 0:  # data-parallel's: it counts every worker's steps itself
             return False
-        elapsed = 0.0 if self.reported_at is None else now - self.reported_at
+        elapsed, budget = 0.0 if self.reported_at is None else now - self.reported_at, self.config.run
         unseen = max(self.unreported_steps * others, self.others_rate * elapsed)
-        return self.global_steps + 2 * unseen >= self.config.run.total_steps
+        unseen_episodes = max(len(self.unreported_episodes) * others, self.others_episode_rate * elapsed)
+        return budget_spent(self.global_steps + 2 * int(unseen), budget.total_steps,
+                            self.run_episodes + 2 * int(unseen_episodes), budget.total_episodes) is not None
 
     def act(self) -> tuple[int, list[dict]]:
         """One vector step: its env steps, and the episodes it finished, stamped for the run's episode list."""
@@ -169,12 +175,14 @@ class Barista:
         run = self.channel.report(self.unreported_steps, self.unreported_episodes)
         now = time.monotonic()
         others = run.env_steps - self.run_steps_seen - self.unreported_steps
+        others_episodes = run.episodes - self.run_episodes - len(self.unreported_episodes)
         if self.reported_at is not None and now > self.reported_at:
             self.others_rate = max(others, 0) / (now - self.reported_at)
+            self.others_episode_rate = max(others_episodes, 0) / (now - self.reported_at)
         self.reported_at, self.run_steps_seen = now, run.env_steps
         self.unreported_steps, self.unreported_episodes = 0, []
         self.next_report = now + REPORT_S
-        self.global_steps, self.stopped = run.env_steps, run.stopping
+        self.global_steps, self.run_episodes, self.stopped = run.env_steps, run.episodes, run.stopping
 
     def learn(self, new_steps: int) -> None:
         beta = importance_beta(self.config.agent, self.global_steps, self.config.run.total_steps)
@@ -193,7 +201,10 @@ class Barista:
         self.channel.write_row(self.stats.attempt, asdict(self.stats))
 
     def finished(self) -> bool:
-        return self.global_steps >= self.config.run.total_steps or self.stopped
+        """The run's step or episode budget spent, as this worker last counted the run's, or the run stopped."""
+        budget = self.config.run
+        return self.stopped or budget_spent(self.global_steps, budget.total_steps, self.run_episodes,
+                                            budget.total_episodes) is not None
 
     def advance(self, env_steps: int | None = None) -> WorkerStats:
         """Plays and learns for `env_steps` more steps of its own (None: until the run's global budget

@@ -175,9 +175,11 @@ class DataParallelWorker(Barista):
         # each vote (`finished`: every worker's steps since the last, summed) and, between votes, as `workers`
         # times its own (`play`). Read back from Redis at each report, as other workers do, the count lagged
         # the other workers' reports: epsilon and the evaluation marks followed timing, and a seed's runs differed.
-        began = self.channel.report(0, []).env_steps if rank == 0 else 0  # a resumed run's or restarted stage's
-        self.voted_count: int = self.collective.from_rank_zero(began)  # the run's env steps at the last vote
-        self.voted_own: int = self.actor.env_steps  # this worker's then
+        began = self.channel.report(0, []) if rank == 0 else None  # a resumed run's or restarted stage's counts
+        self.voted_count: int = self.collective.from_rank_zero(began.env_steps if began else 0)  # the run's env
+        self.voted_own: int = self.actor.env_steps  # steps at the last vote, and this worker's then
+        self.run_episodes = self.collective.from_rank_zero(began.episodes if began else 0)  # the run's, alike
+        self.voted_own_episodes: int = self.stats.episodes
         self.global_steps = self.voted_count
         self.duties: RankZeroDuties | None = (RankZeroDuties(config, redis_url, run, self.learner, self.global_steps,
                                                              self.metrics)
@@ -191,9 +193,9 @@ class DataParallelWorker(Barista):
         super().heartbeat(state)
 
     def report_unreported(self) -> None:
-        counted = self.global_steps
+        counted = self.global_steps, self.run_episodes
         super().report_unreported()
-        self.global_steps = counted  # this worker's count of the run's (above), not Redis's
+        self.global_steps, self.run_episodes = counted  # this worker's count of the run's (above), not Redis's
 
     def learn(self, new_steps: int) -> None:
         super().learn(new_steps)
@@ -202,8 +204,9 @@ class DataParallelWorker(Barista):
 
     def finished(self) -> bool:
         """The workers' common answer, voted every AGREE_EVERY vector steps in one all-reduce of each worker's
-        env steps since the last vote and whether it saw the run stopped (at its last report): with the run's
-        exact count and the flag the same on every worker, the Barista's rule gives each the same answer. Once
+        env steps and episodes since the last vote and whether it saw the run stopped (at its last report): with
+        the run's exact counts and the flag the same on every worker, the Barista's rule gives each the same
+        answer (an episode budget, voted every AGREE_EVERY vector steps, is overshot by as many at most). Once
         agreed, no more votes (the loop's last check included). Near the step budget every vector step is
         voted on: once the slots played since the last vote (more than its transitions, and the same number on
         every worker) could have spent it. A MinAtar PQN run of 128 envs a worker had played up to 16 vector
@@ -214,8 +217,10 @@ class DataParallelWorker(Barista):
         slots = (self.votes - self.voted_at) * self.config.agent.num_envs * self.config.distributed.workers
         if self.votes % AGREE_EVERY == 0 or self.voted_count + slots >= self.config.run.total_steps:
             self.voted_at = self.votes
-            stopped, played = self.collective.totals([int(self.stopped), self.actor.env_steps - self.voted_own])
+            stopped, played, ended = self.collective.totals([int(self.stopped), self.actor.env_steps - self.voted_own,
+                                                             self.stats.episodes - self.voted_own_episodes])
             self.voted_own, self.voted_count = self.actor.env_steps, self.voted_count + played
+            self.voted_own_episodes, self.run_episodes = self.stats.episodes, self.run_episodes + ended
             self.global_steps, self.stopped = self.voted_count, stopped > 0
             self.agreed = super().finished()
         return self.agreed
