@@ -32,6 +32,7 @@ from ddq.core.dqn import n_step_returns, per_actor_epsilon
 from ddq.core.prioritized import initial_td_errors
 from ddq.core.weights import WeightsSource
 from ddq.gamesim.envs import make_vector_env
+from ddq.lifecycle import budget_spent
 from ddq.models import FlatParameters
 from ddq.transport.experience import Experience, encode
 from ddq.transport.redis_client import connect as connect_redis
@@ -158,6 +159,7 @@ class ExperienceActor:
         self.sequence = 0  # of the next message: the learner spots a lost one by the gap
         self.episodes: list[Episode] = []  # finished since the last send
         self.global_steps, self.trained_steps, self.sent_steps = 0, 0, 0
+        self.run_episodes = 0  # the run's training episodes, all actors', as of the last send
         self.stopped = False
         # a short queue keeps acting close to learning: with one actor, a backlog of 8 messages per actor needs
         # about twice serial's env steps to reach CartPole's 475, a backlog of 1 about as many as serial
@@ -186,7 +188,7 @@ class ExperienceActor:
         run = self.channel.send_experience(encode(self.run_id, experience), new_steps,
                                            [{**stamp, "env_steps": self.global_steps, **asdict(episode)}
                                             for episode in self.episodes])
-        self.global_steps = run.env_steps
+        self.global_steps, self.run_episodes = run.env_steps, run.episodes
         self.stats.episodes += len(self.episodes)
         self.episodes, self.stopped = [], run.stopping
         self.trained_steps, self.sent_steps = run.trained_steps, self.sent_steps + new_steps
@@ -210,7 +212,10 @@ class ExperienceActor:
         self.channel.write_row(self.stats.attempt, asdict(self.stats))
 
     def finished(self) -> bool:
-        return self.global_steps >= self.config.run.total_steps or self.stopped
+        """The run's step or episode budget spent, as this actor last counted the run's, or the run stopped."""
+        budget = self.config.run
+        return self.stopped or budget_spent(self.global_steps, budget.total_steps, self.run_episodes,
+                                            budget.total_episodes) is not None
 
     def run(self) -> WorkerStats:
         """Plays and sends until the run's global step budget is spent or the run is stopped."""
