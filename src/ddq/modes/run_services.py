@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from ddq.bookkeeping import RunCounters
-from ddq.config import TrainConfig, settings_document, write_settings
+from ddq.config import TrainConfig, masked_url, settings_document, write_settings
 from ddq.dashboard.launch import Dashboard
 from ddq.lifecycle import RunControl
 from ddq.processes import Supervisor, Watched, stop
 from ddq.services.celery_launch import start_celery_worker
 from ddq.services.telemetry import RunReporter
+from ddq.transport.credentials import host_password
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.redis_client import give_up_waiting
 from ddq.transport.redis_server import EmbeddedRedis
@@ -54,14 +55,16 @@ class RunServices:
             stack.callback(self.supervisor.close)  # before Redis stops: that is no death
             self.url, self.remote_url = embedded.url, embedded.remote_url
             if listen:
+                whose = "this host's password" if host_password() else "a password made for the run"
                 print(f"ddq: the run's Redis serves other hosts at {advertise} (TLS on port {embedded.listen_port}, "
-                      f"a password made for the run)", file=sys.stderr, flush=True)
+                      f"{whose})", file=sys.stderr, flush=True)
         self.redis = connect_redis(self.url)
         self.control = RunControl(self.redis, self.run)
         self.store = RunStore(self.redis, self.run)
         self.episodes = self.store.cursor("episodes")
         self.reporter = RunReporter(self.store, {**info, "settings": settings_document(self.config)}, slices)
-        print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:*)", file=sys.stderr, flush=True)
+        print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:* at {masked_url(self.url)})", file=sys.stderr,
+              flush=True)  # where `redis-cli` finds the control key
         self.store.set_env_steps(counters.env_steps)
         self.store.set_episode_count(counters.episodes)
         self.settings = write_settings(self.config, self.run_dir / "config.json")
