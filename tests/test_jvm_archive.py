@@ -50,7 +50,10 @@ def test_a_first_jvm_writes_the_archive_as_it_exits_and_a_later_start_adopts_onl
     jvm_archive.adopt_finished(archive, java)
     assert not archive.exists() and not cut.exists() and not Path(f"{cut}.classpath").exists()
 
-    hidden.rename(written[0])  # the whole one: adopted, its note removed
+    hidden.rename(written[0])  # the whole one: adopted, its note removed; a second run's, written meanwhile, too
+    second = cache / f"{archive.stem}.888888888.writing"
+    second.write_bytes(written[0].read_bytes())
+    Path(f"{second}.classpath").write_text(class_path)
     assert jvm_archive.jvm_options() == f"-XX:SharedArchiveFile={archive} -Xshare:auto {jvm_archive.QUIET_SHARING}"
     assert archive.exists() and list(cache.iterdir()) == [archive]
     assert jvm_archive.maps(java, archive, class_path)  # (every later local run of the suite maps it in its JVM)

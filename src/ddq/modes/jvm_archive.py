@@ -110,8 +110,7 @@ def jvm_options() -> str:
         archive.parent.mkdir(parents=True, exist_ok=True)
         if not os.access(archive.parent, os.W_OK):
             return ""
-        if not archive.exists():
-            adopt_finished(archive, java)
+        adopt_finished(archive, java)
         if archive.exists():
             return f"-XX:SharedArchiveFile={archive} -Xshare:auto {QUIET_SHARING}"
         # its own name: another process (another container sharing the folder, too) may be writing one
@@ -138,8 +137,10 @@ def note_class_path(options: str, jvm_pid: int) -> None:
 
 
 def adopt_finished(archive: Path, java: str) -> None:
-    """Makes `archive` of one an earlier JVM finished writing and java maps; removes those it does not map.
-    One that a live process's command line names may still be being written, and is left alone."""
+    """Makes `archive`, where there is none yet, of one an earlier JVM finished writing and java maps; removes
+    the other finished ones: those it does not map, and, once there is an archive, the rest (two runs that
+    found none both wrote one, and the second's 70 MB had stayed for good). One that a live process's command
+    line names may still be being written, and is left alone."""
     for written in archive.parent.glob(f"{archive.stem}.*.writing"):
         if being_written(written):
             continue
@@ -149,15 +150,13 @@ def adopt_finished(archive: Path, java: str) -> None:
         except OSError:  # not noted (or another run adopted it meanwhile)
             class_path = None
         adopted = False
-        if class_path is not None and maps(java, written, class_path):
+        if not archive.exists() and class_path is not None and maps(java, written, class_path):
             with contextlib.suppress(OSError):
                 os.replace(written, archive)
                 adopted = True
         for leftover in ([] if adopted else [written]) + [noted]:
             with contextlib.suppress(OSError):
                 leftover.unlink()
-        if adopted:
-            return
 
 
 def being_written(path: Path) -> bool:
