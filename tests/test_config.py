@@ -218,5 +218,23 @@ def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_
     assert with_measured_mode({}, str(tmp_path / "run.toml")) == ({}, None)
     values, why = with_measured_mode({"env": "CartPole-v1"}, None)
     assert values["mode"] == "serial" and why.startswith("serial:") and "\n" not in why
-    # what --mode serial refuses: a distributed run's settings, but the Redis URL an environment may export
-    assert unread_in_serial({"redis_url", "workers", "lr", "shards"}) == ["shards", "workers"]
+    # what --mode serial says it ignores: a distributed run's settings, but the Redis URL an environment may
+    # export, and one worker, which it is
+    assert unread_in_serial({"redis_url", "workers", "lr", "shards"}, 4) == ["shards", "workers"]
+    assert unread_in_serial({"redis_url", "workers", "lr"}, 1) == []
+
+
+def test_a_serial_run_says_which_distributed_settings_it_ignores(tmp_path, capsys, monkeypatch):
+    """`--mode serial --workers 4` had trained one process and said nothing; refusing it would stop a script
+    that gives every mode the same flags. One worker, which serial is, goes unmentioned."""
+    from ddq.api import prepare
+
+    monkeypatch.delenv("DDQ_REDIS_URL", raising=False)
+    (tmp_path / "run.toml").write_text("shards = 2\n")
+    values = {"mode": "serial", "env": "CartPole-v1", "workers": 4, "run_dir": str(tmp_path / "run")}
+    prepare(values, str(tmp_path / "run.toml"))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"ddq: warning: serial mode trains in one process: it ignores shards (in {tmp_path / 'run.toml'}, "
+                     "line 1), workers (given as --workers), which only distributed runs read"], lines
+    prepare({**values, "workers": 1})
+    assert capsys.readouterr().err == ""

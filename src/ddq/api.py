@@ -152,6 +152,8 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         print(f"ddq: no mode named, so {why}", file=sys.stderr)
     if not resume and (note := algorithm_note(values, config_file, config)):
         print(f"ddq: no algo named, so {note}", file=sys.stderr)
+    if config.run.mode == "serial" and (note := serial_note(values, config_file, config)):
+        print(f"ddq: warning: {note}", file=sys.stderr)
     return config, saved, spark
 
 
@@ -194,6 +196,20 @@ def algorithm_note(values: dict[str, Any], config_file: str | None, config: Trai
     why = "{} was named, which only {} reads".format(*next(iter(moved.items()))) if moved else \
         f"{choice} does not train in {config.run.mode} mode"
     return f"{algo}: {why} ({choice} is {config.agent.env}'s measured choice; --algo names another)"
+
+
+def serial_note(values: dict[str, Any], config_file: str | None, config: TrainConfig) -> str | None:
+    """The line that says a serial run ignores the distributed settings named for it (where they came from),
+    else None: a script that gives every mode the same flags still runs (refusing them had stopped it)."""
+    from ddq.config.measured import unread_in_serial
+    from ddq.config.sources import where_given
+
+    file_values = load_toml(config_file) if config_file else {}
+    unread = unread_in_serial(set(values) | set(flat_settings(file_values)), config.distributed.workers)
+    if not unread:
+        return None
+    named = ", ".join(f"{name} ({where_given(name, values, file_values, config_file)})" for name in unread)
+    return f"serial mode trains in one process: it ignores {named}, which only distributed runs read"
 
 
 def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple[dict[str, Any], str | None]:

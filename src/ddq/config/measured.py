@@ -1,6 +1,6 @@
 """The training mode `ddq train` runs when none is named: the one measured best to a target return on a
 machine like the one the run starts on (docs/benchmarks.md, "Which mode reaches a target first"); and which
-settings name a distributed run, which a serial one refuses."""
+settings name a distributed run, which a serial one says it ignores."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ DOWNPOUR_SETTINGS = frozenset({f.name for f in dataclasses.fields(ServerConfig)}
 ACTOR_LEARNER_SETTINGS = frozenset({"send_every", "actor_backlog", "per_actor_epsilon", "sync", "sync_every"})
 
 
-def unread_in_serial(named: set[str]) -> list[str]:
-    """The named settings a serial run would ignore: any distributed run's (sorted), but redis_url, which is
-    often exported for every run ($DDQ_REDIS_URL). `--mode serial --workers 4` had trained one process, and
-    said nothing."""
-    return sorted(named & DISTRIBUTED_SETTINGS - {"redis_url"})
+def unread_in_serial(named: set[str], workers: int) -> list[str]:
+    """The named settings a serial run ignores (sorted): any distributed run's, but redis_url, which is often
+    exported for every run ($DDQ_REDIS_URL), and `workers` 1, which a serial run is. `--mode serial --workers
+    4` had trained one process, and said nothing."""
+    return sorted(named & DISTRIBUTED_SETTINGS - {"redis_url", *(["workers"] if workers == 1 else [])})
 
 
 # The cluster masters the comparison of wirings ran on: a standalone master on test hosts. YARN and Kubernetes

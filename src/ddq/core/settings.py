@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from ddq.config import AgentConfig, RunConfig, TrainConfig, flat_settings, load_toml, merge, preset_for
-from ddq.config.measured import unread_in_serial
 from ddq.config.sources import SettingRefused, named_setting, preset_key, where_given
 from ddq.core.algorithms import algorithm_for, algorithm_preset, default_algorithm, unread_by
 
@@ -45,9 +44,6 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
             setting, reader = next(iter(ignored.items()))
             raise SettingRefused(setting, f"{setting} is a setting of algo {reader}, which algo {config.agent.algo} "
                                           "would ignore")
-        if config.run.mode == "serial" and (unread := unread_in_serial(named)):
-            raise SettingRefused(unread[0], f"{unread[0]} is a setting of distributed runs, which a serial run "
-                                            "would ignore")
     except SettingRefused as refusal:
         raise ValueError(f"{refusal} ({where_given(refusal.setting, cli_values, file_values, config_file)})") from None
     return config

@@ -49,6 +49,7 @@ from ddq.services.telemetry import (
 )
 from ddq.transport.credentials import split_password
 from ddq.transport.redis_client import StoreError, snapshot_failed
+from ddq.transport.run_store import RunStore
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
 WATCH_EVERY_S = 0.5  # the driver's loop looks at least this often (sooner when woken)
@@ -112,7 +113,8 @@ class Driver:
                 self._run_job(spark, stack)
                 self.wiring.weights.drained()
                 self.mirror.evaluate(self.record, self.services, closing=True)
-                self.services.control.stop(self._budget_the_workers_spent())  # kept unless something stopped it earlier
+                # kept only if nothing stopped the run earlier
+                self.services.control.stop(budget_the_workers_spent(self.config, self.services.store))
             except (ProcessFailed, SparkJobFailed, RunStalled) as error:
                 self._cannot_go_on(str(error))
             except (StoreError, ConnectionError) as error:  # Redis gone: what died, else which error
@@ -128,13 +130,6 @@ class Driver:
                 save_telemetry(self.services.redis, self.run, self.run_dir)  # for `ddq dashboard RUN_DIR`
         self.exit_code = 1 if self.failure else self.signals.exit_code()
         return summary
-
-    def _budget_the_workers_spent(self) -> StopReason:
-        """The budget the workers stopped at, by the run's counts in Redis: the episode budget's, which they
-        can reach before the driver reads their last episodes, or the step budget's."""
-        run, store = self.config.run, self.services.store
-        return budget_spent(store.env_steps(), run.total_steps, store.episode_count(),
-                            run.total_episodes) or StopReason.BUDGET
 
     def _cannot_go_on(self, failure: str) -> None:
         self.failure = failure
@@ -300,3 +295,11 @@ def log_new_episodes(services: RunServices, record: RunRecord, recent_returns: c
         record.log.write("episode", env_steps=episode.get("env_steps", record.counters.env_steps),
                          worker=episode.get("worker"), episode_return=episode.get("episode_return"),
                          length=episode.get("length"), truncated=episode.get("truncated"))
+
+
+def budget_the_workers_spent(config: TrainConfig, store: RunStore) -> StopReason:
+    """The budget a run's workers stopped at, by its counts in Redis: the episode budget's, which they can reach
+    before the driver reads their last episodes, or the step budget's."""
+    run = config.run
+    return budget_spent(store.env_steps(), run.total_steps, store.episode_count(), run.total_episodes) \
+        or StopReason.BUDGET
