@@ -46,10 +46,11 @@ def test_two_workers_learn_cartpole_as_one_and_apply_every_update(tmp_path):
     again = tmp_path / "again"
     done = run_ddq(*RUN, "--total-steps", "6000", "--run-dir", str(again), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    # (the first points: none waits for the evaluator this early, where an evaluation takes milliseconds)
-    first, second = evaluation_points(run_dir), evaluation_points(again)
-    shared = min(len(first), len(second), 5)
-    assert shared >= 3 and first[:shared] == second[:shared], (first, second)
+    # (the points both evaluated: on a busy machine the evaluator can skip one a newer replaced as it waited,
+    # 4,004 in one run of a loaded fresh-clone suite)
+    first, second = dict(evaluation_points(run_dir)), dict(evaluation_points(again))
+    both = sorted(set(first) & set(second))[:5]
+    assert len(both) >= 3 and [first[steps] for steps in both] == [second[steps] for steps in both], (first, second)
     # it stops about a second after its first update, before a worker's heartbeat carries a loss: the killed
     # worker's run, below, has every tag
     assert_events_match_metrics(run_dir, TAGS - {"train/loss"})
