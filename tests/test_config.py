@@ -190,7 +190,7 @@ def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_
     cluster master (downpour if a setting only another wiring reads is named too, on other cluster masters
     and under spark-submit); a mode named anywhere (a flag, the file) stands, and the reason is one line."""
     from ddq.api import with_measured_mode
-    from ddq.config.measured import measured_mode, unread_in_serial
+    from ddq.config.measured import measured_mode, unread_in
 
     assert measured_mode(set(), None, 2).mode == "serial"
     assert measured_mode({"env"}, "local[4]", 2).mode == "serial"
@@ -220,8 +220,13 @@ def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_
     assert values["mode"] == "serial" and why.startswith("serial:") and "\n" not in why
     # what --mode serial says it ignores: a distributed run's settings, but the Redis URL an environment may
     # export, and one worker, which it is
-    assert unread_in_serial({"redis_url", "workers", "lr", "shards"}, 4) == ["shards", "workers"]
-    assert unread_in_serial({"redis_url", "workers", "lr"}, 1) == []
+    assert unread_in("serial", {"redis_url", "workers", "lr", "shards"}, 4) == ["shards", "workers"]
+    assert unread_in("serial", {"redis_url", "workers", "lr"}, 1) == []
+    # and what each distributed mode does not read: another mode's own settings
+    named = {"workers", "shards", "send_every", "publish_every", "snapshot_every"}
+    assert unread_in("downpour", named, 2) == ["publish_every", "send_every"]
+    assert unread_in("data-parallel", named, 2) == ["send_every", "shards"]
+    assert unread_in("actor-learner", named, 2) == ["shards"]
 
 
 def test_a_serial_run_says_which_distributed_settings_it_ignores(tmp_path, capsys, monkeypatch):

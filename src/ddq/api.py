@@ -152,7 +152,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         print(f"ddq: no mode named, so {why}", file=sys.stderr)
     if not resume and (note := algorithm_note(values, config_file, config)):
         print(f"ddq: no algo named, so {note}", file=sys.stderr)
-    if config.run.mode == "serial" and (note := serial_note(values, config_file, config)):
+    if note := ignored_settings_note(values, config_file, config):
         print(f"ddq: warning: {note}", file=sys.stderr)
     return config, saved, spark
 
@@ -198,18 +198,21 @@ def algorithm_note(values: dict[str, Any], config_file: str | None, config: Trai
     return f"{algo}: {why} ({choice} is {config.agent.env}'s measured choice; --algo names another)"
 
 
-def serial_note(values: dict[str, Any], config_file: str | None, config: TrainConfig) -> str | None:
-    """The line that says a serial run ignores the distributed settings named for it (where they came from),
-    else None: a script that gives every mode the same flags still runs (refusing them had stopped it)."""
-    from ddq.config.measured import unread_in_serial
+def ignored_settings_note(values: dict[str, Any], config_file: str | None, config: TrainConfig) -> str | None:
+    """The line that says which named settings the run's mode ignores (and where they came from), else None: a
+    script that gives every mode the same flags still runs (refusing them had stopped it)."""
+    from ddq.config.measured import unread_in
     from ddq.config.sources import where_given
 
     file_values = load_toml(config_file) if config_file else {}
-    unread = unread_in_serial(set(values) | set(flat_settings(file_values)), config.distributed.workers)
+    mode = config.run.mode
+    unread = unread_in(mode, set(values) | set(flat_settings(file_values)), config.distributed.workers)
     if not unread:
         return None
     named = ", ".join(f"{name} ({where_given(name, values, file_values, config_file)})" for name in unread)
-    return f"serial mode trains in one process: it ignores {named}, which only distributed runs read"
+    if mode == "serial":
+        return f"serial mode trains in one process: it ignores {named}, which only distributed runs read"
+    return f"{mode} mode ignores {named}, which only another mode reads (`ddq train --help-all` groups them)"
 
 
 def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple[dict[str, Any], str | None]:

@@ -1,6 +1,6 @@
 """The training mode `ddq train` runs when none is named: the one measured best to a target return on a
 machine like the one the run starts on (docs/benchmarks.md, "Which mode reaches a target first"); and which
-settings name a distributed run, which a serial one says it ignores."""
+settings each mode ignores, which a run says in its first lines."""
 
 from __future__ import annotations
 
@@ -18,11 +18,22 @@ DOWNPOUR_SETTINGS = frozenset({f.name for f in dataclasses.fields(ServerConfig)}
 ACTOR_LEARNER_SETTINGS = frozenset({"send_every", "actor_backlog", "per_actor_epsilon", "sync", "sync_every"})
 
 
-def unread_in_serial(named: set[str], workers: int) -> list[str]:
-    """The named settings a serial run ignores (sorted): any distributed run's, but redis_url, which is often
-    exported for every run ($DDQ_REDIS_URL), and `workers` 1, which a serial run is. `--mode serial --workers
-    4` had trained one process, and said nothing."""
-    return sorted(named & DISTRIBUTED_SETTINGS - {"redis_url", *(["workers"] if workers == 1 else [])})
+# What each mode does not read: downpour's parameter server and actor-learner's actors each have settings of
+# their own, and data-parallel's worker 0 and actor-learner's learner publish every publish_every updates.
+UNREAD_BY_MODE = {
+    "downpour": ACTOR_LEARNER_SETTINGS | {"publish_every"},
+    "data-parallel": DOWNPOUR_SETTINGS | ACTOR_LEARNER_SETTINGS,
+    "actor-learner": DOWNPOUR_SETTINGS,
+}
+
+
+def unread_in(mode: str, named: set[str], workers: int) -> list[str]:
+    """The named settings a run in `mode` ignores (sorted). Serial: any distributed run's, but redis_url, which
+    is often exported for every run ($DDQ_REDIS_URL), and `workers` 1, which a serial run is. `--mode serial
+    --workers 4` had trained one process, and said nothing; `--mode downpour --send-every 4` alike."""
+    if mode == "serial":
+        return sorted(named & DISTRIBUTED_SETTINGS - {"redis_url", *(["workers"] if workers == 1 else [])})
+    return sorted(named & UNREAD_BY_MODE.get(mode, frozenset()))
 
 
 # The cluster masters the comparison of wirings ran on: a standalone master on test hosts. YARN and Kubernetes
