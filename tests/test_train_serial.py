@@ -82,7 +82,8 @@ def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path, capsy
     # a resume that could not continue it is refused in one line, the folder untouched: in another mode (whose
     # weights live elsewhere: downpour had trained on from new ones) or with another network
     files = {path.name: path.stat().st_mtime_ns for path in run_dir.iterdir()}
-    for change, refusal in ((["--mode", "downpour"], "the run trained in serial mode"),
+    for change, refusal in (([], "the run has spent its budget (step budget spent: "),
+                            (["--mode", "downpour"], "the run trained in serial mode"),
                             (["--hidden", "32"], "with hidden changed, the network is not the run's")):
         assert main(["train", "--resume", str(run_dir), *change]) == 2
         err = capsys.readouterr().err

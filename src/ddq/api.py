@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ddq.config import REDIS_URL_ENV, TrainConfig, flat_settings, has_masked_secret, load_toml
-from ddq.lifecycle import StopReason
+from ddq.lifecycle import StopReason, budget_spent
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -158,7 +158,8 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
 
 
 def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str) -> None:
-    """Refuses, in one line, a resume that could not continue the run: in another mode, whose weights live
+    """Refuses, in one line, a resume that could not continue the run: with its step or episode budget spent
+    (it trained nothing, yet evaluated again and rewrote the summary), in another mode, whose weights live
     elsewhere (a serial run resumed in downpour had trained on from new ones, and said nothing), or with
     settings that make another network (a shard refused its snapshot once the run had started, after the
     run's settings were rewritten). A network from a model file is checked as it loads."""
@@ -167,19 +168,24 @@ def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str) -> Non
     from ddq.core import checkpoint as ckpt
     from ddq.core.agent import env_spec, q_network
 
-    before = ckpt.config_from_checkpoint(saved)
+    before, counters, run = ckpt.config_from_checkpoint(saved), saved.get("counters", {}), config.run
     if config.run.mode != before.run.mode:
         raise ValueError(f"--resume {resume}: the run trained in {before.run.mode} mode, which keeps its weights; "
                          f"resume it in that mode (no --mode), or start a new run in {config.run.mode} mode")
-    if "model_definition" in saved:
-        return
-    spec = env_spec(config.agent)
-    network = q_network(config.agent, spec.frame_shape, spec.num_actions).state_dict()
-    if {k: v.shape for k, v in network.items()} != {k: v.shape for k, v in saved["q_network"].items()}:
-        now, then = asdict(config.agent), asdict(before.agent)
-        changed = ", ".join(sorted(key for key in now if now[key] != then.get(key)))
-        raise ValueError(f"--resume {resume}: with {changed} changed, the network is not the run's; resume it with "
-                         "the run's, or start a new run")
+    if "model_definition" not in saved:
+        spec = env_spec(config.agent)
+        network = q_network(config.agent, spec.frame_shape, spec.num_actions).state_dict()
+        if {k: v.shape for k, v in network.items()} != {k: v.shape for k, v in saved["q_network"].items()}:
+            now, then = asdict(config.agent), asdict(before.agent)
+            changed = ", ".join(sorted(key for key in now if now[key] != then.get(key)))
+            raise ValueError(f"--resume {resume}: with {changed} changed, the network is not the run's; resume it "
+                             "with the run's, or start a new run")
+    spent = budget_spent(int(counters.get("env_steps", 0)), run.total_steps, int(counters.get("episodes", 0)),
+                         run.total_episodes)
+    if spent is not None:
+        flag = "--total-steps" if spent is StopReason.BUDGET else "--total-episodes"
+        raise ValueError(f"--resume {resume}: the run has spent its budget ({spent.value}: {counters.get('env_steps')} "
+                         f"env steps, {counters.get('episodes')} episodes); resume it with a larger {flag}")
 
 
 def algorithm_note(values: dict[str, Any], config_file: str | None, config: TrainConfig) -> str | None:
