@@ -1,11 +1,11 @@
 """DQN in one file, to read top to bottom (the way CleanRL's dqn.py reads), built from ddq's core parts.
 
-This is what `ddq train --mode serial` does, without the run folder, the
+This is what `ddq train --mode serial --algo dqn` does, without the run folder, the
 checkpoints, the flat-parameter plumbing the distributed modes share, or the
 progress bar. The targets and the loss are ddq's own functions
 (`ddq.core.dqn`), so they are exactly those of every ddq mode; a test checks
 that `targets_and_loss` below gives serial mode's loss and gradient on the
-same batch. The defaults are ddq's CartPole preset.
+same batch. The defaults are ddq's CartPole DQN preset (but eval_every, 5,000 here).
 
     python examples/dqn.py --env CartPole-v1 --total-steps 30000
 """

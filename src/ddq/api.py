@@ -81,17 +81,17 @@ def train(env: str | None = None, mode: str | None = None, *, algo: str | None =
           progress: bool | None = None, animate: bool = False, **settings: Any) -> Run:
     """Trains an agent and returns the run.
 
-    `env`: a Gymnasium id ("CartPole-v1", "ddq/Snake-v0", "ALE/Pong-v5"); `mode`: serial, downpour or
-    actor-learner. The settings changed most are typed keywords: `algo` ("dqn" or "pqn"; default: the
-    env's measured choice), `seed`, `total_steps` (the env-step budget), `target_return` (stop once a
-    greedy evaluation averages this), `time_budget_s`, `workers` (distributed modes), `num_envs` (envs per
-    actor), `lr` (the optimizer's learning rate) and `device` ("cpu", "cuda", "auto"); None leaves a
-    setting to the preset or the file. `config`: a TOML file of settings; `settings`: any other setting of
-    `ddq train --help-all` by name (`eval_every=1000`, `gamma=0.995`), applied, as the typed ones are,
-    after the env's preset and the file. `run_dir`: where the run writes (default runs/<env>-<time>; it must not hold a
-    run). `progress`: show a progress bar (default: only where `config` asks for one); `animate`: write
-    replay.gif of one greedy episode. A Redis password comes from $DDQ_REDIS_URL, as for `ddq train`.
-    Raises ValueError for a bad setting (before anything starts) and TrainingFailed for a run that could
+    `env`: a Gymnasium id ("CartPole-v1", "ddq/Snake-v0", "ALE/Pong-v5"); `mode`: serial, downpour, actor-learner or
+    data-parallel (default: the one measured best here, as `ddq train` picks it). The settings changed most are
+    typed keywords: `algo` ("dqn" or "pqn"; default: the env's measured choice), `seed`, `total_steps` (the env-step
+    budget), `target_return` (stop once a greedy evaluation averages this), `time_budget_s`, `workers` (distributed
+    modes), `num_envs` (envs per actor), `lr` (the optimizer's learning rate) and `device` ("cpu", "cuda", "auto");
+    None leaves a setting to the preset or the file. `config`: a TOML file of settings; `settings`: any other
+    setting of `ddq train --help-all` by name (`eval_every=1000`, `gamma=0.995`), applied, as the typed ones are,
+    after the env's preset and the file. `run_dir`: where the run writes (default runs/<env>-<time>; it must not
+    hold a run). `progress`: show a progress bar (default: only where `config` asks for one); `animate`: write
+    replay.gif of one greedy episode. A Redis password comes from $DDQ_REDIS_URL, as for `ddq train`. Raises
+    ValueError for a bad setting (before anything starts) and TrainingFailed for a run that could
     not go on. Ctrl-C stops a run cleanly: the returned run's stop_reason then says so."""
     typed = {"algo": algo, "seed": seed, "total_steps": total_steps, "target_return": target_return,
              "time_budget_s": time_budget_s, "workers": workers, "num_envs": num_envs, "lr": lr, "device": device}

@@ -304,7 +304,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=in_range(int, 1), default=10, help="episodes to play (default 10)")
     ev.add_argument("--seed", type=int, default=None, help="seed of the first evaluation episode (a run's eval "
                     "points carry theirs in metrics.jsonl: with that evaluation's episodes and epsilon, this plays "
-                    "them again)")
+                    "them again; default: a fresh seed each call)")
     ev.add_argument("--epsilon", type=in_range(float, 0.0, 1.0), default=0.0,
                     help="exploration rate while evaluating (default 0: greedy)")
     ev.add_argument("--device", default="cpu", help="torch device (default cpu)")

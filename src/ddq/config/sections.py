@@ -110,8 +110,8 @@ class RunConfig:
 
     mode: str = setting("downpour", "run", f"training mode: {', '.join(MODES)} (default: the one measured best "
                         "to a target here: serial on one machine, where data-parallel takes 3x as long on a task of seconds; data-parallel with a "
-                        "setting only distributed runs read, or a standalone cluster master; downpour with a setting only the parameter server or "
-                        "actors read, another cluster master, or spark-submit with no --spark-master)", True)
+                        "setting only distributed runs read, or a standalone cluster master; downpour or actor-learner with a setting only that "
+                        "one reads; downpour on another cluster master, or spark-submit with no --spark-master)", True)
     total_steps: int = setting(200_000, "run", "env steps to train for", True)
     total_episodes: int | None = setting(None, "run", "stop once this many training episodes have ended (every worker's together)")
     time_budget_s: float | None = setting(None, "run", "stop after this much wall time (from the command's start)", True)
