@@ -47,6 +47,7 @@ CASES = [
      "--redis-url unix:///nonexistent.sock: no Redis answers there"),
     (["dashboard", "."], "holds no saved telemetry (telemetry.rdb)"),
     (["dashboard", "runs/gone"], "runs/gone is not a folder: give a finished run's folder (its --run-dir)"),
+    (["plot", "runs/gone"], "runs/gone holds no run's metrics.jsonl: give a run's folder (its --run-dir)"),
     (["bench", "train", "--set", "bogus=1"], "unknown setting 'bogus' in --set;"),
     (["bench", "train", "--set", "gamma=1.5"], "gamma must be between 0 and 1, got 1.5 (in --set)"),
 ] + [(["train", "--config", name], message) for name, (_, message) in TOML_CASES.items()]

@@ -204,6 +204,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from ddq.services.plot import plot_run
 
+    if not (Path(args.run_dir) / "metrics.jsonl").is_file():
+        raise FileNotFoundError(f"{args.run_dir} holds no run's metrics.jsonl: give a run's folder (its --run-dir)")
     print(plot_run(args.run_dir, args.output))
     return 0
 
