@@ -113,8 +113,6 @@ class Driver:
                 self._run_job(spark, stack)
                 self.wiring.weights.drained()
                 self.mirror.evaluate(self.record, self.services, closing=True)
-                # kept only if nothing stopped the run earlier
-                self.services.control.stop(budget_the_workers_spent(self.config, self.services.store))
             except (ProcessFailed, SparkJobFailed, RunStalled) as error:
                 self._cannot_go_on(str(error))
             except (StoreError, ConnectionError) as error:  # Redis gone: what died, else which error
@@ -187,7 +185,8 @@ class Driver:
             self.evaluator.close()  # no more points: the run's last evaluation is the driver's own, next
             gone = self.services.redis_gone()  # if so, what follows fails at once instead of waiting for it
             with contextlib.suppress(StoreError):
-                self.services.control.stop(StopReason.BUDGET if clean else StopReason.FAILURE)
+                self.services.control.stop(budget_the_workers_spent(c, self.services.store) if clean
+                                           else StopReason.FAILURE)
             if not clean:
                 job.cancel()
             # tasks cut off from a Redis that is gone for good only wait for it: stopping Spark ends them
