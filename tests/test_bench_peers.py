@@ -87,7 +87,7 @@ def test_bench_train_set_reads_values_as_a_config_file_would():
 
 
 def test_bench_train_runs_its_serial_default_and_tables_each_seed(capsys, tmp_path, monkeypatch):
-    """The command as typed, to its table (its --workers, a distributed mode's, does not reach a serial run)."""
+    """The command as typed, to its table: one row per seed, its budget spent."""
     from ddq.cli import main
 
     monkeypatch.chdir(tmp_path)

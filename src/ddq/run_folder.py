@@ -221,8 +221,8 @@ def holds_a_run(run_dir: str | Path) -> bool:
     """Whether `run_dir` holds a run a new one would mix with: one that recorded a point or saved a checkpoint.
     A run that failed as it started (its Redis without TLS, say) recorded neither: its folder, logs kept, takes
     the corrected command's run, where it had been refused, and had nothing to resume either."""
-    metrics, folder = Path(run_dir) / "metrics.jsonl", Path(run_dir)
-    return (metrics.exists() and metrics.stat().st_size > 0) or any(folder.glob("*.pt"))
+    metrics = Path(run_dir) / "metrics.jsonl"
+    return (metrics.exists() and metrics.stat().st_size > 0) or any(Path(run_dir).glob("*.pt"))
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -36,10 +36,9 @@ class RunServices:
              listen: str | None = None, advertise: str | None = None, password: str | None = None) -> None:
         """Redis, the run's control key, its episodes list, its reporter (`info`: what the dashboard shows
         of the run) and its settings file. `counters`: the env steps and episodes a resumed run's workers go
-        on from. `listen`:
-        the private Redis also serves other hosts there (TLS, a password made for the run), reached at
-        `advertise`, as the user `ddq` with `password` (default: one made now); `remote_url` is then theirs,
-        `url` this host's processes'."""
+        on from. `listen`: the private Redis also serves other hosts there (TLS, a password made for the run),
+        reached at `advertise`, as the user `ddq` with `password` (default: one made now); `remote_url` is then
+        theirs, `url` this host's processes'."""
         if self.config.distributed.redis_url:
             self.url = self.remote_url = self.config.distributed.redis_url
         else:

@@ -139,8 +139,7 @@ class EmbeddedRedis:
         if listen:
             settings.update(self._listening(listen, advertise or listen, run))
         self._settings = "".join(f"{key} {value}\n" for key, value in settings.items())
-        self.process = spawn([redis_server_binary(), "-"], self.log_path,
-                             stdin_text=self._settings)
+        self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
         atexit.register(self.stop)
         try:
             self._wait_until_ready(timeout)
@@ -151,8 +150,7 @@ class EmbeddedRedis:
     def restart(self) -> subprocess.Popen:
         """Starts the server again, after it died, with the same settings (address, password, certificates),
         from its newest snapshot when it persists; returns the new process once it answers."""
-        self.process = spawn([redis_server_binary(), "-"], self.log_path,
-                             stdin_text=self._settings)
+        self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
         try:
             self._wait_until_ready(max(self.timeout, RESTART_TIMEOUT_S))  # a large snapshot takes its time to load
         except RuntimeError:
