@@ -1,7 +1,11 @@
 """Serial training end to end: outputs (metrics, event files, checkpoints), resume, evaluate, plot, and learning."""
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -237,3 +241,26 @@ def test_an_episode_budget_ends_the_run_once_that_many_training_episodes_ended(t
     # episodes end one env at a time; the vector step that ended the 30th may end a few more of its envs
     assert 30 <= summary["episodes"] < 30 + summary["config"]["agent"]["num_envs"]
     assert summary["episodes"] == sum(1 for point in read_metrics(run_dir) if point["kind"] == "episode")
+
+
+def test_a_hangup_stops_the_run_cleanly_as_sigterm_does(tmp_path):
+    """SIGHUP to the command's process group, as a closed terminal sends it: a summary and exit 129, where
+    Python's default had ended the process with neither."""
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *SHORT, "--total-steps", "10000000",
+                                "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 120
+        while not (metrics.exists() and '"kind": "train"' in metrics.read_text()):  # past the start: training
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGHUP)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 129, err[-2000:]
+    summary = summary_of(run_dir)
+    assert summary["stopped_by"] == "SIGHUP" and summary["stop_reason"] == "stopped by the user"
+    assert json.loads(out)["stopped_by"] == "SIGHUP" and summary["env_steps"] < 10_000_000

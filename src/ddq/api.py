@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ddq.config import REDIS_URL_ENV, TrainConfig, flat_settings, has_masked_secret, load_toml
-from ddq.lifecycle import StopReason, budget_spent
+from ddq.lifecycle import StopReason, StopSignals, budget_spent
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -247,14 +247,18 @@ def execute(config: TrainConfig, saved: dict[str, Any] | None = None, started_at
 
     run_dir = str(config.run.run_dir)
     print(f"ddq: training {config.agent.env} ({config.run.mode}) into {run_dir}", file=sys.stderr)
-    summary, exit_code = run_training(config, run_dir, started_at, resume=saved, booted=spark)
-    try:
-        summary["learning_curve"] = str(plot_run(run_dir, env_id=config.agent.env))
-    except NothingToPlot:  # a run that ended before its first episode (a failure at the start) has no curve
-        summary["learning_curve"] = None
-    summary["animation"] = animate_run(summary) if animate else None
-    write_summary(run_dir, summary)
-    return summary, exit_code
+    # the run's own window for signals (its loop's) closes as its processes stop: one after that, while Spark
+    # stops or the curve and the animation are made, lets them finish too (a second aborts), where Python's
+    # default would end the command with no summary
+    with StopSignals() as late:
+        summary, exit_code = run_training(config, run_dir, started_at, resume=saved, booted=spark)
+        try:
+            summary["learning_curve"] = str(plot_run(run_dir, env_id=config.agent.env))
+        except NothingToPlot:  # a run that ended before its first episode (a failure at the start) has no curve
+            summary["learning_curve"] = None
+        summary["animation"] = animate_run(summary) if animate else None
+        write_summary(run_dir, summary)
+    return summary, exit_code or late.exit_code()
 
 
 def default_run_dir(env_id: str) -> str:

@@ -112,11 +112,12 @@ class RunControl:
 
 
 class StopSignals:
-    """While active (a `with` block in the main thread): the first SIGINT (Ctrl-C) or SIGTERM asks the run
-    to stop the way a reached target does, and is only recorded here (`received`) for the run's loop to
-    act on; a second one aborts at once (KeyboardInterrupt). Other threads: does nothing."""
+    """While active (a `with` block in the main thread): the first SIGINT (Ctrl-C), SIGTERM or SIGHUP (its
+    terminal closed) asks the run to stop the way a reached target does, and is only recorded here
+    (`received`) for the run's loop to act on; a second one aborts at once (KeyboardInterrupt). A signal
+    the process was started to ignore (`nohup` ignores SIGHUP) stays ignored. Other threads: does nothing."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.received: str | None = None  # SIGINT or SIGTERM, once one came
@@ -131,7 +132,8 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
-            self._previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS}
+            self._previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS
+                              if signal.getsignal(number) != signal.SIG_IGN}
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
