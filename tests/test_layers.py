@@ -134,13 +134,15 @@ def test_the_layout_has_its_rooms():
 
 
 def test_rooms_stay_small():
-    """Modules under about 400 lines, classes under about 200, each mode's wiring under about 80."""
+    """Modules under about 400 lines, classes under about 200, each mode's wiring under about 80 (data-parallel's,
+    which holds its own weights service, 100)."""
     sizes = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     assert {name: n for name, n in sizes.items() if n > 420} == {}
     classes = {f"{name}.{node.name}": node.end_lineno - node.lineno + 1 for name, path in MODULES.items()
                for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
     assert {name: n for name, n in classes.items() if n > 210} == {}
     assert sizes["ddq.modes.downpour"] <= 80 and sizes["ddq.modes.actor_learner"] <= 80
+    assert sizes["ddq.modes.data_parallel"] <= 100
 
 
 # ---------------------------------------------------------------- an env's words stay in gamesim
