@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -267,6 +268,9 @@ def test_beyond_loopback_every_request_needs_the_token_shown_once_on_the_termina
         lines = shown.decode().splitlines()
         token = next(line for line in lines if "?token=" in line).split("?token=")[1].split(" ")[0]
         assert len(token) >= 40 and shown.decode().count(token) == 1
+        name = socket.gethostname()  # the URL shown, as a browser elsewhere opens it: not 0.0.0.0
+        assert url_file.read_text() == f"http://{name}:{port}/" and f"http://{name}:{port}/?token=" in shown.decode()
+        assert _request(port, "/api/run", {"Host": f"{name}:{port}", "X-DDQ-Token": token})[0] == 200
         host = {"Host": f"127.0.0.1:{port}"}
         for headers, path in (({}, "/api/run"), ({}, "/"), ({"X-DDQ-Token": "guess"}, "/api/run"),
                               ({}, "/api/run?token=guess"), ({"Cookie": "ddq_token=guess"}, "/api/workers")):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import socket
 import sys
 from typing import Any
 
@@ -29,7 +30,8 @@ DEFAULT_POINTS, MAX_POINTS = 500, 5000
 DASHBOARD_OUTAGE_S = 2.0  # a page waits this long for a restarting Redis, then says it is unreachable (503)
 
 API = {
-    "/api/run": "the run: env, mode, workers, shards, state, counters (env steps, updates, pushes, episodes)",
+    "/api/run": "the run: env, mode, workers, parameter-server shards, state, counters (env steps, updates, "
+                "pushes the shards received, episodes)",
     "/api/returns?points=N": "training episode returns (bucket mean, min, max) and greedy evaluation scores, "
                              "against wall time and env steps",
     "/api/progress?points=N": "once-a-second points: updates/s, env steps/s, pushes/s, loss, mean max-Q, "
@@ -136,6 +138,15 @@ def pick_run(client: Connection, run: str | None) -> str:
     return runs[0]
 
 
+def browsable(host: str) -> str:
+    """The bound address as a browser opens it: this host's name for all of its addresses (0.0.0.0 or ::,
+    which a browser elsewhere cannot open, and which the dashboard accepts as a Host), an IPv6 address in
+    brackets."""
+    if host in ("0.0.0.0", "::"):
+        return socket.gethostname()
+    return f"[{host}]" if ":" in host else host
+
+
 def serve(redis_url: str, run: str | None, host: str = "127.0.0.1", port: int = 0,
           url_file: str | None = None) -> None:
     """Serves the dashboard of `run` until the process is stopped; prints (and writes) its URL. Beyond
@@ -148,7 +159,7 @@ def serve(redis_url: str, run: str | None, host: str = "127.0.0.1", port: int = 
     # Not a line per request; werkzeug's request lines would also carry a ?token= query.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = make_server(host, port, create_app(client, run, access), threaded=True)
-    url = f"http://{host}:{server.server_port}/"
+    url = f"http://{browsable(host)}:{server.server_port}/"
     print(f"ddq: dashboard of run {run} at {url}", file=sys.stderr, flush=True)
     if terminal is not None:
         print(f"ddq: it listens beyond this host, over plain HTTP; open {url}?token={access.token} (this token is "
