@@ -1,6 +1,7 @@
 """A long-lived Barista driven by the dummy client, against a real Redis and parameter server."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -127,9 +128,9 @@ def test_a_web_page_cannot_drive_the_barista_and_bad_lengths_are_refused_at_once
     with its own Origin); a negative Content-Length used to hold a handler thread, and the shutdown after it."""
     with EmbeddedRedis() as server:
         url_file = tmp_path / "barista.url"
-        barista = subprocess.Popen([sys.executable, "-m", "ddq", "barista", "serve", "--redis-url", server.url,
+        barista = subprocess.Popen([sys.executable, "-m", "ddq", "barista", "serve",  # its Redis from the environment
                                     "--run", "web", "--worker", "0", "--url-file", str(url_file), *FLAGS],
-                                   stderr=subprocess.PIPE, text=True)
+                                   stderr=subprocess.PIPE, text=True, env=dict(os.environ, DDQ_REDIS_URL=server.url))
         held = []
         try:
             deadline = time.monotonic() + 60

@@ -373,7 +373,8 @@ def test_shards_exit_when_the_driver_dies(redis_server, tmp_path):
 
 def test_param_server_refuses_to_start_without_redis():
     result = run_ddq("param-server", "--env", "CartPole-v1")
-    assert result.returncode == 2 and "needs --redis-url" in result.stderr
+    assert result.returncode == 2 and "needs a Redis URL" in result.stderr, result.stderr
+    assert "--redis-url, or $DDQ_REDIS_URL" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
 def test_bench_ps_prints_a_row_per_size_and_shard_count():

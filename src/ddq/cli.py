@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from ddq.benchmarks.commands import add_bench_commands
-from ddq.config import REDIS_URL_ENV, read_settings
-from ddq.flags import PORT, add_config_flags, command_parser, in_range, unrecognized
+from ddq.config import REDIS_URL_ENV, TrainConfig, read_settings
+from ddq.flags import PORT, add_config_flags, command_parser, in_range, reword, unrecognized
 from ddq.preflight import check_redis
 from ddq.processes import exit_on_sigterm, process_started_at
 from ddq.run_folder import write_whole
@@ -69,15 +69,12 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
     if args.settings:  # what the driver resolved: used as it is, no preset applied again
         config = read_settings(args.settings)
-        given = getattr(args, "redis_url", None) or os.environ.get(REDIS_URL_ENV)
-        config.distributed.redis_url = given or config.distributed.redis_url
     else:
         config = _config_from(args, ("run", "shard", "settings"))
-    if not config.distributed.redis_url:
-        raise ValueError("param-server needs --redis-url (ddq train starts Redis and the servers itself)")
+    url = _take_redis_url(config, args, "param-server", "(ddq train starts Redis and the servers itself)")
     if not 0 <= args.shard < config.distributed.server.shards:
         raise ValueError(f"--shard {args.shard} is not one of the {config.distributed.server.shards} shards")
-    return ShardServer.connect(config, config.distributed.redis_url, args.run, args.shard).serve()
+    return ShardServer.connect(config, url, args.run, args.shard).serve()
 
 
 def cmd_learner(args: argparse.Namespace) -> int:
@@ -119,16 +116,30 @@ def _config_from(args: argparse.Namespace, own: tuple[str, ...]):
     return build_config({k: v for k, v in vars(args).items() if k not in skip}, args.config)
 
 
+HAND_STARTED_REDIS = (f"the run's Redis: redis://, rediss://, unix:// (default ${REDIS_URL_ENV}, which keeps a "
+                      "password off the command line)")
+
+
+def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str, whose: str) -> str:
+    """A process started by hand takes its Redis from --redis-url, else from $DDQ_REDIS_URL, which keeps a
+    password off the command line (and out of `ps`), else from its settings file; with none it is refused in
+    one line."""
+    given = getattr(args, "redis_url", None) or os.environ.get(REDIS_URL_ENV)
+    config.distributed.redis_url = given or config.distributed.redis_url
+    if not config.distributed.redis_url:
+        raise ValueError(f"{command} needs a Redis URL {whose}: --redis-url, or ${REDIS_URL_ENV}, which keeps a "
+                         "password off the command line")
+    return config.distributed.redis_url
+
+
 def cmd_barista_serve(args: argparse.Namespace) -> int:
     from ddq.param_server.overlap import remote_source
     from ddq.workers.barista import Barista
     from ddq.workers.barista_server import BaristaServer
 
     config = _config_from(args, ("run", "worker", "port", "url_file", "action"))
-    if not config.distributed.redis_url:
-        raise ValueError("barista serve needs --redis-url: the parameter server's Redis")
-    barista = Barista(config, config.distributed.redis_url, args.run, args.worker,
-                      remote_source(config, config.distributed.redis_url, args.run, args.worker))
+    url = _take_redis_url(config, args, "barista serve", "(the parameter server's)")
+    barista = Barista(config, url, args.run, args.worker, remote_source(config, url, args.run, args.worker))
     server = BaristaServer(barista, args.port)
     print(f"ddq barista: worker {args.worker} of run {args.run} serving on {server.url}", file=sys.stderr, flush=True)
     if args.url_file:
@@ -252,6 +263,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     serve.add_argument("--port", type=PORT, default=0, help="port on 127.0.0.1 (default: a free one)")
     serve.add_argument("--url-file", help="also write the URL it serves on into this file")
     add_config_flags(serve)
+    reword(serve, "redis_url", HAND_STARTED_REDIS)
     serve.set_defaults(func=cmd_barista_serve)
 
     dashboard = commands.add_parser(
@@ -290,6 +302,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     server.add_argument("--run", default="default", help="run id: the Redis keys live under ddq:RUN:")
     server.add_argument("--shard", type=in_range(int, 0), default=0, help="which shard of --shards this process serves")
     add_config_flags(server)
+    reword(server, "redis_url", HAND_STARTED_REDIS)
     server.set_defaults(func=cmd_param_server)
 
     learner = commands.add_parser("learner",

@@ -94,6 +94,14 @@ def add_config_flags(parser: argparse.ArgumentParser, brief: bool = False) -> No
         action.preset = _PresetNote(f.name)  # read by `%(preset)s` in its help
 
 
+def reword(parser: argparse.ArgumentParser, dest: str, help_text: str) -> None:
+    """Gives setting `dest`'s flag another help in this command, where the setting's own would mislead (a
+    default that only `ddq train` has)."""
+    for action in parser._actions:
+        if action.dest == dest:
+            action.help = help_text
+
+
 def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
     """The parser of the command (or `ddq bench KIND`) that `argv` names: whose flags an unknown flag is
     compared with (`main`)."""
