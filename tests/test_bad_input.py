@@ -8,9 +8,12 @@ local master boots meanwhile, which a failed check kills: this process has no ch
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
+import ddq
 from ddq.benchmarks.procfs import parent_and_command
 from ddq.cli import main
 
@@ -101,3 +104,13 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="workers must be positive"):
         main(["train", "--workers", "0", "--debug"])
+
+
+def test_package_says_how_to_make_an_environment_it_can_pack(tmp_path, capsys):
+    """The checkout's own venv holds ddq installed with -e, which venv-pack refuses: the one line says how to make
+    one it packs, from this checkout (ddq is on no package index), and nothing is written."""
+    checkout = Path(ddq.__file__).resolve().parents[2]
+    assert main(["package", str(tmp_path / "out"), "--env", sys.prefix]) == 2
+    err = capsys.readouterr().err
+    assert f"(python -m venv ENV && ENV/bin/pip install {checkout})" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()

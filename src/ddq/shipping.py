@@ -40,6 +40,14 @@ def package_zip(folder: Path) -> Path:
     return folder / "ddq.zip"
 
 
+def packable_venv_command() -> str:
+    """The commands that make a venv venv-pack can pack: ddq installed without -e, from the checkout this one
+    runs from (ddq is on no package index)."""
+    root = Path(__file__).resolve().parents[2]
+    source = str(root) if (root / "pyproject.toml").is_file() else "ddq"
+    return f"python -m venv ENV && ENV/bin/pip install {source}"
+
+
 def check_environment(prefix: Path) -> None:
     """Raises PackagingError unless `prefix` is a virtual environment venv-pack can pack."""
     try:
@@ -49,14 +57,14 @@ def check_environment(prefix: Path) -> None:
                              "(or pass --no-env and give the executors a Python of their own)") from error
     if not (prefix / "pyvenv.cfg").is_file():
         raise PackagingError(f"{prefix} is not a virtual environment (no pyvenv.cfg); make one with ddq's "
-                             "dependencies (python -m venv ENV && ENV/bin/pip install ddq) and pass --env ENV")
+                             f"dependencies ({packable_venv_command()}) and pass --env ENV")
     try:
         venv_pack.core.load_environment(str(prefix))
     except venv_pack.VenvPackException as error:
         first = str(error).splitlines()[0]
         raise PackagingError(f"venv-pack cannot pack {prefix}: {first} (a checkout installed with pip -e?); "
-                             "make a venv with ddq's dependencies (python -m venv ENV && ENV/bin/pip install "
-                             "ddq) and pass --env ENV") from error
+                             f"make a venv with ddq's dependencies ({packable_venv_command()}) and pass --env "
+                             "ENV") from error
 
 
 def environment_archive(prefix: Path, folder: Path, compress_level: int = 4) -> Path:
