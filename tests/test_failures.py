@@ -287,3 +287,20 @@ def test_a_password_stays_secret_and_a_killed_driver_leaves_nothing_running(tmp_
         assert summary_of(run_dir)["env_steps"] >= 6_000 and secret not in resumed.stderr + resumed.stdout
         assert "resumed from its snapshot" in (run_dir / "param-server-0.log").read_text()
         assert processes_mentioning(str(run_dir)) == []
+
+
+def test_spark_workers_whose_python_lacks_ddq_end_the_run_in_one_line_that_says_so(tmp_path):
+    """A $PYSPARK_PYTHON left from another job (or a cluster's Python without ddq) failed the run with Py4J's words
+    alone, naming a JVM call; the line now names that Python and the module it lacks."""
+    python = tmp_path / "python-without-site"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # no site-packages: no ddq, no pyspark
+    python.chmod(0o755)
+    run_dir = tmp_path / "run"
+    result = run_ddq("train", *RUN, "--total-steps", "2000", "--run-dir", str(run_dir), timeout=120,
+                     env={"PYSPARK_PYTHON": str(python)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ddq: error:")]
+    assert errors == [f"ddq: error: the run cannot go on: Spark's Python workers ({python}: $PYSPARK_PYTHON or "
+                      "spark.pyspark.python) could not start: ModuleNotFoundError: No module named 'ddq'"], errors
+    assert summary_of(run_dir)["stop_reason"].startswith("the run could not go on: Spark's Python workers")
+    assert processes_mentioning(str(run_dir)) == []

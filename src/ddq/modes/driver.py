@@ -108,9 +108,8 @@ class Driver:
             stack.callback(starting.stop)
             stack.enter_context(self.signals)
             self._start_services(stack, starting)  # meanwhile Spark starts, on its own thread
-            spark = starting.result()
             try:
-                self._run_job(spark, stack)
+                self._run_job(starting.result(), stack)
                 self.wiring.weights.drained()
                 self.mirror.evaluate(self.record, self.services, closing=True)
             except (ProcessFailed, SparkJobFailed, RunStalled) as error:

@@ -48,8 +48,12 @@ class SparkJobFailed(RuntimeError):
 
 
 def python_error(text: str) -> str:
-    """The line that says what went wrong in a Spark error's text: the last Python exception it quotes
-    ("ValueError: ..."), else why Spark aborted the job, else its first line."""
+    """The line that says what went wrong in a Spark error's text: a module a Python worker could not import
+    (a daemon that could not start says so only inside a line of its own), else the last Python exception it
+    quotes ("ValueError: ..."), else why Spark aborted the job, else its first line."""
+    missing = re.findall(r"ModuleNotFoundError: No module named '[\w.]+'", text)
+    if missing:
+        return missing[-1]
     quoted = re.findall(r"^((?:\w+\.)*\w+(?:Error|Exception|Failed)\b.*)$", text, re.MULTILINE)
     if quoted:
         return quoted[-1]
@@ -244,7 +248,11 @@ def password_route(master: str, authenticated: bool, encrypted: bool) -> str | N
 def warm_workers(context: Any, workers: int) -> None:
     """Runs `workers` tasks that import what a training task imports, so that the job's tasks find Python
     workers ready (Spark reuses them: spark.python.worker.reuse) instead of importing torch each."""
-    context.parallelize(range(workers), workers).mapPartitions(_import_a_worker).collect()
+    try:
+        context.parallelize(range(workers), workers).mapPartitions(_import_a_worker).collect()
+    except Exception as error:  # Py4J's words name the call; the workers' own say why (a Python without ddq)
+        raise SparkJobFailed(f"Spark's Python workers ({context.pythonExec}: $PYSPARK_PYTHON or "
+                             f"spark.pyspark.python) could not start: {python_error(str(error))}") from error
 
 
 def _import_a_worker(_rows: Iterator) -> Iterator[int]:
