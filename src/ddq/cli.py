@@ -294,8 +294,9 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     server = commands.add_parser("param-server",
                              description="A parameter-server shard: applies the gradients workers push to Redis "
                                          "and publishes the weights. `ddq train` starts these itself; run one "
-                                         "by hand against any --redis-url. It exits when the run's control key "
-                                         "says stop (SET ddq:RUN:control stop).")
+                                         "by hand against any --redis-url. Once the run's control key says stop "
+                                         "(SET ddq:RUN:control stop) it applies what workers still send until "
+                                         "ddq:RUN:workers_finished is set, or for 60 s, then exits.")
     server.add_argument("--config", help="settings file (TOML); the env's preset applies first, flags after")
     server.add_argument("--settings", metavar="FILE", help="a run folder's config.json, as ddq train wrote it: "
                                                            "used as it is (only --redis-url applies over it)")
