@@ -53,6 +53,7 @@ CASES = [
     (["plot", "runs/gone"], "runs/gone holds no run's metrics.jsonl: give a run's folder (its --run-dir)"),
     (["bench", "train", "--set", "bogus=1"], "unknown setting 'bogus' in --set;"),
     (["bench", "train", "--set", "gamma=1.5"], "gamma must be between 0 and 1, got 1.5 (in --set)"),
+    (["bench", "chaos", "--minutes", "0"], "--minutes and --fault-every must be positive, got 0 and 30"),
 ] + [(["train", "--config", name], message) for name, (_, message) in TOML_CASES.items()]
 
 

@@ -119,9 +119,9 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     from ddq.preflight import check_run
     from ddq.run_folder import holds_a_run
 
-    saved, why = None, None
+    saved, why, redis_url_from = None, None, "--redis-url"
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
-        values = {**values, "redis_url": os.environ[REDIS_URL_ENV]}
+        values, redis_url_from = {**values, "redis_url": os.environ[REDIS_URL_ENV]}, f"${REDIS_URL_ENV}"
     if resume:
         from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none (`ddq.core.algorithms`)
 
@@ -141,7 +141,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     config.run.run_dir = run_dir
     spark = boot_spark(config)
     try:
-        check_run(config)
+        check_run(config, redis_url_from)
         if saved is not None and resume:
             check_resume(saved, config, resume)
     except BaseException:

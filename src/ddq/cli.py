@@ -166,7 +166,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if not url:
         raise ValueError(f"dashboard needs a finished run's folder, or --redis-url (or ${REDIS_URL_ENV}): the "
                          "Redis of a run going on")
-    check_redis(url, "--redis-url")
+    check_redis(url, "--redis-url" if args.redis_url else f"${REDIS_URL_ENV}")
     serve(url, args.run, args.host, args.port, args.url_file)
     return 0
 

@@ -25,8 +25,9 @@ class SettingError(ValueError):
     """A setting that cannot work, said in one line: which setting, its value, what is allowed."""
 
 
-def check_run(config: TrainConfig) -> None:
-    """Raises SettingError for the first setting that would make the run fail once started."""
+def check_run(config: TrainConfig, redis_url_from: str = "--redis-url") -> None:
+    """Raises SettingError for the first setting that would make the run fail once started. `redis_url_from`:
+    where the Redis URL was given, for the line that refuses it ($DDQ_REDIS_URL, or the flag)."""
     shapes = check_env(config)
     check_model(config, *shapes)
     check_device(config.agent.device)
@@ -36,7 +37,7 @@ def check_run(config: TrainConfig) -> None:
         if config.distributed.spark_master is not None:
             check_spark_master(config.distributed.spark_master)
         if config.distributed.redis_url:
-            check_redis(config.distributed.redis_url, "--redis-url")
+            check_redis(config.distributed.redis_url, redis_url_from)
 
 
 def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:

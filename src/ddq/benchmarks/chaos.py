@@ -251,8 +251,8 @@ def run_bench(minutes: float, every: float, seed: int, modes: list[str], topolog
                 return 1
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     left = [line for line in namespaces.splitlines() if line.startswith(f"{PREFIX}-{os.getpid()}-")]
-    print(f"\n{topology}: {minutes:g} minutes of faults every {every:g} s per mode, seed {seed}, "
-          f"{time.time() - started:.0f} s in all; namespaces left: {left or 'none'}\n")
+    print(f"\n{topology}: {minutes:g} minute{'' if minutes == 1 else 's'} of faults every {every:g} s per mode, "
+          f"seed {seed}, {time.time() - started:.0f} s in all; namespaces left: {left or 'none'}\n")
     for result in results:
         print(report(result) + "\n")
     return 0 if all(ok is not False for r in results for ok in checks(r).values()) and not left else 1

@@ -127,6 +127,9 @@ def cmd_bench_chaos(args: argparse.Namespace) -> int:
     from ddq.benchmarks.chaos import run_bench
 
     exit_on_sigterm()  # a stopped bench still removes its test hosts
+    if args.minutes <= 0 or args.fault_every <= 0:  # before any host is made
+        raise ValueError(f"--minutes and --fault-every must be positive, got {args.minutes:g} and "
+                         f"{args.fault_every:g}")
     return run_bench(args.minutes, args.fault_every, args.seed, args.modes, args.topology)
 
 
@@ -287,7 +290,8 @@ def add_bench_commands(commands: Any) -> None:
     chaos.add_argument("--minutes", type=float, default=5.0, help="minutes of faults per mode (default 5)")
     chaos.add_argument("--fault-every", type=float, default=30.0, help="seconds between faults (default 30)")
     chaos.add_argument("--seed", type=int, default=0, help="seed of the faults drawn (default 0)")
-    chaos.add_argument("--modes", nargs="+", choices=tuple(OWNER), default=list(OWNER), help="distributed modes run")
+    chaos.add_argument("--modes", nargs="+", choices=tuple(OWNER), default=list(OWNER),
+                       help=f"distributed modes run (default: {' '.join(OWNER)})")
     chaos.add_argument("--topology", choices=tuple(FAULTS), default="private",
                        help="private: 3 one-core worker hosts and a spare, ddq's private Redis (its faults include "
                             "Redis killed); proxied: 2 two-core worker hosts and a spare, an operator's TLS Redis "
