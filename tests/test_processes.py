@@ -143,3 +143,22 @@ def test_stopping_a_process_ends_what_it_forked_when_it_must_be_killed():
         for pid in listed:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
+
+
+def test_nested_stop_windows_share_the_first_signal_and_an_ignored_one_stays_ignored():
+    """A run's window inside the command's (`ddq.api.execute`): the first signal in either is the stop, the
+    next aborts wherever it comes; SIGHUP that the process was started to ignore (nohup) is never taken."""
+    from ddq.lifecycle import StopSignals
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with StopSignals() as outer:
+            with StopSignals() as inner:
+                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), signal.SIGHUP)  # ignored: not a second signal
+            assert inner.received == "SIGTERM" and inner.exit_code() == 143
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)  # the second of the command's: aborts
+        assert outer.received == "SIGTERM" and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)

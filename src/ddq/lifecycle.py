@@ -120,7 +120,7 @@ class StopSignals:
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
-        self.received: str | None = None  # SIGINT or SIGTERM, once one came
+        self.received: str | None = None  # SIGINT, SIGTERM or SIGHUP, once one came
         self._previous: dict[int, Any] = {}
 
     def _handle(self, number: int, _frame: FrameType | None) -> None:
@@ -140,6 +140,9 @@ class StopSignals:
                  trace: TracebackType | None) -> None:
         for number, handler in self._previous.items():
             signal.signal(number, handler)
+            outer = getattr(handler, "__self__", None)  # a window around this one: a signal here was its first
+            if isinstance(outer, StopSignals) and outer.received is None:
+                outer.received = self.received
 
     def exit_code(self) -> int:
         """The shell's convention for a process ended by the signal received (128 + its number)."""
