@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -12,7 +13,7 @@ import pytest
 import redis
 
 from ddq.transport.redis_client import connect, give_up_waiting
-from ddq.transport.redis_server import EmbeddedRedis
+from ddq.transport.redis_server import EmbeddedRedis, sweep_abandoned_folders
 
 
 def test_a_command_waits_out_a_restart_and_fails_at_once_once_the_server_is_gone_for_good(tmp_path):
@@ -86,3 +87,21 @@ def test_a_run_whose_redis_cannot_save_its_snapshot_ends_with_one_line(tmp_path)
     assert errors == [f"ddq: error: the run cannot go on: the run's Redis cannot save its snapshot (a full disk?) "
                       f"and refuses writes until it can; see {run_dir / 'redis.log'}"], err[-3000:]
     assert "Traceback" not in err
+
+
+def test_the_folders_of_servers_whose_owner_was_killed_are_swept_and_a_live_ones_kept(tmp_path):
+    """A private Redis's folder outlives an owner killed with SIGKILL (its log; a dashboard's copy of a run's
+    telemetry): the next start removes those whose socket is gone or refuses, once a minute old."""
+    with EmbeddedRedis() as live:
+        folders = {name: tmp_path / f"ddq-redis-{name}" for name in ("gone", "refusing", "young", "live")}
+        for folder in folders.values():
+            folder.mkdir()
+        (folders["gone"] / "redis.log").write_text("the owner was killed\n")
+        with socket.socket(socket.AF_UNIX) as dead:  # a socket file nothing listens on
+            dead.bind(str(folders["refusing"] / "redis.sock"))
+        (folders["live"] / "redis.sock").symlink_to(live.socket_path)
+        for name in ("gone", "refusing", "live"):
+            os.utime(folders[name], (time.time() - 120, time.time() - 120))
+        sweep_abandoned_folders(tmp_path)
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["ddq-redis-live", "ddq-redis-young"]
+        assert redis.Redis(unix_socket_path=str(live.socket_path)).ping()

@@ -96,6 +96,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
+ABANDONED_AFTER_S = 60.0  # a live server's folder holds its answering socket within milliseconds of its start
+
+
+def sweep_abandoned_folders(temp: Path | None = None) -> None:
+    """Removes this user's ddq-redis-* folders whose server is gone: one whose owner was SIGKILLed (a driver, a
+    dashboard) stays behind with its log, and a dashboard's with a copy of a run's telemetry. A folder is
+    gone when it is older than ABANDONED_AFTER_S and its socket is missing or refuses a connection."""
+    for folder in (temp or Path(tempfile.gettempdir())).glob("ddq-redis-*"):
+        try:
+            if folder.stat().st_uid != os.getuid() or time.time() - folder.stat().st_mtime < ABANDONED_AFTER_S:
+                continue
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.settimeout(1.0)
+                probe.connect(str(folder / "redis.sock"))
+        except (FileNotFoundError, ConnectionRefusedError):
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # not ours to judge (no access, a slow server): left alone
+            continue
+
+
 class EmbeddedRedis:
     """Starts redis-server listening on a unix socket in a private folder (or on 127.0.0.1, `tcp=True`), or,
     asked to `listen` on an address for other hosts, with TLS and a password made for the run.
@@ -115,6 +135,7 @@ class EmbeddedRedis:
         `password` (default: one generated here) on `listen_port` (default: a free one); `advertise`: the
         address they reach it at (default `listen`). `persist`: a folder for the server's snapshots (an
         older one there is removed: this server starts empty)."""
+        sweep_abandoned_folders()
         self.folder = Path(tempfile.mkdtemp(prefix="ddq-redis-"))
         if rdb is not None:
             shutil.copyfile(rdb, self.folder / "dump.rdb")
