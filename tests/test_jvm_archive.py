@@ -55,7 +55,7 @@ def test_a_first_jvm_writes_the_archive_as_it_exits_and_a_later_start_adopts_onl
     second.write_bytes(written[0].read_bytes())
     Path(f"{second}.classpath").write_text(class_path)
     assert jvm_archive.jvm_options() == f"-XX:SharedArchiveFile={archive} -Xshare:auto {jvm_archive.QUIET_SHARING}"
-    assert archive.exists() and list(cache.iterdir()) == [archive]
+    assert archive.exists() and sorted(cache.iterdir()) == [archive, jvm_archive.sources_note(archive)]
     assert jvm_archive.maps(java, archive, class_path)  # (every later local run of the suite maps it in its JVM)
 
 
@@ -96,3 +96,15 @@ def test_a_class_path_with_a_folder_of_files_shares_nothing(cache, tmp_path, mon
     assert jvm_archive.jvm_options() == ""
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "missing"))  # named, not made: nothing on the path
     assert jvm_archive.jvm_options().startswith(jvm_archive.WRITE_OPTION)
+
+
+def test_an_archive_whose_virtual_environment_is_gone_is_removed_at_the_next_start(cache, tmp_path):
+    """Every virtual environment's pyspark keys an archive of its own (70 MB): a deleted one's had stayed in the
+    cache for good. Those whose noted java, pyspark or Spark home is gone go; the others stay."""
+    cache.mkdir(parents=True)
+    kept, orphan = cache / "spark-jvm-kept.jsa", cache / "spark-jvm-orphan.jsa"
+    for archive, pyspark in ((kept, tmp_path), (orphan, tmp_path / "deleted-venv" / "pyspark")):
+        archive.write_bytes(b"an archive")
+        jvm_archive.sources_note(archive).write_text(f"{tmp_path}\n{pyspark}\n{tmp_path}")
+    jvm_archive.remove_orphans(cache)
+    assert sorted(path.name for path in cache.iterdir()) == ["spark-jvm-kept.jsa", "spark-jvm-kept.sources"]

@@ -10,8 +10,9 @@ path it ran with beside it. A later run adopts it once no process is writing it 
 class path (`-Xshare:on` refuses an archive it cannot map; one cut short would crash a JVM that mapped it,
 so nothing unchecked is used), and every run after maps it. Java checks the archive against its own build
 and the jars it was made from, and leaves one that does not match unused (`-Xshare:auto`); a new Java,
-pyspark or Spark home keys a new archive. Nothing is shared where the cache folder cannot be written, where
-Java has no archive of its own classes to build on (a runtime made with `jlink`), or where Spark's
+pyspark or Spark home keys a new archive, and one whose java, pyspark or Spark home is gone (a deleted
+virtual environment's) is removed at the next local start. Nothing is shared where the cache folder cannot
+be written, where Java has no archive of its own classes to build on (a runtime made with `jlink`), or where Spark's
 configuration folder holds files (`archivable_class_path`): a cluster's driver reads its operator's
 spark-defaults.conf from there, which is why only a local master's JVM is asked.
 """
@@ -96,6 +97,29 @@ def archive_path(java: str) -> Path:
     return cache_folder() / f"spark-jvm-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
+def sources_note(archive: Path) -> Path:
+    """Beside an adopted archive, the paths it was made from: the java, pyspark, and the Spark home."""
+    return archive.with_suffix(".sources")
+
+
+def note_sources(archive: Path, java: str) -> None:
+    """Notes beside `archive`, as it is adopted, the paths `remove_orphans` checks."""
+    import pyspark
+
+    paths = (java, str(Path(pyspark.__file__).resolve()), str(spark_home().resolve()))
+    write_whole(sources_note(archive), "\n".join(paths).encode())
+
+
+def remove_orphans(folder: Path) -> None:
+    """Removes the archives whose java, pyspark or Spark home is gone (a deleted virtual environment's, 70 MB
+    each, had stayed for good), by the paths noted beside each."""
+    for note in folder.glob("spark-jvm-*.sources"):
+        with contextlib.suppress(OSError):
+            if not all(Path(path).exists() for path in note.read_text().splitlines()):
+                note.with_suffix(".jsa").unlink(missing_ok=True)
+                note.unlink()
+
+
 def jvm_options() -> str:
     """Options that share Spark's classes: map the archive, or (none yet) write one as this JVM exits.
     "" without a java to check archives with, or a cache folder this process may write in: the JVM then
@@ -110,6 +134,7 @@ def jvm_options() -> str:
         archive.parent.mkdir(parents=True, exist_ok=True)
         if not os.access(archive.parent, os.W_OK):
             return ""
+        remove_orphans(archive.parent)
         adopt_finished(archive, java)
         if archive.exists():
             return f"-XX:SharedArchiveFile={archive} -Xshare:auto {QUIET_SHARING}"
@@ -154,6 +179,7 @@ def adopt_finished(archive: Path, java: str) -> None:
             with contextlib.suppress(OSError):
                 os.replace(written, archive)
                 adopted = True
+                note_sources(archive, java)
         for leftover in ([] if adopted else [written]) + [noted]:
             with contextlib.suppress(OSError):
                 leftover.unlink()
