@@ -47,8 +47,8 @@ def test_a_bad_setting_is_one_clear_error_before_anything_starts(tmp_path):
         ddq.train(env="CartPole-v1", mode="serial", learning_rate=0.1, run_dir=tmp_path / "run")
     with pytest.raises(ValueError, match="batch_size must be positive"):
         ddq.train(env="CartPole-v1", mode="serial", batch_size=0, run_dir=tmp_path / "run")
-    with pytest.raises(ValueError, match="total_steps must be positive"):  # a typed keyword is a setting too
-        ddq.train(env="CartPole-v1", mode="serial", total_steps=0, run_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match=r"total_steps must be positive, got 0 \(given as total_steps=\)$"):
+        ddq.train(env="CartPole-v1", mode="serial", total_steps=0, run_dir=tmp_path / "run")  # a keyword, not a flag
     assert not (tmp_path / "run").exists()
     with pytest.raises(FileNotFoundError, match="holds no ddq checkpoint"):
         ddq.load(tmp_path)
@@ -71,3 +71,16 @@ def test_train_in_downpour_mode_returns_the_run_and_a_second_call_starts_spark_a
                     for pid in processes_mentioning(f"spark.app.name=ddq-{name}-")]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert jvms == []
+
+
+def test_resume_continues_a_run_from_python_and_its_refusals_name_keywords(tmp_path):
+    """`ddq.train(resume=...)` is `ddq train --resume`; a refusal names the call's keywords, not flags."""
+    run_dir = tmp_path / "run"
+    first = ddq.train(env="CartPole-v1", mode="serial", total_steps=1_000, eval_every=1_000, run_dir=run_dir)
+    assert 1_000 <= first.env_steps < 1_100  # a vector step of its envs past the budget
+    with pytest.raises(ValueError, match=r"^resume= .*: the run has spent its budget .*a larger total_steps=$"):
+        ddq.train(resume=run_dir)
+    with pytest.raises(ValueError, match=r"already holds a run: continue it with resume= .*another run_dir=$"):
+        ddq.train(env="CartPole-v1", mode="serial", run_dir=run_dir)
+    second = ddq.train(resume=run_dir, total_steps=2_000)
+    assert second.run_dir == run_dir and 2_000 <= second.env_steps < 2_100 and second.stop_reason == "step budget spent"

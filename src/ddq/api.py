@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ddq.config import REDIS_URL_ENV, TrainConfig, flat_settings, has_masked_secret, load_toml
+from ddq.config.sources import COMMAND_LINE, PYTHON_CALL, spelled
 from ddq.lifecycle import StopReason, StopSignals, budget_spent
 
 if TYPE_CHECKING:
@@ -78,7 +79,8 @@ def train(env: str | None = None, mode: str | None = None, *, algo: str | None =
           total_steps: int | None = None, target_return: float | None = None, time_budget_s: float | None = None,
           workers: int | None = None, num_envs: int | None = None, lr: float | None = None,
           device: str | None = None, config: str | Path | None = None, run_dir: str | Path | None = None,
-          progress: bool | None = None, animate: bool = False, **settings: Any) -> Run:
+          progress: bool | None = None, animate: bool = False, resume: str | Path | None = None,
+          **settings: Any) -> Run:
     """Trains an agent and returns the run.
 
     `env`: a Gymnasium id ("CartPole-v1", "ddq/Snake-v0", "ALE/Pong-v5"); `mode`: serial, downpour, actor-learner or
@@ -90,7 +92,9 @@ def train(env: str | None = None, mode: str | None = None, *, algo: str | None =
     setting of `ddq train --help-all` by name (`eval_every=1000`, `gamma=0.995`), applied, as the typed ones are,
     after the env's preset and the file. `run_dir`: where the run writes (default runs/<env>-<time>; it must not
     hold a run). `progress`: show a progress bar (default: only where `config` asks for one); `animate`: write
-    replay.gif of one greedy episode. A Redis password comes from $DDQ_REDIS_URL, as for `ddq train`. Raises
+    replay.gif of one greedy episode. `resume`: a run folder (or its checkpoint) to continue, as `ddq train
+    --resume` does: its settings, with a larger `total_steps` or any other given here over them. A Redis
+    password comes from $DDQ_REDIS_URL, as for `ddq train`. Raises
     ValueError for a bad setting (before anything starts) and TrainingFailed for a run that could
     not go on. Ctrl-C stops a run cleanly: the returned run's stop_reason then says so."""
     typed = {"algo": algo, "seed": seed, "total_steps": total_steps, "target_return": target_return,
@@ -100,50 +104,54 @@ def train(env: str | None = None, mode: str | None = None, *, algo: str | None =
     if progress is not None:
         values["progress"] = progress
     config_file = None if config is None else str(config)
-    prepared, _, spark = prepare(values, config_file)
+    prepared, saved, spark = prepare(values, config_file, resume=None if resume is None else str(resume),
+                                     given_in=PYTHON_CALL)
     if progress is None and not (config_file and "progress" in flat_settings(load_toml(config_file))):
         prepared.run.progress = False  # a library call prints no bar unless asked
-    summary, _ = execute(prepared, animate=animate, spark=spark)
+    summary, _ = execute(prepared, saved, animate=animate, spark=spark)
     if str(summary.get("stop_reason") or "").startswith(StopReason.FAILURE.value):
         raise TrainingFailed(summary)
     return Run(Path(str(prepared.run.run_dir)), summary)
 
 
 def prepare(values: dict[str, Any], config_file: str | None = None, solver_file: str | None = None,
-            resume: str | None = None) -> tuple[TrainConfig, dict[str, Any] | None, BootingJvm | None]:
+            resume: str | None = None, given_in: str = COMMAND_LINE,
+            ) -> tuple[TrainConfig, dict[str, Any] | None, BootingJvm | None]:
     """The run's settings, checked before anything starts (a mistake costs one line), the checkpoint it
     resumes from, if any, and a local master's Spark JVM, booted while the settings were checked (for
-    `execute`; it exits with this process if nothing takes it)."""
+    `execute`; it exits with this process if nothing takes it). `given_in`: whether `values` are flags or a
+    Python call's keywords, which the lines name."""
     from ddq.core.settings import build_config
     from ddq.modes.launch import boot_spark
     from ddq.preflight import check_run
     from ddq.run_folder import holds_a_run
 
-    saved, why, redis_url_from = None, None, "--redis-url"
+    saved, why, redis_url_from = None, None, spelled("redis_url", given_in)
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
         values, redis_url_from = {**values, "redis_url": os.environ[REDIS_URL_ENV]}, f"${REDIS_URL_ENV}"
     if resume:
         from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none (`ddq.core.algorithms`)
 
         saved = ckpt.load_checkpoint(resume)
-        config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file)
+        config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file,
+                              given_in=given_in)
         config.run.run_dir = str(Path(resume).parent if Path(resume).is_file() else Path(resume))
     else:
         values, why = with_measured_mode(values, config_file)
-        config = build_config(values, config_file, solver_file=solver_file)
+        config = build_config(values, config_file, solver_file=solver_file, given_in=given_in)
     if has_masked_secret(config.distributed.redis_url):
         raise ValueError(f"the run used a Redis with a password, which ddq never writes down: give its URL again "
                          f"to resume it (${REDIS_URL_ENV}, which keeps the password off the command line)")
     run_dir = config.run.run_dir or default_run_dir(config.agent.env)
     if not resume and holds_a_run(run_dir):
-        raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
-                         "or choose another --run-dir")
+        raise ValueError(f"{run_dir} already holds a run: continue it with {spelled('resume', given_in)} {run_dir}, "
+                         f"or choose another {spelled('run_dir', given_in)}")
     config.run.run_dir = run_dir
     spark = boot_spark(config)
     try:
         check_run(config, redis_url_from)
         if saved is not None and resume:
-            check_resume(saved, config, resume)
+            check_resume(saved, config, resume, given_in)
     except BaseException:
         if spark is not None:
             spark.kill()
@@ -152,12 +160,12 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         print(f"ddq: no mode named, so {why}", file=sys.stderr)
     if not resume and (note := algorithm_note(values, config_file, config)):
         print(f"ddq: no algo named, so {note}", file=sys.stderr)
-    if note := ignored_settings_note(values, config_file, config):
+    if note := ignored_settings_note(values, config_file, config, given_in):
         print(f"ddq: warning: {note}", file=sys.stderr)
     return config, saved, spark
 
 
-def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str) -> None:
+def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str, given_in: str = COMMAND_LINE) -> None:
     """Refuses, in one line, a resume that could not continue the run: with its step or episode budget spent
     (it trained nothing, yet evaluated again and rewrote the summary), in another mode, whose weights live
     elsewhere (a serial run resumed in downpour had trained on from new ones, and said nothing), or with
@@ -169,22 +177,24 @@ def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str) -> Non
     from ddq.core.agent import env_spec, q_network
 
     before, counters, run = ckpt.config_from_checkpoint(saved), saved.get("counters", {}), config.run
+    resuming = f"{spelled('resume', given_in)} {resume}"
     if config.run.mode != before.run.mode:
-        raise ValueError(f"--resume {resume}: the run trained in {before.run.mode} mode, which keeps its weights; "
-                         f"resume it in that mode (no --mode), or start a new run in {config.run.mode} mode")
+        raise ValueError(f"{resuming}: the run trained in {before.run.mode} mode, which keeps its weights; resume "
+                         f"it in that mode (no {spelled('mode', given_in)}), or start a new run in {config.run.mode} "
+                         "mode")
     if "model_definition" not in saved:
         spec = env_spec(config.agent)
         network = q_network(config.agent, spec.frame_shape, spec.num_actions).state_dict()
         if {k: v.shape for k, v in network.items()} != {k: v.shape for k, v in saved["q_network"].items()}:
             now, then = asdict(config.agent), asdict(before.agent)
             changed = ", ".join(sorted(key for key in now if now[key] != then.get(key)))
-            raise ValueError(f"--resume {resume}: with {changed} changed, the network is not the run's; resume it "
+            raise ValueError(f"{resuming}: with {changed} changed, the network is not the run's; resume it "
                              "with the run's, or start a new run")
     spent = budget_spent(int(counters.get("env_steps", 0)), run.total_steps, int(counters.get("episodes", 0)),
                          run.total_episodes)
     if spent is not None:
-        flag = "--total-steps" if spent is StopReason.BUDGET else "--total-episodes"
-        raise ValueError(f"--resume {resume}: the run has spent its budget ({spent.value}: {counters.get('env_steps')} "
+        flag = spelled("total_steps" if spent is StopReason.BUDGET else "total_episodes", given_in)
+        raise ValueError(f"{resuming}: the run has spent its budget ({spent.value}: {counters.get('env_steps')} "
                          f"env steps, {counters.get('episodes')} episodes); resume it with a larger {flag}")
 
 
@@ -204,7 +214,8 @@ def algorithm_note(values: dict[str, Any], config_file: str | None, config: Trai
     return f"{algo}: {why} ({choice} is {config.agent.env}'s measured choice; --algo names another)"
 
 
-def ignored_settings_note(values: dict[str, Any], config_file: str | None, config: TrainConfig) -> str | None:
+def ignored_settings_note(values: dict[str, Any], config_file: str | None, config: TrainConfig,
+                          given_in: str = COMMAND_LINE) -> str | None:
     """The line that says which named settings the run's mode ignores (and where they came from), else None: a
     script that gives every mode the same flags still runs (refusing them had stopped it)."""
     from ddq.config.measured import unread_in
@@ -215,7 +226,7 @@ def ignored_settings_note(values: dict[str, Any], config_file: str | None, confi
     unread = unread_in(mode, set(values) | set(flat_settings(file_values)), config.distributed.workers)
     if not unread:
         return None
-    named = ", ".join(f"{name} ({where_given(name, values, file_values, config_file)})" for name in unread)
+    named = ", ".join(f"{name} ({where_given(name, values, file_values, config_file, given_in)})" for name in unread)
     if mode == "serial":
         return f"serial mode trains in one process: it ignores {named}, which only distributed runs read"
     return f"{mode} mode ignores {named}, which only another mode reads (`ddq train --help-all` groups them)"

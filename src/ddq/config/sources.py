@@ -209,20 +209,30 @@ class SettingRefused(ValueError):
         self.setting = setting
 
 
-def where_given(key: str, cli_values: dict[str, Any], file_values: dict[str, Any], config_file: str | None) -> str:
-    """Where setting `key` got its value, the later source first: 'given as --key', 'in FILE, line N', or
-    'the default or the preset'."""
+COMMAND_LINE = "the command line"
+PYTHON_CALL = "ddq.train's keywords"  # `ddq.train(total_steps=...)`: its errors name keywords, not flags
+
+
+def where_given(key: str, cli_values: dict[str, Any], file_values: dict[str, Any], config_file: str | None,
+                given_in: str = COMMAND_LINE) -> str:
+    """Where setting `key` got its value, the later source first: 'given as --key' (or 'given as key=' in
+    a Python call: `given_in`), 'in FILE, line N', or 'the default or the preset'."""
     if key in cli_values:
-        return _where("the command line", key)
+        return _where(given_in, key)
     if config_file and named_setting(file_values, key) is not None:
         return _where(config_file, key)
     return "the default or the env's preset"
 
 
+def spelled(key: str, given_in: str = COMMAND_LINE) -> str:
+    """Setting `key` as the user writes it: `--key-name` on the command line, `key_name=` in a Python call."""
+    return f"{key}=" if given_in == PYTHON_CALL else f"--{key.replace('_', '-')}"
+
+
 def _where(source: str, key: str) -> str:
-    """'given as --key', 'in FILE, line N', or 'in SOURCE'."""
-    if source == "the command line":
-        return f"given as --{key.replace('_', '-')}"
+    """'given as --key', 'given as key=', 'in FILE, line N', or 'in SOURCE'."""
+    if source in (COMMAND_LINE, PYTHON_CALL):
+        return f"given as {spelled(key, source)}"
     path = Path(source)
     if path.suffix in (".toml", ".json", ".prototxt") and path.is_file():
         pattern = re.compile(rf"^\s*\"?{re.escape(key)}\"?\s*[=:]")

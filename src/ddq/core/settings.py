@@ -8,14 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 from ddq.config import AgentConfig, RunConfig, TrainConfig, flat_settings, load_toml, merge, preset_for
-from ddq.config.sources import SettingRefused, named_setting, preset_key, where_given
+from ddq.config.sources import COMMAND_LINE, SettingRefused, named_setting, preset_key, where_given
 from ddq.core.algorithms import algorithm_for, algorithm_preset, default_algorithm, unread_by
 
 
 def build_config(cli_values: dict[str, Any], config_file: str | None = None,
-                 base: TrainConfig | None = None, solver_file: str | None = None) -> TrainConfig:
+                 base: TrainConfig | None = None, solver_file: str | None = None,
+                 given_in: str = COMMAND_LINE) -> TrainConfig:
     """Defaults (or `base`, for a resume), then the env's preset and its algorithm's (the one named, or
-    the env's measured choice), the file, a Caffe solver, then the flags; checked by the algorithm."""
+    the env's measured choice), the file, a Caffe solver, then the flags (`cli_values`, or a Python call's
+    keywords: `given_in` says which, for the errors); checked by the algorithm."""
     file_values = load_toml(config_file) if config_file else {}
     named = set(cli_values) | set(flat_settings(file_values))  # the user's (not a preset's, nor a resumed run's)
     if base is not None:
@@ -28,7 +30,8 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
         try:
             algorithm = algorithm_for(algo) if algo else default_algorithm(key, mode, named)
         except ValueError as error:  # an unknown name: say where it was given
-            raise ValueError(f"{error} ({where_given('algo', cli_values, file_values, config_file)})") from None
+            where = where_given("algo", cli_values, file_values, config_file, given_in)
+            raise ValueError(f"{error} ({where})") from None
         config = merge(TrainConfig(), preset_for(env_id), f"the preset for {env_id}")
         config = merge(config, algorithm_preset(algorithm, key), f"the {algorithm.name} preset for {env_id}")
     config = merge(config, file_values, config_file or "the config file")
@@ -36,7 +39,7 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
         from ddq.models.caffe import load_solver
 
         config = merge(config, load_solver(solver_file).as_settings(), solver_file)
-    config = merge(config, cli_values, "the command line")
+    config = merge(config, cli_values, given_in)
     try:
         algorithm_for(config.agent.algo).check(config)
         ignored = unread_by(config.agent.algo, named)
@@ -45,5 +48,6 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
             raise SettingRefused(setting, f"{setting} is a setting of algo {reader}, which algo {config.agent.algo} "
                                           "would ignore")
     except SettingRefused as refusal:
-        raise ValueError(f"{refusal} ({where_given(refusal.setting, cli_values, file_values, config_file)})") from None
+        where = where_given(refusal.setting, cli_values, file_values, config_file, given_in)
+        raise ValueError(f"{refusal} ({where})") from None
     return config
