@@ -190,11 +190,11 @@ def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores:
     task = TASKS[env]
     task.check(wall_time_s)
     needed = workers + 1 if on_hosts else workers
+    given = f"--cores gave {cores}" if cores is not None else "--cores was not given"
     cores = cores if cores is not None else list(range(needed))
     if len(set(cores)) < needed or len(set(cores)) < len(cores) or not set(cores) <= os.sched_getaffinity(0):
         raise ValueError(f"--workers {workers}{' on test hosts' if on_hosts else ''} needs {needed} of this "
-                         f"machine's cores, each named once (it may use {sorted(os.sched_getaffinity(0))}); "
-                         f"--cores gave {cores}")
+                         f"machine's cores, each named once (it may use {sorted(os.sched_getaffinity(0))}); {given}")
     if on_hosts:
         from ddq.benchmarks.testhosts import why_not_here
 
@@ -210,8 +210,9 @@ def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores:
                 else:
                     outcomes.append(run_one(env, mode, workers, seed, Path(tmp), cores, wall_time_s))
                 done = outcomes[-1]
-                result = f"{done.score} {task.score_words}" if task.fixed_time else f"{done.seconds} s"
-                print(f"ddq: {env} {done.configuration} seed {seed}: {result}, {done.env_steps} env steps"
+                result = f"{done.score} {task.score_words}" if task.fixed_time else \
+                    "target not reached" if done.seconds is None else f"{done.seconds:.1f} s"
+                print(f"ddq: {env} {done.configuration} seed {seed}: {result}, {done.env_steps or 0:,} env steps"
                       + (f" ({done.where_time_went})" if done.where_time_went else ""), file=sys.stderr, flush=True)
     return outcomes
 

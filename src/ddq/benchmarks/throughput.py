@@ -58,7 +58,7 @@ def run_bench(worker_counts: list[int], latency_ms: float = 10.0, steps_per_work
         rows = []
         for workers in worker_counts:
             rows.append(run_workers(workers, latency_ms, steps_per_worker, Path(tmp), mode))
-            print(f"ddq: measured {workers} workers", file=sys.stderr)
+            print(f"ddq: measured {workers} worker{'' if workers == 1 else 's'}", file=sys.stderr)
         return rows
 
 
