@@ -70,7 +70,7 @@ def test_an_env_trains_with_its_measured_algorithm_unless_told_or_unable(tmp_pat
         return algorithm_note(values, None, build_config(values))
 
     assert note({"env": "CartPole-v1", "batch_size": 64}) == (
-        "dqn: batch_size was named, which only dqn reads (pqn is CartPole-v1's measured choice; --algo names another)")
+        "dqn: batch_size was named, which pqn does not read (pqn is CartPole-v1's measured choice; --algo names another)")
     assert note({"env": "CartPole-v1", "mode": "actor-learner"}).startswith("dqn: pqn does not train in actor-learner")
     assert note({"env": "CartPole-v1"}) is None and note({"env": "CartPole-v1", "algo": "dqn"}) is None
     assert note({"env": "Acrobot-v1"}) is None  # DQN, the choice where none was measured
@@ -243,3 +243,23 @@ def test_a_serial_run_says_which_distributed_settings_it_ignores(tmp_path, capsy
                      "line 1), workers (given as --workers), which only distributed runs read"], lines
     prepare({**values, "workers": 1})
     assert capsys.readouterr().err == ""
+
+
+def test_an_algorithm_built_on_another_reads_what_it_inherits(monkeypatch, capsys):
+    """A third algorithm subclassing DQN (architecture.md's C51) inherits DQN's replay settings: neither refuses
+    the other's, and a setting PQN would ignore is still named as DQN's (the first registered reader). The
+    registry entry alone puts it in `--algo`'s help."""
+    from ddq.cli import main
+    from ddq.core import algorithms
+    from ddq.core.algorithms.dqn import DQN
+
+    sibling = type("Sibling", (DQN,), {"name": "sibling", "summary": "DQN's sibling", "chosen_for": frozenset()})
+    monkeypatch.setitem(algorithms.ALGORITHMS, "sibling", sibling)
+    assert algorithms.unread_by("sibling", {"n_step", "batch_size"}) == {}
+    assert algorithms.unread_by("dqn", {"n_step", "batch_size"}) == {}
+    assert algorithms.unread_by("pqn", {"n_step"}) == {"n_step": "dqn"}
+    assert build_config({"env": "CartPole-v1", "algo": "dqn", "batch_size": 32}).agent.batch_size == 32
+    assert build_config({"env": "CartPole-v1", "algo": "sibling", "n_step": 3}).agent.n_step == 3
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "or sibling (DQN's sibling)" in " ".join(capsys.readouterr().out.split())

@@ -209,7 +209,7 @@ def algorithm_note(values: dict[str, Any], config_file: str | None, config: Trai
     if "algo" in named or choice == algo:
         return None
     moved = unread_by(choice, named)  # what `default_algorithm` moved away from the choice for, if anything
-    why = "{} was named, which only {} reads".format(*next(iter(moved.items()))) if moved else \
+    why = f"{next(iter(moved))} was named, which {choice} does not read" if moved else \
         f"{choice} does not train in {config.run.mode} mode"
     return f"{algo}: {why} ({choice} is {config.agent.env}'s measured choice; --algo names another)"
 

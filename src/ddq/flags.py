@@ -39,6 +39,17 @@ class _PresetNote:
         return ", or the env's preset" if self.name in _preset_keys() else ""
 
 
+class _AlgorithmsNote:
+    """The algorithms `--algo` names, each with its summary, from the registry when help is shown
+    (`%(algorithms)s` in the help): the settings, below the algorithms, cannot list them."""
+
+    def __str__(self) -> str:
+        from ddq.core.algorithms import ALGORITHMS
+
+        named = [f"{name} ({kind.summary})" for name, kind in ALGORITHMS.items()]
+        return " or ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
+
+
 @dataclasses.dataclass
 class Setting:
     """One setting as a flag: where it lives, its group, its field, its element type, whether it is a list."""
@@ -92,6 +103,7 @@ def add_config_flags(parser: argparse.ArgumentParser, brief: bool = False) -> No
                                               nargs="+" if s.is_list else None, default=argparse.SUPPRESS,
                                               help=help_text, metavar=f.name.upper())
         action.preset = _PresetNote(f.name)  # read by `%(preset)s` in its help
+        action.algorithms = _AlgorithmsNote()  # and `%(algorithms)s` (`--algo`'s)
 
 
 def reword(parser: argparse.ArgumentParser, dest: str, help_text: str) -> None:

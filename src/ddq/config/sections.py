@@ -57,7 +57,7 @@ class AgentConfig:
     model: str = setting("auto", "network", "Q-network: auto, mlp, small-conv, snake-conv (Snake's board as planes), snake-conv-wide (the same, twice the channels and units), snake-conv-turned (snake-conv on the board turned so the snake heads up), snake-conv-egocentric (turned and centred on its head), minatar, deepq, nature, a shipped definition (ddq models) or a Caffe .prototxt file")
     hidden: list[int] = setting([256, 256], "network", "MLP hidden layer widths")
     dueling: bool = setting(False, "network", "dueling heads: Q = V(s) + A(s, a) - mean A (Wang et al. 2016)")
-    algo: str = setting("dqn", "algorithm", "dqn (a replay memory and a target network) or pqn (Q(lambda) on fresh rollouts with LayerNorm, no replay, no target: Gallici et al. 2024); unnamed, the env's measured choice (CartPole-v1, LunarLander-v3: pqn), but dqn in actor-learner mode or beside a setting only DQN reads", True)
+    algo: str = setting("dqn", "algorithm", "%(algorithms)s; unnamed, the env's measured choice (CartPole-v1, LunarLander-v3: pqn), but dqn in actor-learner mode or beside a setting only DQN reads", True)
     q_lambda: float = setting(0.65, "algorithm", "pqn: lambda of its Q(lambda) returns (0: one-step targets; 1: returns to the rollout's end)")
     rollout_steps: int = setting(32, "algorithm", "pqn: vector steps of every env per rollout, then it trains on them")
     epochs: int = setting(2, "algorithm", "pqn: passes over each rollout")

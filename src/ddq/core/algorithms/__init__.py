@@ -36,11 +36,15 @@ def default_algorithm(preset_key: str, mode: str, named: set[str] | frozenset[st
 
 
 def unread_by(algo: str, named: set[str] | frozenset[str]) -> dict[str, str]:
-    """Of the `named` settings, those only other algorithms read than `algo`, each with the one that does:
-    a run of `algo` would ignore them."""
-    kind = ALGORITHMS[algo]
-    return {setting: other.name for other in ALGORITHMS.values() if other is not kind
-            for setting in sorted(named & other.reads_alone)}
+    """Of the `named` settings, those that other algorithms read and `algo` does not, each with the first
+    registered one that reads it: a run of `algo` would ignore them. An algorithm built on another (C51 on
+    DQN) reads what it inherits, so neither refuses the other's settings."""
+    own = ALGORITHMS[algo].reads_alone
+    unread: dict[str, str] = {}
+    for other in ALGORITHMS.values():
+        for setting in sorted(named & other.reads_alone - own):
+            unread.setdefault(setting, other.name)
+    return unread
 
 
 def algorithm_preset(algorithm: Algorithm, preset_key: str) -> dict[str, Any]:

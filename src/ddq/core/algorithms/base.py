@@ -44,10 +44,12 @@ class Algorithm(ABC):
     `ddq.core.algorithms.ALGORITHMS`."""
 
     name: ClassVar[str]  # what `--algo` names it
+    summary: ClassVar[str] = ""  # what it is, in a few words, for `--algo`'s help
     layer_norm: ClassVar[bool] = False  # LayerNorm after each hidden layer of its network
     keeps_replay: ClassVar[bool] = True  # what a checkpoint keeps beside the learner: the replay memory
     modes: ClassVar[tuple[str, ...]] = MODES  # the training modes it trains in
-    # Settings only this algorithm reads: naming one, and no algorithm, asks for it over an env's measured choice.
+    # Settings it reads that another algorithm does not (one built on another inherits its parent's): naming one,
+    # and no algorithm, asks for an algorithm that reads it over an env's measured choice.
     reads_alone: ClassVar[frozenset[str]] = frozenset()
     # The envs (preset keys: an env id, "atari" or "minatar") it trains when no algorithm is named: measured.
     chosen_for: ClassVar[frozenset[str]] = frozenset()

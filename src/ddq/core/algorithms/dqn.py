@@ -24,6 +24,7 @@ class DQN(Algorithm):
     `network` and `gradient`."""
 
     name = "dqn"
+    summary = "a replay memory and a target network"
     keeps_replay = True
     # Its replay memory, target network, frame stacks and update schedule: naming one asks for DQN.
     reads_alone: ClassVar[frozenset[str]] = frozenset({

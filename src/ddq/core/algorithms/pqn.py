@@ -24,6 +24,7 @@ class PQN(Algorithm):
     serial, downpour and data-parallel mode."""
 
     name = "pqn"
+    summary = "Q(lambda) on fresh rollouts with LayerNorm, no replay, no target: Gallici et al. 2024"
     layer_norm = True
     keeps_replay = False
     modes = ("serial", "downpour", "data-parallel")
