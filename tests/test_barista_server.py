@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -170,3 +171,12 @@ def test_a_web_page_cannot_drive_the_barista_and_bad_lengths_are_refused_at_once
                 sock.close()
             if barista.poll() is None:
                 barista.kill()
+
+
+def test_the_help_of_a_hand_started_process_shows_what_it_reads():
+    """A Barista or a shard started by hand never reads the driver's evaluations and services, nor actor-learner's
+    wiring: its help leaves them out, and its --redis-url says where else the URL may come from."""
+    for command in (["barista", "serve"], ["param-server"]):
+        shown = " ".join(run_ddq(*command, "--help").stdout.split())
+        assert "--env ENV" in shown and "--push-every PUSH_EVERY" in shown and "default $DDQ_REDIS_URL" in shown
+        assert re.search(r"--(celery|dashboard|eval-every|send-every|sync)\b", shown) is None, (command, shown)

@@ -116,6 +116,9 @@ def _config_from(args: argparse.Namespace, own: tuple[str, ...]):
     return build_config({k: v for k, v in vars(args).items() if k not in skip}, args.config)
 
 
+# what a Barista or a shard started by hand never reads: the driver's evaluations and services, and
+# actor-learner's wiring (groups of `ddq train --help-all`)
+UNREAD_BY_HAND = ("evaluation", "actor-learner", "services")
 HAND_STARTED_REDIS = (f"the run's Redis: redis://, rediss://, unix:// (default ${REDIS_URL_ENV}, which keeps a "
                       "password off the command line)")
 
@@ -262,7 +265,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     serve.add_argument("--worker", type=in_range(int, 0), default=0, help="this worker's id")
     serve.add_argument("--port", type=PORT, default=0, help="port on 127.0.0.1 (default: a free one)")
     serve.add_argument("--url-file", help="also write the URL it serves on into this file")
-    add_config_flags(serve)
+    add_config_flags(serve, leaving_out=UNREAD_BY_HAND)
     reword(serve, "redis_url", HAND_STARTED_REDIS)
     serve.set_defaults(func=cmd_barista_serve)
 
@@ -302,7 +305,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
                                                            "used as it is (only --redis-url applies over it)")
     server.add_argument("--run", default="default", help="run id: the Redis keys live under ddq:RUN:")
     server.add_argument("--shard", type=in_range(int, 0), default=0, help="which shard of --shards this process serves")
-    add_config_flags(server)
+    add_config_flags(server, leaving_out=UNREAD_BY_HAND)
     reword(server, "redis_url", HAND_STARTED_REDIS)
     server.set_defaults(func=cmd_param_server)
 

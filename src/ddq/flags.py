@@ -78,11 +78,14 @@ def _parse_optional(kind: type):
     return parse
 
 
-def add_config_flags(parser: argparse.ArgumentParser, brief: bool = False) -> None:
+def add_config_flags(parser: argparse.ArgumentParser, brief: bool = False, leaving_out: tuple[str, ...] = ()) -> None:
     """One flag per setting, in its group; unset flags stay out of the parsed namespace (so a file or preset
-    below them shows through). `brief`: only the settings marked brief appear in --help; all still parse."""
+    below them shows through). `brief`: only the settings marked brief appear in --help; all still parse.
+    `leaving_out`: groups of settings the command never reads, which it neither shows nor takes."""
     groups: dict[tuple[str, str | None], Any] = {}
     for s in settings():
+        if s.group in leaving_out:
+            continue
         key = (s.section, s.group)
         if key not in groups:
             groups[key] = parser.add_argument_group(f"{s.group} settings ([{s.section}] in a --config file)")
