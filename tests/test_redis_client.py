@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -61,9 +63,6 @@ def test_a_private_redis_whose_snapshot_fails_refuses_writes_rather_than_go_on_u
 def test_a_run_whose_redis_cannot_save_its_snapshot_ends_with_one_line(tmp_path):
     """The disk under the run's Redis fills mid-run: Redis refuses writes, and the run ends saying so in one
     line that names the log to read, not with Redis' four sentences."""
-    import subprocess
-    import sys
-
     run_dir = tmp_path / "run"
     train = subprocess.Popen([sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "1", "--env",
                               "CartPole-v1", "--total-steps", "10000000", "--time-budget-s", "150", "--no-celery",
@@ -91,17 +90,23 @@ def test_a_run_whose_redis_cannot_save_its_snapshot_ends_with_one_line(tmp_path)
 
 def test_the_folders_of_servers_whose_owner_was_killed_are_swept_and_a_live_ones_kept(tmp_path):
     """A private Redis's folder outlives an owner killed with SIGKILL (its log; a dashboard's copy of a run's
-    telemetry): the next start removes those whose socket is gone or refuses, once a minute old."""
+    telemetry): the next start removes those whose owner has exited and whose socket is gone or refuses. A
+    live owner's stays, its server restarting or not, and so does a folder whose server still answers."""
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()  # an owner that has exited
     with EmbeddedRedis() as live:
-        folders = {name: tmp_path / f"ddq-redis-{name}" for name in ("gone", "refusing", "young", "live")}
+        folders = {name: tmp_path / f"ddq-redis-{pid}_{name}" for name, pid in (
+            ("gone", gone.pid), ("refusing", gone.pid), ("answering", gone.pid), ("restarting", os.getpid()))}
+        folders["no-pid"] = tmp_path / "ddq-redis-abc_no-pid"
         for folder in folders.values():
             folder.mkdir()
         (folders["gone"] / "redis.log").write_text("the owner was killed\n")
-        with socket.socket(socket.AF_UNIX) as dead:  # a socket file nothing listens on
-            dead.bind(str(folders["refusing"] / "redis.sock"))
-        (folders["live"] / "redis.sock").symlink_to(live.socket_path)
-        for name in ("gone", "refusing", "live"):
-            os.utime(folders[name], (time.time() - 120, time.time() - 120))
+        for name in ("refusing", "restarting"):  # a socket file nothing listens on
+            with socket.socket(socket.AF_UNIX) as dead:
+                dead.bind(str(folders[name] / "redis.sock"))
+        (folders["answering"] / "redis.sock").symlink_to(live.socket_path)
         sweep_abandoned_folders(tmp_path)
-        assert sorted(path.name for path in tmp_path.iterdir()) == ["ddq-redis-live", "ddq-redis-young"]
+        assert sorted(path.name.split("_", 1)[1] for path in tmp_path.iterdir()) == ["answering", "no-pid",
+                                                                                    "restarting"]
+        assert live.folder.name.startswith(f"ddq-redis-{os.getpid()}_")  # its owner, named for the sweep
         assert redis.Redis(unix_socket_path=str(live.socket_path)).ping()

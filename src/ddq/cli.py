@@ -123,12 +123,18 @@ HAND_STARTED_REDIS = (f"the run's Redis: redis://, rediss://, unix:// (default $
                       "password off the command line)")
 
 
+def given_redis_url(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The Redis URL a command was given, and how, for its lines: --redis-url, else $DDQ_REDIS_URL, which
+    keeps a password off the command line (and out of `ps`)."""
+    flag = getattr(args, "redis_url", None)
+    return (flag, "--redis-url") if flag else (os.environ.get(REDIS_URL_ENV), f"${REDIS_URL_ENV}")
+
+
 def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str, whose: str) -> str:
     """A process started by hand takes its Redis from --redis-url, else from $DDQ_REDIS_URL, which keeps a
     password off the command line (and out of `ps`), else from its settings file; with none it is refused in
     one line."""
-    given = getattr(args, "redis_url", None) or os.environ.get(REDIS_URL_ENV)
-    config.distributed.redis_url = given or config.distributed.redis_url
+    config.distributed.redis_url = given_redis_url(args)[0] or config.distributed.redis_url
     if not config.distributed.redis_url:
         raise ValueError(f"{command} needs a Redis URL {whose}: --redis-url, or ${REDIS_URL_ENV}, which keeps a "
                          "password off the command line")
@@ -165,11 +171,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         with serve_saved_telemetry(Path(args.run_dir)) as saved:
             serve(saved.url, args.run, args.host, args.port, args.url_file)
         return 0
-    url = args.redis_url or os.environ.get(REDIS_URL_ENV)
+    url, given_as = given_redis_url(args)
     if not url:
         raise ValueError(f"dashboard needs a finished run's folder, or --redis-url (or ${REDIS_URL_ENV}): the "
                          "Redis of a run going on")
-    check_redis(url, "--redis-url" if args.redis_url else f"${REDIS_URL_ENV}")
+    check_redis(url, given_as)
     serve(url, args.run, args.host, args.port, args.url_file)
     return 0
 

@@ -106,7 +106,8 @@ def add_config_flags(parser: argparse.ArgumentParser, brief: bool = False, leavi
                                               nargs="+" if s.is_list else None, default=argparse.SUPPRESS,
                                               help=help_text, metavar=f.name.upper())
         action.preset = _PresetNote(f.name)  # read by `%(preset)s` in its help
-        action.algorithms = _AlgorithmsNote()  # and `%(algorithms)s` (`--algo`'s)
+        if "%(algorithms)s" in help_text:  # `--algo`'s
+            action.algorithms = _AlgorithmsNote()
 
 
 def reword(parser: argparse.ArgumentParser, dest: str, help_text: str) -> None:

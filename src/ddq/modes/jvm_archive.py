@@ -88,12 +88,20 @@ def archivable_class_path() -> bool:
     return not (folder.is_dir() and any(folder.iterdir()))
 
 
+def archive_sources(java: str) -> tuple[str, str, str]:
+    """What an archive is made from: the java, pyspark's package and the Spark home (any of them gone, so is
+    the archive's use)."""
+    import pyspark
+
+    return java, str(Path(pyspark.__file__).resolve()), str(spark_home().resolve())
+
+
 def archive_path(java: str) -> Path:
     """The archive for this java and this Spark (either changed, a new one is made)."""
     import pyspark
 
-    key = (f"{java}\n{os.stat(java).st_mtime_ns}\n{pyspark.__version__}\n{Path(pyspark.__file__).resolve()}"
-           f"\n{spark_home().resolve()}")
+    java, package, home = archive_sources(java)
+    key = f"{java}\n{os.stat(java).st_mtime_ns}\n{pyspark.__version__}\n{package}\n{home}"
     return cache_folder() / f"spark-jvm-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
@@ -104,10 +112,7 @@ def sources_note(archive: Path) -> Path:
 
 def note_sources(archive: Path, java: str) -> None:
     """Notes beside `archive`, as it is adopted, the paths `remove_orphans` checks."""
-    import pyspark
-
-    paths = (java, str(Path(pyspark.__file__).resolve()), str(spark_home().resolve()))
-    write_whole(sources_note(archive), "\n".join(paths).encode())
+    write_whole(sources_note(archive), "\n".join(archive_sources(java)).encode())
 
 
 def remove_orphans(folder: Path) -> None:

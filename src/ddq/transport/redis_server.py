@@ -96,16 +96,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
-ABANDONED_AFTER_S = 60.0  # a live server's folder holds its answering socket within milliseconds of its start
+FOLDER_PREFIX = "ddq-redis-"  # then the owner's pid and "_": `sweep_abandoned_folders` reads it back
 
 
 def sweep_abandoned_folders(temp: Path | None = None) -> None:
-    """Removes this user's ddq-redis-* folders whose server is gone: one whose owner was SIGKILLed (a driver, a
-    dashboard) stays behind with its log, and a dashboard's with a copy of a run's telemetry. A folder is
-    gone when it is older than ABANDONED_AFTER_S and its socket is missing or refuses a connection."""
-    for folder in (temp or Path(tempfile.gettempdir())).glob("ddq-redis-*"):
+    """Removes this user's private-Redis folders whose owner is gone: one SIGKILLed (a driver, a dashboard)
+    leaves its folder behind, with the log, or a copy of a run's telemetry. A folder is gone when the process
+    its name holds has exited and its socket does not answer (a live owner restarting its server keeps its
+    folder; so does one that another PID namespace sharing /tmp made). A name without a pid is left alone."""
+    for folder in (temp or Path(tempfile.gettempdir())).glob(f"{FOLDER_PREFIX}*_*"):
+        owner = folder.name[len(FOLDER_PREFIX):].split("_", 1)[0]
         try:
-            if folder.stat().st_uid != os.getuid() or time.time() - folder.stat().st_mtime < ABANDONED_AFTER_S:
+            if not owner.isdigit() or folder.stat().st_uid != os.getuid() or _alive(int(owner)):
                 continue
             with socket.socket(socket.AF_UNIX) as probe:
                 probe.settimeout(1.0)
@@ -114,6 +116,16 @@ def sweep_abandoned_folders(temp: Path | None = None) -> None:
             shutil.rmtree(folder, ignore_errors=True)
         except OSError:  # not ours to judge (no access, a slow server): left alone
             continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 class EmbeddedRedis:
@@ -136,7 +148,7 @@ class EmbeddedRedis:
         address they reach it at (default `listen`). `persist`: a folder for the server's snapshots (an
         older one there is removed: this server starts empty)."""
         sweep_abandoned_folders()
-        self.folder = Path(tempfile.mkdtemp(prefix="ddq-redis-"))
+        self.folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}_"))
         if rdb is not None:
             shutil.copyfile(rdb, self.folder / "dump.rdb")
         self.socket_path = self.folder / "redis.sock"
