@@ -8,8 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -88,13 +90,15 @@ def test_a_run_whose_redis_cannot_save_its_snapshot_ends_with_one_line(tmp_path)
     assert "Traceback" not in err
 
 
-def test_the_folders_of_servers_whose_owner_was_killed_are_swept_and_a_live_ones_kept(tmp_path):
+def test_the_folders_of_servers_whose_owner_was_killed_are_swept_and_a_live_ones_kept():
     """A private Redis's folder outlives an owner killed with SIGKILL (its log; a dashboard's copy of a run's
     telemetry): the next start removes those whose owner has exited and whose socket is gone or refuses. A
     live owner's stays, its server restarting or not, and so does a folder whose server still answers."""
     gone = subprocess.Popen([sys.executable, "-c", ""])
     gone.wait()  # an owner that has exited
-    with EmbeddedRedis() as live:
+    # a short folder of its own: a socket's path has at most 107 bytes, which pytest's tmp_path can pass
+    with EmbeddedRedis() as live, tempfile.TemporaryDirectory(prefix="sweep-") as temp:
+        tmp_path = Path(temp)
         folders = {name: tmp_path / f"ddq-redis-{pid}_{name}" for name, pid in (
             ("gone", gone.pid), ("refusing", gone.pid), ("answering", gone.pid), ("restarting", os.getpid()))}
         folders["no-pid"] = tmp_path / "ddq-redis-abc_no-pid"
