@@ -85,10 +85,11 @@ def train(env: str | None = None, mode: str | None = None, *, algo: str | None =
 
     `env`: a Gymnasium id ("CartPole-v1", "ddq/Snake-v0", "ALE/Pong-v5"); `mode`: serial, downpour, actor-learner or
     data-parallel (default: the one measured best here, as `ddq train` picks it). The settings changed most are
-    typed keywords: `algo` ("dqn" or "pqn"; default: the env's measured choice), `seed`, `total_steps` (the env-step
-    budget), `target_return` (stop once a greedy evaluation averages this), `time_budget_s`, `workers` (distributed
-    modes), `num_envs` (envs per actor), `lr` (the optimizer's learning rate) and `device` ("cpu", "cuda", "auto");
-    None leaves a setting to the preset or the file. `config`: a TOML file of settings; `settings`: any other
+    typed keywords: `algo` (a name `ddq train --algo` takes, as its help lists them; default: the env's measured
+    choice), `seed`, `total_steps` (the env-step budget), `target_return` (stop once a greedy evaluation averages
+    this), `time_budget_s`, `workers` (distributed modes), `num_envs` (envs per actor), `lr` (the optimizer's
+    learning rate) and `device` ("cpu", "cuda", "auto"); None leaves a setting to the preset or the file.
+    `config`: a TOML file of settings; `settings`: any other
     setting of `ddq train --help-all` by name (`eval_every=1000`, `gamma=0.995`), applied, as the typed ones are,
     after the env's preset and the file. `run_dir`: where the run writes (default runs/<env>-<time>; it must not
     hold a run). `progress`: show a progress bar (default: only where `config` asks for one); `animate`: write
