@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -44,6 +45,23 @@ def command_lines_holding(secret: str) -> list[bytes]:
         if secret.encode() in line:
             found.append(line)
     return found
+
+
+def left_running(run_dir: Path, *logs: str, timeout: float = 20) -> list[int]:
+    """What still runs of the runs into `run_dir` after up to `timeout` s: the processes that name the folder
+    (shards, Redis, Celery, the dashboard) or a run id that `logs` (the commands' stderr) printed: the shards'
+    and Celery's, and the Spark JVM's, whose application name holds it (it exits a second or two after the
+    driver's context stops)."""
+    from ddq.benchmarks.procfs import processes_mentioning
+
+    runs = [line.split()[3] for log in logs for line in log.splitlines() if line.startswith("ddq: run id ")]
+    assert runs or not logs, "no run id in the logs given: a JVM of theirs would go unseen"
+    marks = [str(run_dir), *runs]
+    deadline = time.monotonic() + timeout
+    while (left := sorted({pid for mark in marks for pid in processes_mentioning(mark)})) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
 
 
 def summary_of(run_dir: Path) -> dict:

@@ -21,8 +21,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
-from ddq.benchmarks.procfs import processes_mentioning
+from conftest import (
+    assert_best_is_the_best_evaluation,
+    assert_events_match_metrics,
+    left_running,
+    run_ddq,
+    summary_of,
+)
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 from test_dashboard_browser import _serve_dashboard, _stop
@@ -75,7 +80,7 @@ def test_ctrl_c_then_resume_with_prioritized_replay_and_the_ratio_holds(tmp_path
     assert_the_replay_ratio_held(stopped)
     assert [line for line in log.read_text().splitlines() if not line.startswith("ddq: ")] == []
     assert "learner stopped at version" in (run_dir / "learner.log").read_text()
-    assert processes_mentioning(str(run_dir)) == []
+    assert left_running(run_dir, log.read_text()) == []
     assert_events_match_metrics(run_dir, TAGS | {"train/policy_lag"})  # Ctrl-C lost no event
 
     resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", str(stopped["env_steps"] + 2500))
@@ -87,7 +92,7 @@ def test_ctrl_c_then_resume_with_prioritized_replay_and_the_ratio_holds(tmp_path
     assert_the_replay_ratio_held({**after, "updates_before": stopped["updates"]}, since_steps=stopped["env_steps"])
     episodes = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {e["worker"] for e in episodes if e["kind"] == "episode"} == {0, 1}
-    assert processes_mentioning(str(run_dir)) == []
+    assert left_running(run_dir, resumed.stderr) == []
     assert_events_match_metrics(run_dir, TAGS | {"train/policy_lag"})
     assert_best_is_the_best_evaluation(run_dir)
 
@@ -126,7 +131,7 @@ def test_sync_rounds_meet_at_a_spark_barrier_and_start_with_the_same_weights(tmp
         _stop(dashboard)
     assert learner["replay_size"] > 0 and learner["publications"] >= rounds_done
     assert 0.5 < learner["updates_per_env_step"] <= 1.0  # the replay ratio, less learning_starts
-    assert processes_mentioning(str(run_dir)) == []
+    assert left_running(run_dir, result.stderr) == []
 
 
 def wait_for_file(path: Path, process: subprocess.Popen, timeout: float = 300) -> None:

@@ -66,6 +66,7 @@ def test_dummy_client_drives_a_barista(tmp_path):
         finally:
             if barista.poll() is None:
                 barista.kill()
+                barista.wait()
             assert not shards or stop_servers(admin, "hand", shards) == [0]
 
 
@@ -136,7 +137,8 @@ def test_a_web_page_cannot_drive_the_barista_and_bad_lengths_are_refused_at_once
         try:
             deadline = time.monotonic() + 60
             while not url_file.exists():
-                assert barista.poll() is None and time.monotonic() < deadline, barista.stderr.read()
+                assert barista.poll() is None, barista.stderr.read()  # (read only once it has exited)
+                assert time.monotonic() < deadline, "the Barista wrote no URL within 60 s"
                 time.sleep(0.1)
             port = int(url_file.read_text().rsplit(":", 1)[1])
             json_type = {"Content-Type": "application/json"}
@@ -171,6 +173,7 @@ def test_a_web_page_cannot_drive_the_barista_and_bad_lengths_are_refused_at_once
                 sock.close()
             if barista.poll() is None:
                 barista.kill()
+                barista.wait()
 
 
 def test_the_help_of_a_hand_started_process_shows_what_it_reads():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -103,8 +104,9 @@ def test_dashboard_follows_a_live_run_then_serves_it_finished(tmp_path, output_d
             assert page.problems == []
     finally:
         _stop(dashboard)
-    assert list(own_tmp.glob("ddq-redis-*")) == []  # its Redis went with it
-    own_tmp.rmdir()
+        left = list(own_tmp.glob("ddq-redis-*"))
+        shutil.rmtree(own_tmp)
+    assert left == []  # its Redis went with it
 
 
 def test_page_stays_usable_with_16_workers_and_a_million_updates(tmp_path, output_dir):

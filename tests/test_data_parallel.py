@@ -12,8 +12,13 @@ import sys
 
 import pytest
 
-from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
-from ddq.benchmarks.procfs import processes_mentioning
+from conftest import (
+    assert_best_is_the_best_evaluation,
+    assert_events_match_metrics,
+    left_running,
+    run_ddq,
+    summary_of,
+)
 from ddq.services.telemetry import collective_share
 from test_downpour import TAGS
 from test_failures import finish, private_redis, wait_for, wait_for_progress
@@ -44,8 +49,8 @@ def test_two_workers_learn_cartpole_as_one_and_apply_every_update(tmp_path):
     # one seed, one run: a second, shorter run publishes the same points (the workers count the run's env steps
     # themselves; read back from Redis, which lags their reports, epsilon and the marks followed timing)
     again = tmp_path / "again"
-    done = run_ddq(*RUN, "--total-steps", "6000", "--run-dir", str(again), timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    repeat = run_ddq(*RUN, "--total-steps", "6000", "--run-dir", str(again), timeout=300)
+    assert repeat.returncode == 0, repeat.stderr[-3000:]
     # (the points both evaluated: on a busy machine the evaluator can skip one a newer replaced as it waited,
     # 4,004 in one run of a loaded fresh-clone suite)
     first, second = dict(evaluation_points(run_dir)), dict(evaluation_points(again))
@@ -55,7 +60,7 @@ def test_two_workers_learn_cartpole_as_one_and_apply_every_update(tmp_path):
     # worker's run, below, has every tag
     assert_events_match_metrics(run_dir, TAGS - {"train/loss"})
     assert_best_is_the_best_evaluation(run_dir)
-    assert processes_mentioning(str(run_dir)) == []
+    assert left_running(run_dir, done.stderr) == [] and left_running(again, repeat.stderr) == []
 
 
 def test_dqn_workers_pair_every_update_though_their_episodes_end_apart(tmp_path):
@@ -113,7 +118,7 @@ def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
     began = {w["started_from"] for w in redone.values()}
     assert len(began) == 1 and began.pop() >= max(w["weights_version"] for w in lost.values()) > 0
     assert {w["weights_version"] for w in redone.values()} == {summary["updates"]}
-    assert (run_dir / "data-parallel.pt").exists() and processes_mentioning(str(run_dir)) == []
+    assert (run_dir / "data-parallel.pt").exists() and left_running(run_dir, text) == []
     assert_events_match_metrics(run_dir, TAGS)
     # worker 0 reported the updates where a parameter server's shard would: every one applied fresh
     points = [e for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if e["kind"] == "train"]

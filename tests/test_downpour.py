@@ -6,8 +6,13 @@ import json
 
 import pytest
 
-from conftest import assert_best_is_the_best_evaluation, assert_events_match_metrics, run_ddq, summary_of
-from ddq.benchmarks.procfs import processes_mentioning
+from conftest import (
+    assert_best_is_the_best_evaluation,
+    assert_events_match_metrics,
+    left_running,
+    run_ddq,
+    summary_of,
+)
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
 
@@ -58,7 +63,7 @@ def test_two_workers_train_pqn_through_the_parameter_server(tmp_path):
     # the background-evaluation worker did no harm (it starts with the job: a run this short can end before it
     # has; test_failures.py and test_secure_redis.py wait for its evaluations)
     assert "Traceback" not in (run_dir / "celery.log").read_text() and "Celery worker exited early" not in result.stderr
-    assert processes_mentioning(str(run_dir)) == []  # shards, Celery and Redis are gone
+    assert left_running(run_dir.resolve(), result.stderr) == []  # shards, Celery, Redis and Spark's JVM are gone
 
 
 @pytest.mark.parametrize("mode", ["downpour", "data-parallel"])

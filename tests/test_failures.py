@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import command_lines_holding, run_ddq, summary_of
+from conftest import command_lines_holding, left_running, run_ddq, summary_of
 from ddq.benchmarks.procfs import child_named, parent_and_command, processes_mentioning
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
@@ -129,7 +129,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_budget(tmp_path, start):
     summary = summary_of(run_dir)
     assert summary["stopped_by"] == "SIGINT" and summary["stop_reason"] == "stopped by the user"
     assert summary["env_steps"] < 40_000 and (run_dir / "checkpoint.pt").exists()
-    assert not (run_dir / "dashboard.url").exists() and processes_mentioning(str(run_dir)) == []
+    assert not (run_dir / "dashboard.url").exists() and left_running(run_dir, log.read_text()) == []
     folders = re.findall(r"(\S*ddq-redis-\w+)/redis\.sock", (run_dir / "redis.log").read_text())
     assert folders and not [folder for folder in folders if Path(folder).exists()]  # the private Redis's folder
 
@@ -139,7 +139,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_budget(tmp_path, start):
     after = summary_of(run_dir)
     assert after["env_steps"] >= budget and after["episodes"] > summary["episodes"]
     assert "resumed from its snapshot" in (run_dir / "param-server-0.log").read_text()
-    assert processes_mentioning(str(run_dir)) == []
+    assert left_running(run_dir, resumed.stderr) == []
 
 
 @pytest.mark.parametrize("mode", ["downpour", "actor-learner"])
@@ -197,7 +197,7 @@ def test_killed_redis_then_weights_owner_then_worker_are_each_replaced_and_the_r
         assert account["versions"] == [account["applied"]] and account["shards_agree"]
         assert summary["updates"] <= account["applied"]
         assert all(row["applied"] + row["dropped"] + row["lost"] == row["sent"] for row in account["workers"])
-    assert not (run_dir / "redis").exists() and processes_mentioning(str(run_dir)) == []
+    assert not (run_dir / "redis").exists() and left_running(run_dir, text) == []
 
 
 def test_a_redis_that_keeps_dying_ends_the_run_with_a_summary_and_nothing_left(tmp_path, start):
@@ -219,7 +219,7 @@ def test_a_redis_that_keeps_dying_ends_the_run_with_a_summary_and_nothing_left(t
     assert summary["stop_reason"].startswith("the run could not go on: redis-server")
     assert (run_dir / "checkpoint.pt").exists() and summary["env_steps"] < 200_000
     assert sorted(row["worker"] for row in summary["workers"]) == [0, 1]  # kept by the driver, not only in Redis
-    assert processes_mentioning(str(run_dir)) == []
+    assert left_running(run_dir, log.read_text()) == []
 
 
 def test_sigterm_stops_the_run_the_way_a_spent_budget_does(tmp_path, start):
@@ -238,7 +238,7 @@ def test_sigterm_stops_the_run_the_way_a_spent_budget_does(tmp_path, start):
     for written in ("checkpoint.pt", "param-server-shard0.pt", "learning_curve.png"):
         assert (run_dir / written).exists(), written
     assert "after its final snapshot" in (run_dir / "param-server-0.log").read_text()
-    assert processes_mentioning(str(run_dir)) == []
+    assert left_running(run_dir, log.read_text()) == []  # Spark's JVM too: the driver stopped it
 
 
 def test_a_password_stays_secret_and_a_killed_driver_leaves_nothing_running(tmp_path, start):
@@ -286,7 +286,7 @@ def test_a_password_stays_secret_and_a_killed_driver_leaves_nothing_running(tmp_
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert summary_of(run_dir)["env_steps"] >= 6_000 and secret not in resumed.stderr + resumed.stdout
         assert "resumed from its snapshot" in (run_dir / "param-server-0.log").read_text()
-        assert processes_mentioning(str(run_dir)) == []
+        assert left_running(run_dir, resumed.stderr) == []
 
 
 def test_spark_workers_whose_python_lacks_ddq_end_the_run_in_one_line_that_says_so(tmp_path):
@@ -303,4 +303,4 @@ def test_spark_workers_whose_python_lacks_ddq_end_the_run_in_one_line_that_says_
     assert errors == [f"ddq: error: the run cannot go on: Spark's Python workers ({python}: $PYSPARK_PYTHON or "
                       "spark.pyspark.python) could not start: ModuleNotFoundError: No module named 'ddq'"], errors
     assert summary_of(run_dir)["stop_reason"].startswith("the run could not go on: Spark's Python workers")
-    assert processes_mentioning(str(run_dir)) == []
+    assert left_running(run_dir, result.stderr) == []

@@ -350,12 +350,14 @@ def test_metrics_hold_the_babysitting_numbers(redis_server, tmp_path):
 
 def test_shards_exit_when_the_driver_dies(redis_server, tmp_path):
     code = (f"import sys, time; from pathlib import Path; from ddq.core.settings import build_config; "
-            f"from ddq.param_server.launch import start_shards; "
+            f"import redis; from ddq.param_server.launch import start_shards, wait_until_serving; "
             f"c = build_config({{'env': 'CartPole-v1', 'server': {{'shards': 2}}}}); "
             f"ps = start_shards(c, {redis_server.url!r}, 'orphans', Path({str(tmp_path)!r})); "
+            f"wait_until_serving(redis.Redis.from_url({redis_server.url!r}), 'orphans', 2, ps); "  # alive, serving
             f"print(' '.join(str(p.pid) for p in ps), flush=True); time.sleep(120)")
     driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     pids = [int(p) for p in driver.stdout.readline().split()]
+    assert len(pids) == 2, "the shards never served"  # (the child exits, printing nothing, if one dies first)
     driver.send_signal(signal.SIGKILL)
     driver.wait()
 

@@ -32,6 +32,7 @@ def test_the_readme_is_short_and_its_links_lead_somewhere():
 
 
 def test_the_readme_toml_is_a_valid_config(tmp_path):
+    assert blocks("toml")
     for number, body in enumerate(blocks("toml")):
         path = tmp_path / f"readme-{number}.toml"
         path.write_text(body)

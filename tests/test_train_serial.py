@@ -253,7 +253,8 @@ def test_a_hangup_stops_the_run_cleanly_as_sigterm_does(tmp_path):
     try:
         metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 120
         while not (metrics.exists() and '"kind": "train"' in metrics.read_text()):  # past the start: training
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            assert process.poll() is None, process.communicate()  # (read only once it has exited)
+            assert time.monotonic() < deadline, "no training point within 120 s"
             time.sleep(0.1)
         os.killpg(process.pid, signal.SIGHUP)
         out, err = process.communicate(timeout=120)
