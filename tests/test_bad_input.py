@@ -41,6 +41,11 @@ CASES = [
     # a distributed run on a local master boots Spark's JVM while it checks (`ddq.modes.jvm_boot`): killed
     (["train", "--mode", "data-parallel", "--model", "nope"], "--model 'nope': unknown model 'nope'"),
     (["train", "--redis-url", "redis://127.0.0.1:1"], "--redis-url redis://127.0.0.1:1: no Redis answers there"),
+    # secrets that Spark's tasks would carry as written (the password alone travels as a placeholder)
+    (["train", "--redis-url", "rediss://:pw@127.0.0.1:1/0?ssl_certfile=c&ssl_keyfile=k&ssl_password=keypass"],
+     "ssl_password=***: ssl_password, the client key's passphrase, would travel in Spark's tasks as written"),
+    (["train", "--redis-url", "redis://:pw@127.0.0.1:1/0?password=other"],
+     "--redis-url redis://***@127.0.0.1:1/0?password=***: a password in its user part and another in its query"),
     (["train", "--spark-master", "localhost"], "--spark-master 'localhost' is not a Spark master URL"),
     (["train", "--spark-master", "spark://127.0.0.1:1"], "--spark-master spark://127.0.0.1:1: no Spark master accepts"),
     (["train", "--config", "missing.toml"], "--config missing.toml: No such file or directory"),
@@ -99,6 +104,18 @@ def test_a_mistyped_flag_or_value_gets_the_commands_usage_and_one_line(argv, mes
     out, err = capsys.readouterr()
     assert exited.value.code == 2 and out == "" and os.listdir(tmp_path) == []
     assert err.startswith(f"usage: ddq {argv[0]}") and err.splitlines()[-1] == message, err
+
+
+@pytest.mark.parametrize("seconds", ["abc", "-5", "nan"])
+def test_the_celery_workers_spacing_from_the_environment_is_checked_first(seconds, tmp_path, capsys, monkeypatch):
+    """$DDQ_EVAL_EVERY_S, which the run's Celery worker inherits: "abc" had crashed the worker once the run had
+    started, and "-5" had been taken."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DDQ_EVAL_EVERY_S", seconds)
+    assert main(["train", "--mode", "downpour", "--spark-master", "local[1]"]) == 2
+    assert capsys.readouterr().err == (f"ddq: error: $DDQ_EVAL_EVERY_S {seconds!r} (the environment's): give the "
+                                       "seconds between the Celery worker's evaluations, a positive number\n")
+    assert os.listdir(tmp_path) == []
 
 
 def test_debug_shows_the_traceback(tmp_path, monkeypatch):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from ddq.core.agent import model_parameters
 from ddq.core.settings import build_config
 from ddq.param_server.client import ParameterClient
 from ddq.param_server.launch import start_shards, stop_servers, wait_until_serving
+from ddq.processes import stop
 from ddq.services.tasks import celery_url
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
@@ -42,7 +42,8 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
                    DDQ_SETTINGS=str(write_settings(config, tmp_path / "config.json")))
         worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "ddq.services.tasks", "worker", "--beat",
                                    "--pool", "solo", "--loglevel", "WARNING"], env=env, cwd=tmp_path,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)  # a group of its own: its beat goes with it (`stop`)
         try:
             key = RunKeys("bg").evaluations
             deadline = time.monotonic() + 90
@@ -66,12 +67,16 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
             caller = Celery(broker=celery_url(server.url), backend=celery_url(server.url))
             caller.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"])
             path = caller.send_task("ddq.tasks.archive_snapshot").get(timeout=60)
-            assert path.endswith("snapshot-v3.pt")
+            assert path == str(tmp_path / "run" / "archive" / "snapshot-v3.pt")
+            # a message through the run's Redis (which every executor may write to) chooses no folder
+            elsewhere = tmp_path / "chosen-by-a-peer"
+            with pytest.raises(TypeError):
+                caller.send_task("ddq.tasks.archive_snapshot", args=[str(elsewhere)]).get(timeout=60)
+            assert not elsewhere.exists()
             evaluated = run_ddq("evaluate", path, "--episodes", "1")
             assert evaluated.returncode == 0, evaluated.stderr
         finally:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(30)
+            stop(worker, timeout=30)  # SIGTERM (Celery's warm shutdown), SIGKILL after 30 s
             client.close()
             assert stop_servers(admin, "bg", shards) == [0]
 

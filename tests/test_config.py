@@ -112,6 +112,8 @@ def test_a_redis_password_is_masked_wherever_settings_are_written():
     assert masked_url("rediss://user:s3cret@host/1") == "rediss://***@host/1"
     assert masked_url("unix:///tmp/r.sock?db=0&password=s3cret") == "unix:///tmp/r.sock?db=0&password=***"
     assert masked_url("unix:///tmp/r.sock?db=0") == "unix:///tmp/r.sock?db=0"
+    assert masked_url("rediss://:s3cret@h/0?ssl_certfile=c.pem&ssl_keyfile=k.pem&ssl_password=keypass") == \
+        "rediss://***@h/0?ssl_certfile=c.pem&ssl_keyfile=k.pem&ssl_password=***"  # a client key's passphrase
     assert masked_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0" and masked_url(None) is None
     config = build_config({"env": "CartPole-v1", "redis_url": "redis://:s3cret@host/0"})
     assert "s3cret" not in json.dumps(settings_document(config)) and config.distributed.redis_url.endswith("s3cret@host/0")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
-from ddq.dashboard.series import Columns, bucket_starts, downsample
+from ddq.dashboard.series import MAX_COLUMNS, Columns, bucket_starts, downsample
 from ddq.services.telemetry import json_object, merge_layers, merge_server, parameter_server_shards, progress_point
 
 
@@ -20,6 +21,16 @@ def test_columns_grow_and_fill_gaps_with_nan():
     assert "b" not in columns.names()  # text is not a number
     assert np.isnan(columns.get("c")[[0, 1, 3]]).all() and columns.get("c")[2] == 7
     assert np.isnan(columns.get("never")).all() and len(columns.get("never")) == 4
+
+
+def test_columns_take_finite_numbers_and_at_most_max_columns_names():
+    """Entries come from Redis, where every executor may write: NaN, 1e400 and 10**400 (which Python's JSON
+    reads) are not numbers here, and a flood of new names costs no more than MAX_COLUMNS columns."""
+    columns = Columns()
+    columns.append([{"a": json.loads("NaN"), "b": json.loads("1e400"), "c": 10**400, "d": 1.5}])
+    assert columns.names() == ["d"]
+    columns.append([{f"name{k}": k for k in range(2 * MAX_COLUMNS)}])
+    assert len(columns.names()) == MAX_COLUMNS and columns.get("d").tolist()[0] == 1.5
 
 
 @pytest.mark.parametrize("rows,points", [(0, 10), (5, 10), (10, 10), (11, 10), (1_000_003, 500), (999, 998)])
@@ -51,8 +62,20 @@ def test_short_series_come_back_whole():
 
 def test_json_object_accepts_only_objects():
     assert json_object(b'{"a": 1}') == {"a": 1}
-    for raw in (None, b"[1]", b"not json", b"\xff\xfe", b"3"):
+    for raw in (None, b"[1]", b"not json", b"\xff\xfe", b"3", b"[" * 100_000 + b"]" * 100_000):
         assert json_object(raw) is None
+
+
+def test_server_merge_reads_a_shards_report_as_data():
+    """A report that is not what a shard writes (from anything that can write to the run's Redis) merges as
+    if its bad values were missing: the driver's loop and the dashboard's pages read these."""
+    hostile = {"version": json.loads("NaN"), "applied": 10**400, "updates_per_s": "fast", "dropped_stale": 1e400,
+               "rejected": [1], "staleness": {"x": 1, "3": json.loads("Infinity"), "2": 4}, "layers": "w",
+               "learning_rate": True, "mean_loss": json.loads("-Infinity")}
+    merged = merge_server([hostile])
+    assert (merged["version"], merged["applied"], merged["updates_per_s"], merged["dropped_stale"]) == (0, 0, 0, 0)
+    assert merged["rejected"] == {} and merged["staleness"] == {"2": 4} and merged["layers"] == []
+    assert merged["learning_rate"] is None and merged["mean_loss"] is None
 
 
 def test_server_merge_takes_the_slowest_shard_and_adds_rejections():

@@ -14,7 +14,7 @@ from ddq.transport.experience import HEADER, ExpectExperience, Experience, Exper
 from ddq.workers.actor import Outbox
 
 SHAPE = (4, 5)
-EXPECT = ExpectExperience("run-a", SHAPE, np.dtype(np.uint8), num_actions=3)
+EXPECT = ExpectExperience("run-a", SHAPE, np.dtype(np.uint8), num_actions=3, actors=2, streams=2)
 
 
 def _experience(rows=3, streams=2, td=True) -> Experience:
@@ -53,6 +53,10 @@ def test_a_message_round_trips_with_each_frame_once_in_its_own_dtype():
                                             "frames": np.zeros((3, 2, 5, 4), np.uint8)})), "shape"),
     (lambda m: encode("run-a", Experience(**{**_experience().__dict__,
                                             "frames": np.zeros((3, 2, *SHAPE), np.float32)})), "dtype"),
+    # what the learner's replay memory of the actor could not take (an IndexError or a broadcast had ended it)
+    (lambda m: encode("run-a", _experience(rows=0)), "rows"),
+    (lambda m: encode("run-a", _experience(streams=3)), "rows"),
+    (lambda m: encode("run-a", Experience(**{**_experience().__dict__, "actor": 2})), "rows"),
 ])
 def test_a_message_that_is_not_this_runs_experience_is_refused(spoil, reason):
     with pytest.raises(ExperienceError) as error:
@@ -86,7 +90,7 @@ def test_the_learner_rebuilds_the_actors_replay_memory_from_its_messages(n_step)
                   np.random.default_rng(0), "cpu")
     net = build_q_network("mlp", (8,), 2, [16])
     actor.reset(seed=0)
-    expect = ExpectExperience("r", (4,), np.dtype(np.float32), 2)
+    expect = ExpectExperience("r", (4,), np.dtype(np.float32), 2, actors=1, streams=3)
     for step in range(1, 101):
         actor.step(net, 0.5)
         outbox.settle(actor.q_values)

@@ -11,10 +11,12 @@ Redis that answers, a Spark master URL of a known kind.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import socket
+from urllib.parse import parse_qs, urlsplit
 
-from ddq.config import TrainConfig, masked_url
+from ddq.config import TrainConfig, celery_eval_every_s, masked_url
 from ddq.transport.redis_client import StoreAuthenticationError, StoreError, ping
 
 SPARK_MASTER = re.compile(r"^(local(\[(\d+|\*)(,\s*\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
@@ -36,7 +38,13 @@ def check_run(config: TrainConfig, redis_url_from: str = "--redis-url") -> None:
             check_listen(config.distributed.listen)
         if config.distributed.spark_master is not None:
             check_spark_master(config.distributed.spark_master)
+        if config.services.celery:
+            try:
+                celery_eval_every_s(os.environ)
+            except ValueError as error:
+                raise SettingError(str(error)) from error
         if config.distributed.redis_url:
+            check_redis_secrets(config.distributed.redis_url, redis_url_from)
             check_redis(config.distributed.redis_url, redis_url_from)
 
 
@@ -109,6 +117,19 @@ def check_spark_master(master: str) -> None:
             except (OSError, ValueError):
                 continue
         raise SettingError(f"--spark-master {master}: no Spark master accepts connections there")
+
+
+def check_redis_secrets(url: str, setting: str) -> None:
+    """A URL whose one secret is its password: Spark's tasks carry the URL to the workers with a placeholder
+    where the password was (each host fills in its own), and would carry any other secret as written."""
+    parts, query = urlsplit(url), parse_qs(urlsplit(url).query, keep_blank_values=True)
+    if "ssl_password" in query:
+        raise SettingError(f"{setting} {masked_url(url)}: ssl_password, the client key's passphrase, would travel "
+                           "in Spark's tasks as written: give a key file without one, readable by the run's user "
+                           "alone")
+    if parts.password is not None and "password" in query:
+        raise SettingError(f"{setting} {masked_url(url)}: a password in its user part and another in its query: "
+                           "give one")
 
 
 def check_redis(url: str, setting: str) -> None:

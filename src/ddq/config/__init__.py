@@ -2,8 +2,10 @@
 (`sources`), and the one document that carries them between processes (`documents`)."""
 
 from ddq.config.documents import (
+    EVAL_EVERY_ENV,
     MASKED,
     REDIS_URL_ENV,
+    celery_eval_every_s,
     config_from_document,
     decode_settings,
     encode_settings,
@@ -39,8 +41,9 @@ from ddq.config.sources import (
     setting_path,
 )
 
-__all__ = ["MASKED", "MODES", "PRECISIONS", "PRESETS", "REDIS_URL_ENV", "SECTIONS", "SETTINGS",
+__all__ = ["EVAL_EVERY_ENV", "MASKED", "MODES", "PRECISIONS", "PRESETS", "REDIS_URL_ENV", "SECTIONS", "SETTINGS",
            "SETTINGS_FORMAT", "SETTINGS_VERSION", "AgentConfig", "DistributedConfig", "RunConfig", "ServerConfig",
-           "ServicesConfig", "TrainConfig", "config_from_document", "config_of", "decode_settings",
-           "encode_settings", "field_type", "flat_settings", "has_masked_secret", "load_toml", "masked_url", "merge",
-           "preset_for", "read_settings", "settings_document", "setting_path", "without_secrets", "write_settings"]
+           "ServicesConfig", "TrainConfig", "celery_eval_every_s", "config_from_document", "config_of",
+           "decode_settings", "encode_settings", "field_type", "flat_settings", "has_masked_secret", "load_toml",
+           "masked_url", "merge", "preset_for", "read_settings", "settings_document", "setting_path",
+           "without_secrets", "write_settings"]

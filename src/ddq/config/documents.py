@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -18,19 +20,36 @@ from ddq.config.sources import SETTINGS_FORMAT, SETTINGS_VERSION, document_value
 
 REDIS_URL_ENV = "DDQ_REDIS_URL"  # how the processes ddq starts receive the Redis URL: never on a command line
 MASKED = "***"
+SECRET_QUERY = ("password", "username", "ssl_password")  # a URL's query keys that files and logs never show
+EVAL_EVERY_ENV = "DDQ_EVAL_EVERY_S"  # the seconds between the Celery worker's evaluations (`ddq.services.tasks`)
+
+
+def celery_eval_every_s(environ: Mapping[str, str]) -> float:
+    """The seconds between the Celery worker's evaluations: $DDQ_EVAL_EVERY_S, 30 where it is not set;
+    ValueError, in one line, for anything but a positive number."""
+    raw = environ.get(EVAL_EVERY_ENV, "30")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"${EVAL_EVERY_ENV} {raw!r} (the environment's): give the seconds between the Celery "
+                         "worker's evaluations, a positive number")
+    return seconds
 
 
 def masked_url(url: str | None) -> str | None:
-    """`url` with its password (and user name) replaced by ***: what files, logs and Redis keys may hold."""
+    """`url` with its password (and user name, and a client key's passphrase) replaced by ***: what files, logs
+    and Redis keys may hold."""
     if not url:
         return url
     parts = urlsplit(url)
     if parts.password is not None or parts.username is not None:  # redis://user:password@host
         url = url.replace(parts.netloc, f"{MASKED}@" + parts.netloc.rsplit("@", 1)[1], 1)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
-    if any(key in ("password", "username") for key, _ in pairs):  # unix:///path?password=...
+    if any(key in SECRET_QUERY for key, _ in pairs):  # unix:///path?password=...
         url = url.split("?", 1)[0] + "?" + urlencode(
-            [(key, MASKED if key in ("password", "username") else value) for key, value in pairs], safe="*")
+            [(key, MASKED if key in SECRET_QUERY else value) for key, value in pairs], safe="*")
     return url
 
 

@@ -13,19 +13,28 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from ddq.transport.run_store import finite_number
+
+# The most columns a list is mirrored into: its entries come from Redis, where every executor may write, and
+# each new name costs a column of every row (a progress point has about 20, and one a network layer).
+MAX_COLUMNS = 256
+
 
 class Columns:
     """Named float64 columns that grow by whole rows; a row's missing or non-numeric value is NaN.
 
-    Columns named for the first time later start as NaN for the rows before them."""
+    Columns named for the first time later start as NaN for the rows before them; names past MAX_COLUMNS
+    are left out."""
 
     def __init__(self, capacity: int = 1024):
         self.size = 0
         self._capacity = capacity
         self._data: dict[str, np.ndarray] = {}
 
-    def _column(self, name: str) -> np.ndarray:
+    def _column(self, name: str) -> np.ndarray | None:
         if name not in self._data:
+            if len(self._data) >= MAX_COLUMNS:
+                return None
             self._data[name] = np.full(self._capacity, np.nan)
         return self._data[name]
 
@@ -42,8 +51,9 @@ class Columns:
         self._reserve(len(rows))
         for offset, row in enumerate(rows):
             for name, value in row.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self._column(name)[self.size + offset] = value
+                number = finite_number(value)
+                if number is not None and (column := self._column(name)) is not None:
+                    column[self.size + offset] = number
         self.size += len(rows)
 
     def names(self) -> list[str]:

@@ -80,7 +80,8 @@ class LearnerServer:
         frame_shape, dtype, num_actions = spec.frame_shape, spec.frame_dtype, spec.num_actions
         self.core = central_learner(config, self.channel.trained_steps(), frame_shape, np.dtype(dtype), num_actions)
         flat = self.core.learner.flat
-        self.expect = ExpectExperience(run, frame_shape, np.dtype(dtype), num_actions)
+        self.expect = ExpectExperience(run, frame_shape, np.dtype(dtype), num_actions, config.distributed.workers,
+                                       config.agent.num_envs)
         self.layout, self.bounds = layout_bytes(flat.layout_hash()), (0, flat.size)
         self.control = RunControl(self.redis, run)
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))

@@ -49,7 +49,7 @@ from ddq.services.telemetry import (
 )
 from ddq.transport.credentials import split_password
 from ddq.transport.redis_client import StoreError, snapshot_failed
-from ddq.transport.run_store import RunStore
+from ddq.transport.run_store import RunStore, finite_number
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
 WATCH_EVERY_S = 0.5  # the driver's loop looks at least this often (sooner when woken)
@@ -287,12 +287,18 @@ def log_training_point(record: RunRecord, steps: int, epsilon: float, progress: 
 
 def log_new_episodes(services: RunServices, record: RunRecord, recent_returns: collections.deque[float]) -> None:
     """Logs the episodes the workers finished since the last call, and keeps their returns in `recent_returns`."""
-    for episode in services.episodes.read_new():
+    def whole(episode: dict, name: str) -> int | None:
+        number = finite_number(episode.get(name))
+        return None if number is None else int(number)
+
+    for episode in services.episodes.read_new():  # a worker's JSON, read as data: what is not a number is None
         record.counters.episodes += 1
-        recent_returns.append(float(episode.get("episode_return") or 0.0))
-        record.log.write("episode", env_steps=episode.get("env_steps", record.counters.env_steps),
-                         worker=episode.get("worker"), episode_return=episode.get("episode_return"),
-                         length=episode.get("length"), truncated=episode.get("truncated"))
+        returned = finite_number(episode.get("episode_return"))
+        recent_returns.append(returned or 0.0)
+        steps = whole(episode, "env_steps")
+        record.log.write("episode", env_steps=record.counters.env_steps if steps is None else steps,
+                         worker=whole(episode, "worker"), episode_return=returned, length=whole(episode, "length"),
+                         truncated=episode.get("truncated") is True)
 
 
 def budget_the_workers_spent(config: TrainConfig, store: RunStore) -> StopReason:

@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, quote, urlparse
 import numpy as np
 from celery import Celery
 
-from ddq.config import TrainConfig, read_settings
+from ddq.config import TrainConfig, celery_eval_every_s, read_settings
 from ddq.services.telemetry import record_evaluation
 from ddq.transport.keys import shard_bounds
 from ddq.transport.redis_client import Connection
@@ -75,7 +75,7 @@ app.conf.update(
     task_serializer="json", result_serializer="json", accept_content=["json"],  # nothing else is decoded
     broker_connection_retry_on_startup=True, worker_hijack_root_logger=False, result_expires=3600,
     beat_schedule={"evaluate-newest-snapshot": {"task": "ddq.tasks.evaluate_snapshot",
-                                                "schedule": float(os.environ.get("DDQ_EVAL_EVERY_S", "30"))}},
+                                                "schedule": celery_eval_every_s(os.environ)}},
     beat_schedule_filename=str(RUN_DIR / "celerybeat-schedule"),
 )
 
@@ -98,9 +98,13 @@ def newest_snapshot(client: Connection, run: str, config: TrainConfig, flat: Fla
     return min(versions)
 
 
+# The tasks take no arguments: their messages come through the run's Redis, which every executor may write to,
+# and a folder or an episode count in one would let any of them choose where this host writes, or how long its
+# worker is kept busy.
 @app.task(name="ddq.tasks.evaluate_snapshot")
-def evaluate_snapshot(episodes: int | None = None) -> dict | None:
-    """Greedy evaluation of the newest snapshot; the result is also appended to the run's list."""
+def evaluate_snapshot() -> dict | None:
+    """Greedy evaluation of the newest snapshot (the run's eval_episodes); the result is also appended to the
+    run's list."""
     from ddq.core.agent import env_spec
     from ddq.core.evaluate import evaluate
 
@@ -111,7 +115,7 @@ def evaluate_snapshot(episodes: int | None = None) -> dict | None:
     version, learner = newest
     network = learner.online.train(False)
     agent = CONFIG.agent
-    result = evaluate(network, agent.env, episodes or CONFIG.run.eval_episodes, agent.frame_stack, agent.env_options,
+    result = evaluate(network, agent.env, CONFIG.run.eval_episodes, agent.frame_stack, agent.env_options,
                       seed=CONFIG.agent.seed + version, epsilon=CONFIG.run.eval_epsilon)
     store = RunStore(client, RUN)
     env_steps = store.env_steps()
@@ -142,15 +146,16 @@ def _board_episode(network: torch.nn.Module, seed: int, palette: dict[str, str])
 
 
 @app.task(name="ddq.tasks.archive_snapshot")
-def archive_snapshot(folder: str | None = None) -> str | None:
-    """Writes the newest snapshot as a checkpoint file that `ddq evaluate` reads; returns its path."""
+def archive_snapshot() -> str | None:
+    """Writes the newest snapshot into the run folder's archive/ as a checkpoint file that `ddq evaluate` reads;
+    returns its path."""
     from ddq.core import checkpoint as ckpt
 
     newest = _newest_learner(connect_redis(REDIS_URL))
     if newest is None:
         return None
     version, learner = newest
-    out = Path(folder) if folder else RUN_DIR / "archive"
+    out = RUN_DIR / "archive"
     out.mkdir(parents=True, exist_ok=True)
     path = ckpt.save_checkpoint(out / f"snapshot-v{version}.pt", CONFIG, learner, {"version": version}, {})
     return str(path)

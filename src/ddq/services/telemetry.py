@@ -16,13 +16,21 @@ import time
 from collections import Counter
 from typing import Any
 
-from ddq.transport.run_store import RunStore, json_object
+from ddq.transport.run_store import RunStore, finite_number, json_object
 
 SILENT_AFTER_S = 5.0  # a worker whose heartbeat is older than this is shown as silent
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+_number = finite_number
+
+
+def _counts(value: Any, numbered: bool = False) -> dict[str, int]:
+    """A report's counts by name (`numbered`: by a whole number, as staleness's are), whatever else it holds
+    left out."""
+    if not isinstance(value, dict):
+        return {}
+    counts = ((str(key), _number(count)) for key, count in value.items())
+    return {key: int(count) for key, count in counts if count is not None and (not numbered or key.isdigit())}
 
 
 def shard_reports(store: RunStore, shards: int) -> list[dict]:
@@ -59,8 +67,8 @@ def merge_server(reports: list[dict]) -> dict:
     rejected: Counter[str] = Counter()
     staleness: Counter[str] = Counter()
     for report in reports:
-        rejected.update({str(k): int(v) for k, v in (report.get("rejected") or {}).items() if _number(v) is not None})
-        staleness.update({str(k): int(v) for k, v in (report.get("staleness") or {}).items() if _number(v) is not None})
+        rejected.update(_counts(report.get("rejected")))
+        staleness.update(_counts(report.get("staleness"), numbered=True))
     losses = [loss for loss in (_number(r.get("mean_loss")) for r in reports) if loss is not None]
 
     def slowest(key: str) -> float:

@@ -94,19 +94,22 @@ def encode(run: str, experience: Experience) -> bytes:
 
 @dataclass(frozen=True)
 class ExpectExperience:
-    """What a learner accepts: this run's messages, of its env's frame layout and action count."""
+    """What a learner accepts: this run's messages, of its env's frame layout and action count, from one of
+    its `actors`, each row a vector step of an actor's `streams` envs."""
 
     run: str
     frame_shape: tuple[int, ...]
     frame_dtype: np.dtype
     num_actions: int
+    actors: int
+    streams: int
     max_bytes: int = MAX_MESSAGE_BYTES
 
 
 def decode(message: bytes | memoryview, expect: ExpectExperience) -> Experience:
     """The Experience of a message meeting `expect` (arrays are read-only views of it); ExperienceError
-    for anything else: a foreign run, another env's frames, a wrong size, an action out of range,
-    non-finite rewards."""
+    for anything else: a foreign run, another env's frames, no rows, rows of another width, an actor the run
+    does not have, a wrong size, an action out of range, non-finite rewards."""
     if len(message) > expect.max_bytes:
         raise ExperienceError("oversized", f"{len(message)} bytes is over the {expect.max_bytes}-byte limit")
     if len(message) < HEADER.size:
@@ -122,6 +125,9 @@ def decode(message: bytes | memoryview, expect: ExpectExperience) -> Experience:
         raise ExperienceError("dtype", f"frame dtype code {code} is not this env's {expect.frame_dtype}")
     if shape != tuple(expect.frame_shape):
         raise ExperienceError("shape", f"frames of shape {shape} are not this env's {tuple(expect.frame_shape)}")
+    if rows < 1 or streams != expect.streams or not 0 <= actor < expect.actors:
+        raise ExperienceError("rows", f"{rows} rows of {streams} streams from actor {actor}: an actor of "
+                                       f"{expect.actors} sends rows of {expect.streams} streams")
     steps, frame_bytes = rows * streams, int(np.prod(shape, dtype=np.int64)) * DTYPES[code].itemsize
     sizes = [steps * frame_bytes, 4 * steps, 4 * steps, steps, steps] + ([4 * steps] if has_td else [])
     if len(message) != HEADER.size + sum(sizes):

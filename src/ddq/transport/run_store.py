@@ -7,6 +7,7 @@ silent workers) is `ddq.services.telemetry`'s; everything here is JSON in, raw J
 from __future__ import annotations
 
 import json
+import math
 from typing import cast
 
 from ddq.transport.eval_points import PointReader
@@ -21,9 +22,26 @@ def json_object(raw: bytes | str | None) -> dict | None:
         return None
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # (RecursionError: arrays nested thousands deep)
         return None
     return value if isinstance(value, dict) else None
+
+
+def finite_number(value: object) -> float | None:
+    """A JSON value read from Redis as a finite float; None for anything else: text, a bool, NaN, Infinity, or
+    a number past a float's range (Python's JSON reads NaN and 1e400 as floats, and 10**400 as an int)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _count(raw: bytes | str | None) -> int:
+    """A counter's value (what INCRBY keeps); 0 where there is none, or where the key holds anything else."""
+    return int(raw) if raw and raw.isdigit() else 0
 
 
 def runs_in(client: Connection) -> list[str]:
@@ -74,7 +92,7 @@ class RunStore:
     # ---------------------------------------------------------------- counters
     def env_steps(self) -> int:
         """Env steps played by all workers together."""
-        return int(self.client.get(self.keys.env_steps) or 0)
+        return _count(self.client.get(self.keys.env_steps))
 
     def set_env_steps(self, env_steps: int) -> None:
         self.client.set(self.keys.env_steps, env_steps)
@@ -84,7 +102,7 @@ class RunStore:
 
     def episode_count(self) -> int:
         """Training episodes ended by all workers together (a resumed run's earlier ones included)."""
-        return int(self.client.get(self.keys.episode_count) or 0)
+        return _count(self.client.get(self.keys.episode_count))
 
     def add_env_steps(self, env_steps: int) -> int:
         """Counts `env_steps` more; returns the new total."""
@@ -92,11 +110,11 @@ class RunStore:
 
     def pushes(self) -> int:
         """Gradients pushed by all workers together, counted as each arrived."""
-        return int(self.client.get(self.keys.pushes) or 0)
+        return _count(self.client.get(self.keys.pushes))
 
     def trained_steps(self) -> int:
         """Actor-learner: the env steps the learner has trained on (0 before it wrote any)."""
-        return int(self.client.get(self.keys.trained_steps) or 0)
+        return _count(self.client.get(self.keys.trained_steps))
 
     def start_trained_steps(self, env_steps: int) -> None:
         """Actor-learner: the count a resumed run starts from, unless one was written."""

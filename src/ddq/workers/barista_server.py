@@ -24,6 +24,7 @@ from dataclasses import asdict
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from ddq.transport.redis_client import StoreError
 from ddq.workers.barista import Barista
 
 MAX_REQUEST_BYTES = 4096
@@ -133,5 +134,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(refused.status, {"error": str(refused)})
         except (ValueError, json.JSONDecodeError) as error:
             self._reply(HTTPStatus.BAD_REQUEST, {"error": str(error)})
-        except (RuntimeError, ConnectionError) as error:  # the run's parts, not the request: no weights served yet
+        except (RuntimeError, ConnectionError, StoreError) as error:  # the run's parts, not the request: no weights
+            # served yet, or the run's Redis out of reach
             self._reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"the worker could not step: {error}"})
