@@ -304,3 +304,61 @@ def test_spark_workers_whose_python_lacks_ddq_end_the_run_in_one_line_that_says_
                       "spark.pyspark.python) could not start: ModuleNotFoundError: No module named 'ddq'"], errors
     assert summary_of(run_dir)["stop_reason"].startswith("the run could not go on: Spark's Python workers")
     assert left_running(run_dir, result.stderr) == []
+
+
+@pytest.fixture
+def master_without_workers(tmp_path) -> Iterator[str]:
+    """A Spark standalone master on loopback with no worker daemon: a job sent to it never gets a core."""
+    from ddq.benchmarks.spark_cluster import SPARK_CLASS, SPARK_HOME
+    from ddq.modes.spark import LOCAL_JVM_OPTIONS
+    from ddq.processes import spawn, stop
+    from ddq.transport.redis_server import free_port
+
+    port, log = free_port(), tmp_path / "master.log"
+    master = spawn([SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                    "--webui-port", str(free_port())], log,
+                   env=dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_DAEMON_JAVA_OPTS=LOCAL_JVM_OPTIONS))
+    try:
+        deadline = time.monotonic() + 120
+        while "I have been elected leader" not in log.read_text(errors="replace"):
+            assert master.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        stop(master)
+
+
+@pytest.mark.parametrize("ending", ["stall_timeout", "SIGINT"])
+def test_a_cluster_that_gives_the_workers_no_core_ends_the_run_at_its_stall_timeout_or_the_users_signal(
+        ending, tmp_path, master_without_workers):
+    """Spark waits for good for a core that never comes ("Initial job has not accepted any resources"), and the
+    driver had waited with it, past any signal but a second. Spark's context is made after waiting 1 s for the
+    executors (an operator's spark-defaults.conf), so the workers' first stage is what waits."""
+    conf = tmp_path / "spark-conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("spark.scheduler.maxRegisteredResourcesWaitingTime 1s\n")
+    run_dir, log = tmp_path / "run", tmp_path / "train.log"
+    stall = "6" if ending == "stall_timeout" else "300"
+    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, "--spark-master", master_without_workers,
+                                "--stall-timeout", stall, "--total-steps", "2000", "--run-dir", str(run_dir)],
+                               stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1", SPARK_CONF_DIR=str(conf)))
+    try:
+        if ending == "SIGINT":
+            wait_for(lambda: "offer 0 of the 2 task slots" in log.read_text(), process)  # the context is made
+            process.send_signal(signal.SIGINT)
+        code, _ = finish(process, log, timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = log.read_text()
+    summary = summary_of(run_dir)
+    if ending == "SIGINT":
+        assert code == 130 and summary["stop_reason"] == "stopped by the user", text[-3000:]
+    else:
+        assert code == 1, text[-3000:]
+        assert [line for line in text.splitlines() if line.startswith("ddq: error:")] == [
+            "ddq: error: the run cannot go on: Spark started no worker within stall_timeout (6 s): no executor "
+            "took a task (are the workers' hosts up, with a free core each?)"]
+    assert summary["env_steps"] == 0 and left_running(run_dir, text) == []

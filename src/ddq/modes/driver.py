@@ -109,18 +109,20 @@ class Driver:
             stack.enter_context(self.signals)
             self._start_services(stack, starting)  # meanwhile Spark starts, on its own thread
             try:
-                self._run_job(starting.result(), stack)
-                self.wiring.weights.drained()
-                self.mirror.evaluate(self.record, self.services, closing=True)
+                context = starting.result(lambda: self.signals.received is not None,
+                                          self.config.distributed.stall_timeout)
+                if context is None:  # the user stopped the run before Spark was ready
+                    self.services.control.stop(StopReason.USER)
+                else:
+                    self._run_job(context, stack)
+                    self.wiring.weights.drained()
+                    self.mirror.evaluate(self.record, self.services, closing=True)
             except (ProcessFailed, SparkJobFailed, RunStalled) as error:
                 self._cannot_go_on(str(error))
             except (StoreError, ConnectionError) as error:  # Redis gone: what died, else which error
-                if snapshot_failed(error):  # Redis' own words are four sentences: say it in one, and where to look
-                    log = self.run_dir / "redis.log" if self.services.redis_watch else "the Redis server's log"
-                    self._cannot_go_on(f"the run's Redis cannot save its snapshot (a full disk?) and refuses "
-                                       f"writes until it can; see {log}")
-                else:
-                    self._cannot_go_on(self._what_died() or f"{type(error).__name__}: {error}")
+                log = self.run_dir / "redis.log" if self.services.redis_watch else "the Redis server's log"
+                self._cannot_go_on(snapshot_failure(error, log) or self._what_died()
+                                   or f"{type(error).__name__}: {error}")
             summary = self._finish()
             with contextlib.suppress(StoreError):
                 self.services.reporter.finish(summary)
@@ -277,6 +279,14 @@ class Driver:
                        **lost_and_redone(workers))
         self.record.log.write_summary(summary)
         return summary
+
+
+def snapshot_failure(error: BaseException, log: Path | str) -> str | None:
+    """The line for a Redis that refuses writes because it cannot save its snapshot (Redis' own words are four
+    sentences: one, and where to look); None for another error."""
+    if not snapshot_failed(error):
+        return None
+    return f"the run's Redis cannot save its snapshot (a full disk?) and refuses writes until it can; see {log}"
 
 
 def log_training_point(record: RunRecord, steps: int, epsilon: float, progress: dict[str, Any]) -> None:

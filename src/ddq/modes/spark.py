@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -302,6 +303,7 @@ class SparkStarting:
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
         self.context: Any = None
         self.stopped = False
+        self.abandoned = threading.Event()  # the driver no longer waits for it: no warm-up to start
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._start, args=(log_path, workers, ship), name="spark-start",
                                        daemon=True)
@@ -317,16 +319,36 @@ class SparkStarting:
                       f"is free, perhaps after the budget is spent (are the workers' hosts up? is spark.cores.max "
                       f"{workers} or more?)", file=sys.stderr, flush=True)
             ship(self.context)
-            warm_workers(self.context, workers)
+            if not self.abandoned.is_set():
+                warm_workers(self.context, workers)
         except BaseException as error:  # the driver raises it where it waits for the context
             self.error = error
 
-    def result(self) -> Any:
-        """The context, once made (an error in making it is raised here)."""
-        self.thread.join()
+    def result(self, stopped: Callable[[], bool], timeout: float) -> Any | None:
+        """The context, once made and its Python workers warmed (an error in that is raised here); None once
+        `stopped()` (a signal of the user's) ends the run first. SparkJobFailed after `timeout` s: a cluster
+        whose executors never take a task leaves Spark waiting for good (it repeats that the job "has not
+        accepted any resources")."""
+        deadline = time.monotonic() + timeout
+        while self.thread.is_alive():
+            if stopped():
+                self._abandon()
+                return None
+            if time.monotonic() > deadline:
+                self._abandon()
+                raise SparkJobFailed(f"Spark started no worker within stall_timeout ({timeout:g} s): no executor "
+                                     "took a task (are the workers' hosts up, with a free core each?)")
+            self.thread.join(0.2)
         if self.error is not None:
             raise self.error
         return self.context
+
+    def _abandon(self) -> None:
+        """No warm-up starts from now on, and the one running is cancelled (its thread then ends)."""
+        self.abandoned.set()
+        if self.context is not None:
+            with contextlib.suppress(Exception):  # a context being stopped, or gone
+                self.context.cancelAllJobs()
 
     def stop(self) -> None:
         """Stops the context, waiting at most SPARK_STOP_WAIT_S: with its executors unreachable (a driver cut
@@ -334,7 +356,8 @@ class SparkStarting:
         the JVM ddq started is killed: told to exit as this process ends (it watches its standard input), it
         runs Spark's own stop again in its shutdown hook, and a chaos run found one alive minutes after its
         driver ended. A JVM of spark-submit's is spark-submit's to end. Called again, does nothing."""
-        self.thread.join()
+        self._abandon()  # (a start still under way: the driver is done waiting for it)
+        self.thread.join(SPARK_STOP_WAIT_S)
         if self.context is None or self.stopped:
             return
         self.stopped = True
