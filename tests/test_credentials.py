@@ -87,7 +87,8 @@ def test_a_runs_password_is_the_given_urls_or_the_hosts_or_made_for_a_redis_serv
 def test_a_real_spark_task_without_its_hosts_password_fails_the_job_with_that_one_line(tmp_path, monkeypatch):
     """On a local master's real Python workers, which ddq was not asked to give the password: the job's error
     is the executor's line, not Py4J's."""
-    from ddq.modes.spark import SparkJob, SparkStarting, local_master
+    from ddq.modes.spark import SparkJob, local_master
+    from ddq.modes.spark_start import SparkStarting
     from ddq.modes.spark_tasks import barista_task
 
     monkeypatch.delenv(PASSWORD_VARIABLE, raising=False)

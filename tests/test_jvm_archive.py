@@ -10,7 +10,8 @@ import pytest
 
 from ddq.benchmarks.procfs import processes_mentioning
 from ddq.modes import jvm_archive
-from ddq.modes.spark import SparkStarting, local_master
+from ddq.modes.spark import local_master
+from ddq.modes.spark_start import SparkStarting
 
 
 @pytest.fixture

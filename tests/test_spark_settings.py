@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ddq.modes.spark import TASK_KILL_TIMEOUT, SparkStarting, ddq_spark_defaults, local_master
+from ddq.modes.spark import TASK_KILL_TIMEOUT, ddq_spark_defaults, local_master
+from ddq.modes.spark_start import SparkStarting
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
 

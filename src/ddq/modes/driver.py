@@ -35,7 +35,8 @@ from ddq.lifecycle import StopReason, StopSignals, budget_spent, stop_reason
 from ddq.modes.evaluators import EvaluatorFactory, WeightsMirror
 from ddq.modes.launch import Launch
 from ddq.modes.run_services import RunServices
-from ddq.modes.spark import SparkJob, SparkJobFailed, SparkStarting, SparkTask
+from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask
+from ddq.modes.spark_start import SparkStarting
 from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor
 from ddq.services.archive import save_telemetry

@@ -5,7 +5,7 @@ torch: most of a second in which the JVM that Spark's context needs could boot o
 master's JVM reaches nothing beyond this host until its context is made, so a distributed run that names
 no master launches it (pyspark's `launch_gateway`) on a thread as the checks begin, holds what it prints
 until the run folder exists, and kills it when a check fails: the mistake is still one line, and no
-process is left. The context is made once the checks pass (`ddq.modes.spark.SparkStarting`). A two-worker
+process is left. The context is made once the checks pass (`ddq.modes.spark_start.SparkStarting`). A two-worker
 LunarLander-v3 run's Python workers were then warm 3.4-3.7 s after the command against 4.2-4.4 s, and its
 first update came about 0.8 s sooner (2026-11-29, 2 cores); booting the context too gained nothing more
 there, as the JVM and the checks then share the cores for longer. A cluster master is reached only after
@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 from ddq.run_folder import cannot_write
 
 # How long this process, as it exits, waits for the rest of the JVM's output: the JVM exits within a second
-# or two of its run's end (`ddq.modes.spark.end_stopped_jvm`), mostly while the run writes its summary.
+# or two of its run's end (`ddq.modes.spark_start.end_stopped_jvm`), mostly while the run writes its summary.
 OUTPUT_TAIL_WAIT_S = 3.0
 
 

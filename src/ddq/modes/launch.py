@@ -15,14 +15,8 @@ from typing import Any
 from ddq.config import TrainConfig
 from ddq.modes.jvm_boot import BootingJvm
 from ddq.modes.placement import Placement, placement
-from ddq.modes.spark import (
-    SparkStarting,
-    launched_by_spark_submit,
-    local_master,
-    prepare_environment,
-    quiet_py4j,
-    spark_conf,
-)
+from ddq.modes.spark import launched_by_spark_submit, local_master, prepare_environment, quiet_py4j, spark_conf
+from ddq.modes.spark_start import SparkStarting
 from ddq.shipping import package_zip
 from ddq.transport.credentials import run_password
 

@@ -3,26 +3,22 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import subprocess
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ddq.modes.jvm_archive import jvm_options, note_class_path, writing_to
+from ddq.modes.jvm_archive import jvm_options, note_class_path
 from ddq.modes.jvm_boot import BootingJvm, launch_jvm
 from ddq.modes.operator_conf import operator_settings
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
 TASK_RETRIES = 4
-SPARK_STOP_WAIT_S = 15.0
 # How long a killed task's Python process has to end before Spark kills it (Spark's default: 2 s; Spark
 # looks every 2 s, so the wait is up to 2 s longer). When a data-parallel worker dies, Spark kills the
 # stage's other tasks, and worker 0 writes its final snapshot as it ends; the stage's next start waits
@@ -32,7 +28,6 @@ SPARK_STOP_WAIT_S = 15.0
 # snapshot. The longer wait costs only where a killed task does not end by itself: a rank or a --sync
 # actor whose peer's host vanished delays the stage's next start by it. It applies to every mode.
 TASK_KILL_TIMEOUT = "10s"
-JVM_ARCHIVE_WAIT_S = 60.0  # a first run's JVM writing its class-data archive as it exits took 7 s on 2 cores
 # A local master's JVM schedules a few tasks that last the run and answers py4j: its optimising compiler and
 # parallel collector only take cores from the workers (a 2,000-step CartPole downpour run: 8.7 CPU-seconds
 # of the JVM's, 3.9-4.8 with these). Spark's defaultJavaOptions, so that a user's extraJavaOptions still apply.
@@ -246,22 +241,6 @@ def password_route(master: str, authenticated: bool, encrypted: bool) -> str | N
             f"needs {PASSWORD_VARIABLE} or {PASSWORD_VARIABLE}_FILE (docs/cluster.md)")
 
 
-def warm_workers(context: Any, workers: int) -> None:
-    """Runs `workers` tasks that import what a training task imports, so that the job's tasks find Python
-    workers ready (Spark reuses them: spark.python.worker.reuse) instead of importing torch each."""
-    try:
-        context.parallelize(range(workers), workers).mapPartitions(_import_a_worker).collect()
-    except Exception as error:  # Py4J's words name the call; the workers' own say why (a Python without ddq)
-        raise SparkJobFailed(f"Spark's Python workers ({context.pythonExec}: $PYSPARK_PYTHON or "
-                             f"spark.pyspark.python) could not start: {python_error(str(error))}") from error
-
-
-def _import_a_worker(_rows: Iterator) -> Iterator[int]:
-    import ddq.modes.spark_daemon  # noqa: F401  (what every task imports; free in a worker forked from it)
-
-    yield 0
-
-
 def quiet_py4j() -> None:
     """Keeps py4j's tracebacks off the console. It logs a call that fails (its JVM gone as the run ends, a job
     cut off) with a traceback besides raising it, and ddq reports what it raises in one line (the full-disk
@@ -274,145 +253,6 @@ def quiet_py4j() -> None:
 
 def _not_from_py4j(record: logging.LogRecord) -> bool:
     return f"{os.sep}py4j{os.sep}" not in record.pathname
-
-
-class SparkStarting:
-    """A run's SparkContext being made on a thread of the driver, with its Python workers warmed, while the
-    driver starts the rest of the run: the JVM's and the workers' start-up overlap the services'.
-
-    Its driver is reached by executors at `driver_host` (None: as spark-submit was told), bound to `bind`
-    (default `driver_host`). A local master's Python workers run this interpreter; a cluster's run the
-    Python its configuration names (`spark.pyspark.python`, `PYSPARK_PYTHON`). `master` None keeps the one
-    spark-submit was given. `log_path`: where the JVM's own output goes (its start-up warnings, Spark's log,
-    the Python workers' stderr) instead of the terminal. A context, not a SparkSession: ddq runs RDD stages
-    only, and a session's SQL side costs a couple of seconds to start."""
-
-    def __init__(self, master: str | None, app: str, log_path: Path | None, driver_host: str | None,
-                 bind: str | None, workers: int, ship: Callable[[Any], None], password: str | None = None,
-                 booted: BootingJvm | None = None):
-        """`ship(context)`: what the context needs before a task runs (ddq's code, for a cluster's executors).
-        `password`: the run's Redis password, for the executors' environment (`start_context`). `booted`:
-        the JVM, when it was launched for the same master and driver already (`ddq.modes.launch.boot_spark`)."""
-        self.password, self.booted = password, booted
-        quiet_py4j()
-        if booted is None:
-            prepare_environment(master, driver_host, bind)
-            self.conf = spark_conf(master, app, driver_host, bind)
-        else:  # the conf its JVM was launched with, `app` included (the class-data archive it writes is named there)
-            self.conf = booted.conf
-        self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
-        self.context: Any = None
-        self.stopped = False
-        self.abandoned = threading.Event()  # the driver no longer waits for it: no warm-up to start
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._start, args=(log_path, workers, ship), name="spark-start",
-                                       daemon=True)
-        self.thread.start()
-
-    def _start(self, log_path: Path | None, workers: int, ship: Callable[[Any], None]) -> None:
-        try:
-            self.context = start_context(self.conf, log_path, self.password, workers, self.booted)
-            slots = task_slots(self.context)
-            if slots < workers:
-                print(f"ddq: Spark's executors offer {slots} of the {workers} task slots the workers need (after "
-                      f"spark.scheduler.maxRegisteredResourcesWaitingTime): a worker without one starts once one "
-                      f"is free, perhaps after the budget is spent (are the workers' hosts up? is spark.cores.max "
-                      f"{workers} or more?)", file=sys.stderr, flush=True)
-            ship(self.context)
-            if not self.abandoned.is_set():
-                warm_workers(self.context, workers)
-        except BaseException as error:  # the driver raises it where it waits for the context
-            self.error = error
-
-    def result(self, stopped: Callable[[], bool], timeout: float) -> Any | None:
-        """The context, once made and its Python workers warmed (an error in that is raised here); None once
-        `stopped()` (a signal of the user's) ends the run first. SparkJobFailed after `timeout` s: a cluster
-        whose executors never take a task leaves Spark waiting for good (it repeats that the job "has not
-        accepted any resources")."""
-        deadline = time.monotonic() + timeout
-        while self.thread.is_alive():
-            if stopped():
-                self._abandon()
-                return None
-            if time.monotonic() > deadline:
-                self._abandon()
-                raise SparkJobFailed(f"Spark started no worker within stall_timeout ({timeout:g} s): no executor "
-                                     "took a task (are the workers' hosts up, with a free core each?)")
-            self.thread.join(0.2)
-        if self.error is not None:
-            raise self.error
-        return self.context
-
-    def _abandon(self) -> None:
-        """No warm-up starts from now on, and the one running is cancelled (its thread then ends)."""
-        self.abandoned.set()
-        if self.context is not None:
-            with contextlib.suppress(Exception):  # a context being stopped, or gone
-                self.context.cancelAllJobs()
-
-    def stop(self) -> None:
-        """Stops the context, waiting at most SPARK_STOP_WAIT_S: with its executors unreachable (a driver cut
-        off from them), Spark's goodbyes wait out its RPC timeouts, minutes with authentication on. Past that
-        the JVM ddq started is killed: told to exit as this process ends (it watches its standard input), it
-        runs Spark's own stop again in its shutdown hook, and a chaos run found one alive minutes after its
-        driver ended. A JVM of spark-submit's is spark-submit's to end. Called again, does nothing."""
-        self._abandon()  # (a start still under way: the driver is done waiting for it)
-        self.thread.join(SPARK_STOP_WAIT_S)
-        if self.context is None or self.stopped:
-            return
-        self.stopped = True
-        stopping = threading.Thread(target=stop_quietly, args=(self.context,), name="spark-stop", daemon=True)
-        stopping.start()
-        stopping.join(SPARK_STOP_WAIT_S)
-        jvm = getattr(getattr(self.context, "_gateway", None), "proc", None)  # None: spark-submit's JVM
-        forget_gateway(self.context)
-        if not stopping.is_alive():
-            if jvm is not None:
-                end_stopped_jvm(jvm, self.writes_archive)
-            return
-        if jvm is not None:
-            jvm.kill()
-            jvm.wait(SPARK_STOP_WAIT_S)
-        print(f"ddq: Spark did not stop within {SPARK_STOP_WAIT_S:.0f} s (its executors unreachable?); "
-              f"{'its JVM was killed' if jvm is not None else 'leaving it to spark-submit'}",
-              file=sys.stderr, flush=True)
-
-
-def forget_gateway(context: Any) -> None:
-    """pyspark keeps a process's first gateway for every later context, even one made on a gateway of its own
-    (`start_context`'s): forgotten once its context stops, a later run in this process (`ddq.train` called
-    again) starts on its own JVM, not on one that ended."""
-    from pyspark import SparkContext
-
-    with SparkContext._lock:
-        if SparkContext._gateway is getattr(context, "_gateway", None):
-            SparkContext._gateway = None
-            SparkContext._jvm = None
-
-
-def end_stopped_jvm(jvm: Any, writing_archive: bool) -> None:
-    """Closes the standard input of the JVM whose Spark stopped, which makes it exit (pyspark's gateway
-    watches it) now rather than when this process does: a second run in this process starts a JVM of its
-    own (`forget_gateway`). Where it writes its class-data archive (`ddq.modes.jvm_archive`), waits for it:
-    a first run's JVM takes seconds to, and would still be writing after `ddq train` ended. Killed if it
-    has not ended within JVM_ARCHIVE_WAIT_S. Otherwise it exits in the background, within a second or two."""
-    with contextlib.suppress(OSError, ValueError):
-        jvm.stdin.close()
-    if not writing_archive:
-        return
-    try:
-        jvm.wait(JVM_ARCHIVE_WAIT_S)
-    except subprocess.TimeoutExpired:
-        jvm.kill()
-        jvm.wait(SPARK_STOP_WAIT_S)
-
-
-def stop_quietly(context: Any) -> None:
-    """`context.stop()`, whose py4j call fails once its JVM was killed (`SparkStarting.stop`): nothing to say."""
-    from py4j.protocol import Py4JError
-
-    with contextlib.suppress(Py4JError, ConnectionError):
-        context.stop()
 
 
 def local_master(workers: int) -> str:
