@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from conftest import assert_events_match_metrics, event_scalars
-from ddq.run_folder import RunLog, scalars
+from ddq.run_folder import RunLog, read_metrics, scalars
 
 
 def test_each_kind_of_point_becomes_its_tagged_scalars():
@@ -81,3 +81,17 @@ def test_a_full_disk_under_the_event_files_is_one_line_naming_them(tmp_path, mon
     failing.write("eval", env_steps=10, mean_return=1.0)
     with pytest.raises(ValueError, match="the run's own error"), failing:  # closing fails too: not what is told
         raise ValueError("the run's own error")
+
+
+def test_a_point_cut_short_by_a_killed_writer_is_left_out_and_the_resumed_log_starts_a_line(tmp_path):
+    """A run killed mid-write leaves a torn last line: its resume appended its first point to that line, and
+    reading the metrics (the summary's curve, `ddq plot`) then failed."""
+    log = RunLog(tmp_path)
+    log.write("episode", env_steps=10, episode_return=1.0)
+    log.close()
+    with open(tmp_path / "metrics.jsonl", "a") as torn:
+        torn.write('{"kind": "episode", "env_st')
+    resumed = RunLog(tmp_path)
+    resumed.write("episode", env_steps=20, episode_return=2.0)
+    resumed.close()
+    assert [point["env_steps"] for point in read_metrics(tmp_path)] == [10, 20]

@@ -164,6 +164,8 @@ class RunLog:
         self.run_dir, self.score = Path(run_dir), score
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
+        if self._file.tell() and not _ends_a_line(self.run_dir / "metrics.jsonl"):  # a killed run's torn point:
+            self._file.write("\n")  # ended here, so that a resumed run's first point has a line of its own
         _quiet_event_writer_threads()
         self._events = SummaryWriter(str(self.run_dir), flush_secs=EVENTS_FLUSH_S)
         self._summary: Any = Summary
@@ -226,6 +228,21 @@ def holds_a_run(run_dir: str | Path) -> bool:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every point of `run_dir/metrics.jsonl`, in order."""
-    with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """Every point of `run_dir/metrics.jsonl`, in order; a line cut short (its writer killed mid-write) is left
+    out."""
+    with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8", errors="replace") as handle:
+        return [point for line in handle if line.strip() and (point := _point(line)) is not None]
+
+
+def _point(line: str) -> dict[str, Any] | None:
+    try:
+        point = json.loads(line)
+    except ValueError:
+        return None
+    return point if isinstance(point, dict) else None
+
+
+def _ends_a_line(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"

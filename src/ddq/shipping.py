@@ -15,6 +15,9 @@ from __future__ import annotations
 import shutil
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
+
+from ddq.run_folder import write_whole
 
 ENV_ARCHIVE = "ddq-env.tar.gz"
 SUBMIT_SCRIPT = "ddq_submit.py"
@@ -33,11 +36,14 @@ def package_zip(folder: Path) -> Path:
     """folder/ddq.zip: the ddq package as Spark's --py-files (and `addPyFile`) take it."""
     package = Path(__file__).resolve().parent  # this module sits at the package's top
     folder.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(folder / "ddq.zip", "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(package.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                archive.write(path, Path("ddq") / path.relative_to(package))
-    return folder / "ddq.zip"
+
+    def zipped(file: BinaryIO) -> None:
+        with zipfile.ZipFile(file, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in sorted(package.rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    archive.write(path, Path("ddq") / path.relative_to(package))
+
+    return write_whole(folder / "ddq.zip", zipped)
 
 
 def packable_venv_command() -> str:

@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ddq.config.sections import TrainConfig
 from ddq.config.sources import SETTINGS_FORMAT, SETTINGS_VERSION, document_values, merge
+from ddq.run_folder import write_whole
 
 REDIS_URL_ENV = "DDQ_REDIS_URL"  # how the processes ddq starts receive the Redis URL: never on a command line
 MASKED = "***"
@@ -97,8 +98,7 @@ def decode_settings(text: str | bytes, source: str) -> TrainConfig:
 def write_settings(config: TrainConfig, path: Path) -> Path:
     """The run's settings as a file (`settings.json` in a run folder) that processes ddq starts read."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(settings_document(config), indent=1))
-    return path
+    return write_whole(path, json.dumps(settings_document(config), indent=1).encode())  # (a restarted shard reads it)
 
 
 def read_settings(path: str | Path) -> TrainConfig:

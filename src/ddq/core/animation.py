@@ -13,6 +13,7 @@ from ddq.core.dqn import epsilon_greedy
 from ddq.core.replay import FrameStacker
 from ddq.gamesim.envs import EnvOptions, make_env
 from ddq.gamesim.spec import Score, score_of
+from ddq.run_folder import write_whole
 
 FRAMES_PER_SECOND = 10
 LONGEST_SIDE = 320  # pixels: larger pictures (CartPole's 600x400) are thinned, so GIFs stay small and quick
@@ -91,9 +92,8 @@ def write_gif(pictures: list[np.ndarray], path: str | Path, fps: int = FRAMES_PE
     palette = Image.fromarray(np.concatenate(sample, axis=0)).quantize(colors=255, method=Image.Quantize.MEDIANCUT)
     images = [Image.fromarray(picture).quantize(palette=palette, dither=Image.Dither.NONE) for picture in pictures]
     durations = [1000 // fps] * (len(images) - 1) + [1000]
-    path = Path(path)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=durations, loop=0, optimize=False)
-    return path
+    return write_whole(path, lambda file: images[0].save(file, format="GIF", save_all=True, append_images=images[1:],
+                                                         duration=durations, loop=0, optimize=False))
 
 
 def animate_checkpoint(checkpoint: str | Path, output: str | Path, seed: int | None = None,

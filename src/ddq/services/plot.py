@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ddq.gamesim.spec import score_of
-from ddq.run_folder import read_metrics
+from ddq.run_folder import read_metrics, write_whole
 
 
 def _env_of(run_dir: Path) -> str | None:
@@ -57,6 +57,7 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None, env_id: str 
     ax.legend(loc="best")
     output = Path(output) if output else run_dir / "learning_curve.png"
     fig.tight_layout()
-    fig.savefig(output)
+    write_whole(output, lambda file: fig.savefig(file, format=output.suffix.lstrip(".") or "png"))  # (a reader
+    # that opens it mid-write, a browser, sees the previous curve or this one)
     plt.close(fig)
     return output

@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ddq.run_folder import write_whole
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import Connection, StoreRefused
 from ddq.transport.redis_server import EmbeddedRedis
@@ -30,6 +31,7 @@ def save_run_keys(client: Connection, run: str, skip_suffixes: tuple[str, ...], 
             except StoreRefused as error:  # a newer server's format: keep what the scratch one reads
                 print(f"ddq: warning: {name.decode()} not saved: {error}", file=sys.stderr)
         target.save()
-        shutil.copyfile(scratch.folder / "dump.rdb", path)
+        with open(scratch.folder / "dump.rdb", "rb") as dump:  # whole: `ddq dashboard RUN_DIR` reads it
+            write_whole(path, lambda file: shutil.copyfileobj(dump, file))
         target.close()
     return True
