@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import base64
+import functools
+import hashlib
 import http.client
 import json
 import os
 import pty
 import select
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -204,14 +207,22 @@ def test_dashboard_process_keeps_serving_when_redis_goes_away(tmp_path):
 
 
 # ------------------------------------------------------------------ who may read it (issue 40, defect 9)
-def _request(port: int, path: str, headers: dict[str, str]) -> tuple[int, dict, str]:
-    """A GET with exactly these headers (Host included); the status, the JSON answer and any Set-Cookie."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+def _request(port: int, path: str, headers: dict[str, str], tls: bool = False) -> tuple[int, dict, str]:
+    """A GET with exactly these headers (Host included); the status, the JSON answer and any Set-Cookie. With
+    `tls`, over TLS to a server whose certificate the caller checks itself (its fingerprint)."""
+    connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=_unverified()) if tls \
+        else http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     connection.request("GET", path, headers=headers)
     response = connection.getresponse()
     body = response.read()
     connection.close()
     return response.status, json.loads(body) if path.startswith("/api") else {}, response.getheader("Set-Cookie", "")
+
+
+def _unverified() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return context
 
 
 def _start_dashboard(url_file, redis_url: str, *flags: str, stderr=subprocess.PIPE) -> subprocess.Popen:
@@ -268,29 +279,45 @@ def test_beyond_loopback_every_request_needs_the_token_shown_once_on_the_termina
         lines = shown.decode().splitlines()
         token = next(line for line in lines if "?token=" in line).split("?token=")[1].split(" ")[0]
         assert len(token) >= 40 and shown.decode().count(token) == 1
-        name = socket.gethostname()  # the URL shown, as a browser elsewhere opens it: not 0.0.0.0
-        assert url_file.read_text() == f"http://{name}:{port}/" and f"http://{name}:{port}/?token=" in shown.decode()
-        assert _request(port, "/api/run", {"Host": f"{name}:{port}", "X-DDQ-Token": token})[0] == 200
+        name = socket.gethostname()  # the URL shown, as a browser elsewhere opens it: not 0.0.0.0, and over TLS
+        assert url_file.read_text() == f"https://{name}:{port}/" and f"https://{name}:{port}/?token=" in shown.decode()
+        # the certificate served is the one whose fingerprint the terminal showed (what a browser's warning shows)
+        served = ssl.get_server_certificate(("127.0.0.1", port))
+        digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(served)).hexdigest().upper()
+        assert f"fingerprint is {':'.join(digest[i:i + 2] for i in range(0, 64, 2))};" in shown.decode()
+        assert not _answers_plain_http(port)
+        silent = socket.create_connection(("127.0.0.1", port))  # a client that never speaks holds no other
+        request = functools.partial(_request, tls=True)
+        assert request(port, "/api/run", {"Host": f"{name}:{port}", "X-DDQ-Token": token})[0] == 200
+        silent.close()
         host = {"Host": f"127.0.0.1:{port}"}
         for headers, path in (({}, "/api/run"), ({}, "/"), ({"X-DDQ-Token": "guess"}, "/api/run"),
                               ({}, "/api/run?token=guess"), ({"Cookie": "ddq_token=guess"}, "/api/workers")):
-            status, answer, cookie = _request(port, path, {**host, **headers})
+            status, answer, cookie = request(port, path, {**host, **headers})
             assert status == 401 and cookie == "", (headers, path)
             if path.startswith("/api"):
                 assert "needs the token" in answer["error"] and len(answer["error"].splitlines()) == 1
-        status, overview, cookie = _request(port, f"/api/run?token={token}", host)
+        status, overview, cookie = request(port, f"/api/run?token={token}", host)
         assert status == 200 and overview["run"] == "small-2"
         assert cookie.startswith(f"ddq_token={token}") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
-        assert _request(port, "/", {**host, "Cookie": f"ddq_token={token}"})[0] == 200  # the page's own requests
-        assert _request(port, "/api/workers", {**host, "X-DDQ-Token": token})[0] == 200
-        assert _request(port, "/api/run", {"Host": f"192.0.2.7:{port}", "X-DDQ-Token": token})[0] == 200
-        assert _request(port, "/api/run", {"Host": f"rebound.example:{port}", "X-DDQ-Token": token})[0] == 403
+        assert "Secure" in cookie
+        assert request(port, "/", {**host, "Cookie": f"ddq_token={token}"})[0] == 200  # the page's own requests
+        assert request(port, "/api/workers", {**host, "X-DDQ-Token": token})[0] == 200
+        assert request(port, "/api/run", {"Host": f"192.0.2.7:{port}", "X-DDQ-Token": token})[0] == 200
+        assert request(port, "/api/run", {"Host": f"rebound.example:{port}", "X-DDQ-Token": token})[0] == 403
         assert command_lines_holding(token) == []
         assert not any(token.encode() in path.read_bytes() for path in tmp_path.rglob("*") if path.is_file())
     finally:
         process.terminate()
         process.wait(10)
         os.close(controller)
+
+
+def _answers_plain_http(port: int) -> bool:
+    try:
+        return _request(port, "/api/run", {"Host": f"127.0.0.1:{port}"})[0] > 0
+    except (http.client.HTTPException, OSError):
+        return False
 
 
 def test_beyond_loopback_without_a_terminal_for_the_token_is_one_line(small_redis, tmp_path):

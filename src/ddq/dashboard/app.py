@@ -17,10 +17,10 @@ from typing import Any
 
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
-from werkzeug.serving import make_server
 
 from ddq.dashboard.access import COOKIE, HEADER, Access, token_terminal
 from ddq.dashboard.reader import RunNotFound, RunReader, runs_in
+from ddq.dashboard.serving import listening_server
 from ddq.run_folder import write_whole
 from ddq.transport.redis_client import Connection, OutageRetry, StoreError
 from ddq.transport.redis_client import connect as connect_redis
@@ -85,7 +85,7 @@ def create_app(client: Connection, run: str, access: Access | None = None) -> Fl
     @app.after_request
     def remember(response: Response) -> Response:
         if g.get("token_in_query"):  # admitted by ?token=: the page's own requests carry it as a cookie
-            response.set_cookie(COOKIE, str(access.token), httponly=True, samesite="Strict")
+            response.set_cookie(COOKIE, str(access.token), httponly=True, samesite="Strict", secure=True)  # (TLS)
         return response
 
     routes = {
@@ -158,11 +158,12 @@ def serve(redis_url: str, run: str | None, host: str = "127.0.0.1", port: int = 
     RunReader(client, run).info()  # a wrong run id fails at start, not as a blank page
     # Not a line per request; werkzeug's request lines would also carry a ?token= query.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = make_server(host, port, create_app(client, run, access), threaded=True)
-    url = f"http://{browsable(host)}:{server.server_port}/"
+    server, certificate = listening_server(host, port, create_app(client, run, access), access.token is not None, run)
+    url = f"{'https' if certificate else 'http'}://{browsable(host)}:{server.server_port}/"
     print(f"ddq: dashboard of run {run} at {url}", file=sys.stderr, flush=True)
     if terminal is not None:
-        print(f"ddq: it listens beyond this host, over plain HTTP; open {url}?token={access.token} (this token is "
+        print(f"ddq: it listens beyond this host, over TLS with a certificate made for it, which a browser asks you "
+              f"to trust: its SHA-256 fingerprint is {certificate}; open {url}?token={access.token} (this token is "
               "shown once, here, and kept nowhere)", file=terminal, flush=True)
     if url_file:
         # without the token: files are for programs, the token for the user; whole, as a program may read it

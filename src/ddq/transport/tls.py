@@ -1,4 +1,5 @@
-"""A certificate authority made for one run, and the server certificate it signs for the run's Redis.
+"""A certificate authority made for one run, and the server certificate it signs for the run's Redis (or a
+dashboard that listens beyond loopback, whose browser is shown the certificate's fingerprint instead).
 
 A private Redis that listens beyond loopback speaks only TLS. Its clients
 trust this run's CA alone (not the system's), so a server on another address
@@ -49,9 +50,10 @@ def _alternative_names(addresses: list[str]) -> list[x509.GeneralName]:
     return names
 
 
-def make_server_certificates(folder: Path, addresses: list[str], run: str) -> ServerCertificates:
-    """A new CA for `run`, and a certificate for a server reached at any of `addresses` (IPs or host names),
-    written into `folder` (which should be private to this user)."""
+def make_server_certificates(folder: Path, addresses: list[str], run: str, server: str = "redis"
+                             ) -> ServerCertificates:
+    """A new CA for `run`, and a certificate for its `server` (redis, dashboard) reached at any of `addresses`
+    (IPs or host names), written into `folder` (which should be private to this user)."""
     now = datetime.datetime.now(datetime.timezone.utc)
     start, end = now - datetime.timedelta(minutes=5), now + VALID_FOR  # a little clock skew between hosts
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -66,7 +68,7 @@ def make_server_certificates(folder: Path, addresses: list[str], run: str) -> Se
                                             decipher_only=False), critical=True)
                .sign(ca_key, hashes.SHA256()))
     server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = (x509.CertificateBuilder().subject_name(_name(f"ddq run {run} redis")).issuer_name(ca_name)
+    server_cert = (x509.CertificateBuilder().subject_name(_name(f"ddq run {run} {server}")).issuer_name(ca_name)
                    .public_key(server_key.public_key()).serial_number(x509.random_serial_number())
                    .not_valid_before(start).not_valid_after(end)
                    .add_extension(x509.SubjectAlternativeName(_alternative_names(addresses)), critical=False)
@@ -74,7 +76,7 @@ def make_server_certificates(folder: Path, addresses: list[str], run: str) -> Se
                    .sign(ca_key, hashes.SHA256()))
     folder.mkdir(parents=True, exist_ok=True)
     ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM).decode()
-    files = ServerCertificates(folder / "redis.crt", folder / "redis.key", folder / "ca.crt", ca_pem)
+    files = ServerCertificates(folder / f"{server}.crt", folder / f"{server}.key", folder / "ca.crt", ca_pem)
     files.ca_file.write_text(ca_pem)
     files.cert_file.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
     descriptor = os.open(files.key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
