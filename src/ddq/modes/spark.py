@@ -237,8 +237,9 @@ def password_route(master: str, authenticated: bool, encrypted: bool) -> str | N
     if master.startswith("local") or authenticated and encrypted:
         return None
     return (f"Spark's channel to its executors is not authenticated and encrypted (spark.authenticate, "
-            f"spark.network.crypto.enabled), so the Redis password is not sent to them: each executor's host "
-            f"needs {PASSWORD_VARIABLE} or {PASSWORD_VARIABLE}_FILE (docs/cluster.md)")
+            f"spark.network.crypto.enabled): anything that reaches this driver's ports may join the job as an "
+            f"executor, and the Redis password is not sent to them: each executor's host needs "
+            f"{PASSWORD_VARIABLE} or {PASSWORD_VARIABLE}_FILE (docs/operations.md, Security)")
 
 
 def quiet_py4j() -> None:
