@@ -84,7 +84,7 @@ def cmd_learner(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format=f"ddq learner[{args.run}]: %(message)s")
     config = read_settings(args.settings)  # what the driver resolved: used as it is
-    config.distributed.redis_url = os.environ.get(REDIS_URL_ENV) or config.distributed.redis_url
+    config.distributed.redis_url = given_redis_url(args)[0] or config.distributed.redis_url
     if not config.distributed.redis_url:
         raise ValueError(f"the learner needs the run's Redis URL in ${REDIS_URL_ENV} (ddq train starts it itself)")
     return LearnerServer(config, config.distributed.redis_url, args.run).serve()

@@ -54,11 +54,12 @@ def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
 
     from ddq.core.agent import env_spec
     from ddq.core.replay import state_shape
+    from ddq.gamesim.envs import is_atari
 
     try:
         spec = env_spec(config.agent)
     except gym.error.Error as error:
-        known = [name for name in gym.registry if not name.startswith("ALE/")]
+        known = [name for name in gym.registry if not is_atari(name)]  # (hundreds of Atari ids crowd the rest)
         close = difflib.get_close_matches(config.agent.env, known, n=3)
         hint = f"; did you mean {' or '.join(close)}?" if close else "; see gymnasium.pprint_registry()"
         reason = str(error).splitlines()[0].split(" Did you mean")[0].rstrip(".")  # one suggestion: ddq's

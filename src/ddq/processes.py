@@ -86,6 +86,17 @@ def spawn(command: Sequence[str], log_path: Path | None = None, env: dict[str, s
     return process
 
 
+def alive(pid: int) -> bool:
+    """Whether a process `pid` exists (another user's counts: signal 0 is refused it, not missed)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def stop(process: subprocess.Popen, timeout: float = 10.0) -> int | None:
     """SIGTERM, then SIGKILL after `timeout`; returns the exit code. What the process forked is ended with
     it: `spawn` makes each process lead a group of its own, and a child outlives a SIGKILLed parent (Celery's

@@ -27,6 +27,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ddq.processes import alive
+
 PREFIX = "ddqt"  # every namespace and folder this harness makes starts so, with its creator's pid
 SUBNET = "198.18.74"
 BASE = Path("/var/tmp")  # outside /tmp, which each host replaces with its own
@@ -54,23 +56,13 @@ def remove_stale() -> None:
     listed = _ip("netns", "list", check=False).stdout.split()
     for name in listed:
         parts = name.split("-")
-        if parts[0] == PREFIX and len(parts) >= 3 and parts[1].isdigit() and not _alive(int(parts[1])):
+        if parts[0] == PREFIX and len(parts) >= 3 and parts[1].isdigit() and not alive(int(parts[1])):
             _kill_all_in(name)
             _ip("netns", "del", name, check=False)
     for folder in BASE.glob(f"{PREFIX}-*"):
         pid = folder.name.split("-")[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def _kill_all_in(namespace: str) -> None:

@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,7 @@ class RunNotFound(LookupError, ValueError):
 class MirroredList:
     """An append-only Redis list of JSON objects, mirrored into numeric columns."""
 
-    def __init__(self, cursor: ListCursor, flatten=None):
+    def __init__(self, cursor: ListCursor, flatten: Callable[[dict], dict] | None = None):
         self.cursor = cursor
         self.columns = Columns()
         self.flatten = flatten or (lambda entry: entry)

@@ -178,6 +178,6 @@ class SlowSimulator(VectorWrapper):
         super().__init__(envs)
         self.latency_s = latency_s
 
-    def step(self, actions):
+    def step(self, actions: np.ndarray) -> tuple[Any, ...]:
         time.sleep(self.latency_s * self.num_envs)
         return self.env.step(actions)

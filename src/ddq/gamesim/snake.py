@@ -56,7 +56,8 @@ class SnakeEnv(gym.Env):
         self.render_mode = render_mode
         self._stream_started = False
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         if seed is not None or not self._stream_started:
             # Same derivation as SnakeEngine.seed, through self.np_random so
@@ -66,7 +67,7 @@ class SnakeEnv(gym.Env):
         self.engine.reset(np.array([0]))
         return self.engine.render()[0, :, :, None], self._info()
 
-    def step(self, action):
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         reward, terminated, truncated = self.engine.step(np.array([action]))
         return (self.engine.render()[0, :, :, None], float(reward[0]), bool(terminated[0]),
                 bool(truncated[0]), self._info())
@@ -76,7 +77,7 @@ class SnakeEnv(gym.Env):
         ending = int(self.engine.ending[0])
         return {"length": int(self.engine.length[0]), **({"ending": ENDINGS[ending]} if ending else {})}
 
-    def render(self):
+    def render(self) -> str | np.ndarray | None:
         if self.render_mode == "ansi":
             return self.engine.text(0)
         if self.render_mode == "rgb_array":
@@ -106,7 +107,8 @@ class SnakeVectorEnv(VectorEnv):
         self._needs_reset = np.zeros(num_envs, dtype=bool)
         self._stream_started = False
 
-    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
         if seed is not None or not self._stream_started:
             seeds = seed if isinstance(seed, list) else [
                 None if seed is None else seed + i for i in range(self.num_envs)]
@@ -116,7 +118,7 @@ class SnakeVectorEnv(VectorEnv):
         self._needs_reset[:] = False
         return self.engine.render()[..., None], self._info()
 
-    def step(self, actions):
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         resetting = self._needs_reset.copy()
         reward, terminated, truncated = self.engine.step(actions, active=~resetting)
         self.engine.reset(resetting)

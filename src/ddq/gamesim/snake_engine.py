@@ -107,7 +107,7 @@ class SnakeEngine:
         self.ending[games] = PLAYING
         self._place_apples(games)
 
-    def step(self, actions: np.ndarray, active: np.ndarray | None = None):
+    def step(self, actions: np.ndarray, active: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Advance every active game by one move.
 
         Returns (reward float32, terminated bool, truncated bool) per game;

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import redis
 
-from ddq.processes import spawn, stop
+from ddq.processes import alive, spawn, stop
 from ddq.transport.redis_client import OutageRetry
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.tls import make_server_certificates
@@ -107,7 +107,7 @@ def sweep_abandoned_folders(temp: Path | None = None) -> None:
     for folder in (temp or Path(tempfile.gettempdir())).glob(f"{FOLDER_PREFIX}*_*"):
         owner = folder.name[len(FOLDER_PREFIX):].split("_", 1)[0]
         try:
-            if not owner.isdigit() or folder.stat().st_uid != os.getuid() or _alive(int(owner)):
+            if not owner.isdigit() or folder.stat().st_uid != os.getuid() or alive(int(owner)):
                 continue
             with socket.socket(socket.AF_UNIX) as probe:
                 probe.settimeout(1.0)
@@ -116,16 +116,6 @@ def sweep_abandoned_folders(temp: Path | None = None) -> None:
             shutil.rmtree(folder, ignore_errors=True)
         except OSError:  # not ours to judge (no access, a slow server): left alone
             continue
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's: alive
-        return True
-    return True
 
 
 class EmbeddedRedis:
