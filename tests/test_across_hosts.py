@@ -65,9 +65,10 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
     gradient pushed is applied exactly once: the server's version is the sum of the workers' pushes.
     Data-parallel's workers form their process group across the hosts, at the executors' addresses.
     Downpour's two workers took 41,000-91,000 env steps to 475 on one machine (CartPole's PQN, seeds 1-5 and
-    21, 2026-11-26; serial's took 7,000-21,000), hence its budget."""
+    21, 2026-11-26; serial's took 7,000-21,000), hence its budget; a fresh clone's loaded suite once saw the
+    cut one's spend 150,000 without it (2026-11-29), so it has 200,000."""
     name = f"cartpole-{mode}"
-    budget = 150_000 if mode == "downpour" else 60_000
+    budget = 200_000 if mode == "downpour" else 60_000
     driver = cluster.start_training(name, "--mode", mode, "--seed", str(seed), "--target-return", "475",
                                     "--total-steps", str(budget))
     if mode == "downpour":
@@ -77,7 +78,8 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
         cluster.hosts.link_up("h1")
     code, summary, log = cluster.finish(name, driver)
     assert code == 0, log[-4000:]
-    assert summary["reached_target"] and summary["steps_to_target"] <= budget, summary
+    assert summary["reached_target"], {key: summary.get(key) for key in ("stop_reason", "env_steps", "updates",
+                                                                         "best_eval_return", "lost", "workers")}
     metrics = (cluster.hosts.tmp("h0") / name / "metrics.jsonl").read_text().splitlines()
     assert any(point["kind"] == "eval" and point["mean_return"] >= 475 for point in map(json.loads, metrics))
     h0 = cluster.hosts.address("h0")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ddq.config import REDIS_URL_ENV, TrainConfig, flat_settings, has_masked_secret, load_toml
+from ddq.config import REDIS_URL_ENV, TrainConfig, flat_settings, has_masked_secret, is_distributed, load_toml
 from ddq.config.sources import COMMAND_LINE, PYTHON_CALL, spelled
 from ddq.lifecycle import StopReason, StopSignals, budget_spent
 
@@ -228,7 +228,7 @@ def ignored_settings_note(values: dict[str, Any], config_file: str | None, confi
     if not unread:
         return None
     named = ", ".join(f"{name} ({where_given(name, values, file_values, config_file, given_in)})" for name in unread)
-    if mode == "serial":
+    if not is_distributed(mode):
         return f"serial mode trains in one process: it ignores {named}, which only distributed runs read"
     return f"{mode} mode ignores {named}, which only another mode reads (`ddq train --help-all` groups them)"
 

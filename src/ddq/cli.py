@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from ddq.benchmarks.commands import add_bench_commands
 from ddq.config import REDIS_URL_ENV, TrainConfig, read_settings
@@ -62,8 +64,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_param_server(args: argparse.Namespace) -> int:
-    import logging
-
     from ddq.param_server.server import ShardServer
 
     logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
@@ -78,8 +78,6 @@ def cmd_param_server(args: argparse.Namespace) -> int:
 
 
 def cmd_learner(args: argparse.Namespace) -> int:
-    import logging
-
     from ddq.learner_server.server import LearnerServer
 
     logging.basicConfig(level=logging.INFO, format=f"ddq learner[{args.run}]: %(message)s")
@@ -245,7 +243,15 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=PLUMBING)
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_train(commands, full_help)
+    _add_started_by_ddq(commands)
+    _add_dashboard(commands)
+    _add_tools(commands)
+    add_bench_commands(commands)
+    return parser
 
+
+def _add_train(commands: Any, full_help: bool) -> None:
     train = commands.add_parser("train",
                                 help="train a DQN agent (serial; downpour, actor-learner or data-parallel on Spark)",
                                 description="Train a DQN agent. Settings: defaults < the env's preset < "
@@ -260,8 +266,10 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     add_config_flags(train, brief=not full_help)
     train.set_defaults(func=cmd_train)
 
-    # The processes ddq starts itself are parsers without a `help`: argparse leaves them out of the list of
-    # commands, and the epilog (PLUMBING) names them apart.
+
+def _add_started_by_ddq(commands: Any) -> None:
+    """The processes ddq starts itself, which a person may start by hand too: a Barista, a shard, the learner.
+    Parsers without a `help`: argparse leaves them out of the list of commands, and PLUMBING names them."""
     barista = commands.add_parser("barista", description="A long-lived worker: `barista serve`.")
     barista_kinds = barista.add_subparsers(dest="action", metavar="ACTION", required=True)
     serve = barista_kinds.add_parser("serve", help="serve one worker over HTTP on 127.0.0.1 (JSON: /status, "
@@ -274,31 +282,6 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     add_config_flags(serve, leaving_out=UNREAD_BY_HAND)
     reword(serve, "redis_url", HAND_STARTED_REDIS)
     serve.set_defaults(func=cmd_barista_serve)
-
-    dashboard = commands.add_parser(
-        "dashboard", help="serve a run's live dashboard and JSON API (read-only) from its Redis",
-        description="Serve the babysitting dashboard of a run that is going or finished: one page of live "
-                    "charts, and the JSON API behind it (GET /api lists it). `ddq train` starts one itself "
-                    "and prints its URL; this serves one for any run whose Redis you can reach, or for a "
-                    "finished run from its folder (`ddq dashboard runs/snake`).")
-    dashboard.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
-                           help="a finished distributed run's folder: serves the telemetry saved there at its end")
-    dashboard.add_argument("--redis-url", help=f"the run's Redis (redis://, rediss://, unix://; default "
-                                               f"${REDIS_URL_ENV}, which keeps a password off the command line)")
-    dashboard.add_argument("--run", help="run id (as `ddq train` printed it; default: the only run there)")
-    dashboard.add_argument("--host", default="127.0.0.1",
-                           help="address to bind (default 127.0.0.1); beyond loopback, such as 0.0.0.0, every "
-                                "request needs a token shown once on your terminal")
-    dashboard.add_argument("--port", type=PORT, default=0, help="port (default: a free one)")
-    dashboard.add_argument("--url-file", help="also write the URL it serves on into this file")
-    dashboard.set_defaults(func=cmd_dashboard)
-
-    dummy = commands.add_parser("dummy-client", help="drive a Barista by hand: step, status, shutdown")
-    dummy.add_argument("url", help="the Barista's URL, as `barista serve` printed it")
-    dummy.add_argument("action", choices=("step", "status", "shutdown"))
-    dummy.add_argument("--steps", type=in_range(int, 1), default=100, help="env steps for `step` (default 100)")
-    dummy.add_argument("--timeout", type=float, default=600, help="seconds to wait for the answer")
-    dummy.set_defaults(func=cmd_dummy_client)
 
     server = commands.add_parser("param-server",
                              description="A parameter-server shard: applies the gradients workers push to Redis "
@@ -323,6 +306,37 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     learner.add_argument("--settings", metavar="FILE", required=True, help="the run folder's config.json")
     learner.add_argument("--run", required=True, help="run id: the Redis keys live under ddq:RUN:")
     learner.set_defaults(func=cmd_learner)
+
+
+def _add_dashboard(commands: Any) -> None:
+    dashboard = commands.add_parser(
+        "dashboard", help="serve a run's live dashboard and JSON API (read-only) from its Redis",
+        description="Serve the babysitting dashboard of a run that is going or finished: one page of live "
+                    "charts, and the JSON API behind it (GET /api lists it). `ddq train` starts one itself "
+                    "and prints its URL; this serves one for any run whose Redis you can reach, or for a "
+                    "finished run from its folder (`ddq dashboard runs/snake`).")
+    dashboard.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
+                           help="a finished distributed run's folder: serves the telemetry saved there at its end")
+    dashboard.add_argument("--redis-url", help=f"the run's Redis (redis://, rediss://, unix://; default "
+                                               f"${REDIS_URL_ENV}, which keeps a password off the command line)")
+    dashboard.add_argument("--run", help="run id (as `ddq train` printed it; default: the only run there)")
+    dashboard.add_argument("--host", default="127.0.0.1",
+                           help="address to bind (default 127.0.0.1); beyond loopback, such as 0.0.0.0, every "
+                                "request needs a token shown once on your terminal")
+    dashboard.add_argument("--port", type=PORT, default=0, help="port (default: a free one)")
+    dashboard.add_argument("--url-file", help="also write the URL it serves on into this file")
+    dashboard.set_defaults(func=cmd_dashboard)
+
+
+def _add_tools(commands: Any) -> None:
+    """The commands for a run's results and its parts: the dummy client, evaluate, models, package, plot."""
+    dummy = commands.add_parser("dummy-client", help="drive a Barista by hand: step, status, shutdown")
+    dummy.add_argument("url", help="the Barista's URL, as `barista serve` printed it")
+    dummy.add_argument("action", choices=("step", "status", "shutdown"))
+    dummy.add_argument("--steps", type=in_range(int, 1), default=100, help="env steps for `step` (default 100)")
+    dummy.add_argument("--timeout", type=float, default=600, help="seconds to wait for the answer")
+    dummy.set_defaults(func=cmd_dummy_client)
+
 
     ev = commands.add_parser("evaluate", help="greedy mean return of a checkpoint, as JSON")
     ev.add_argument("checkpoint", help="checkpoint file or run folder")
@@ -356,8 +370,6 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     plot.add_argument("run_dir", help="run folder holding metrics.jsonl")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     plot.set_defaults(func=cmd_plot)
-    add_bench_commands(commands)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,8 @@ from ddq.transport.redis_client import Connection
 # How long the owner of the weights keeps taking what workers send after a stop, waiting for the driver to say
 # they finished: longer than Spark takes to end a job whose tasks all saw the stop.
 WORKERS_FINISH_WAIT_S = 60.0
+HOUSEKEEPING_S = 0.25  # how often a server (a shard, the learner) reports and reads the control key
+LOST_REDIS_EXIT = 3  # a server's exit code once it lost the run's Redis for good (its supervisor restarts it)
 
 
 class StopReason(str, enum.Enum):
@@ -109,6 +111,18 @@ class RunControl:
         if not self.stopping():
             return None
         return self.keys.reason() or StopReason.USER.value
+
+
+def serve_until_stopped(work: Callable[[], object], housekeeping: Callable[[], bool]) -> None:
+    """A server's loop: `work` (which waits at most HOUSEKEEPING_S), with `housekeeping` every HOUSEKEEPING_S
+    (its report, and whether the run goes on) until it says the run stopped."""
+    next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+    while True:
+        work()
+        if time.monotonic() >= next_housekeeping:
+            if not housekeeping():
+                return
+            next_housekeeping = time.monotonic() + HOUSEKEEPING_S
 
 
 class StopSignals:

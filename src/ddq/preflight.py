@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import socket
 from urllib.parse import parse_qs, urlsplit
 
-from ddq.config import TrainConfig, celery_eval_every_s, masked_url
+from ddq.config import TrainConfig, celery_eval_every_s, is_distributed, masked_url
+from ddq.config.masters import MASTER_URL, is_standalone, standalone_addresses
 from ddq.transport.redis_client import StoreAuthenticationError, StoreError, ping
 
-SPARK_MASTER = re.compile(r"^(local(\[(\d+|\*)(,\s*\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
 REDIS_TIMEOUT_S = 3.0  # also how long a Spark master may take to accept a connection
 
 
@@ -33,7 +32,7 @@ def check_run(config: TrainConfig, redis_url_from: str = "--redis-url") -> None:
     shapes = check_env(config)
     check_model(config, *shapes)
     check_device(config.agent.device)
-    if config.run.mode != "serial":
+    if is_distributed(config.run.mode):
         if config.distributed.listen is not None:
             check_listen(config.distributed.listen)
         if config.distributed.spark_master is not None:
@@ -106,11 +105,11 @@ def check_listen(address: str) -> None:
 
 def check_spark_master(master: str) -> None:
     """A master URL of a kind Spark knows; a standalone master (spark://HOST:PORT) must accept a connection."""
-    if not SPARK_MASTER.match(master):
+    if not MASTER_URL.match(master):
         raise SettingError(f"--spark-master {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
                            "yarn or k8s://URL")
-    if master.startswith("spark://"):
-        for address in master[len("spark://"):].split(","):  # a standalone master with standbys lists several
+    if is_standalone(master):
+        for address in standalone_addresses(master):
             host, _, port = address.rpartition(":")
             try:
                 socket.create_connection((host, int(port)), timeout=REDIS_TIMEOUT_S).close()

@@ -19,12 +19,14 @@ from ddq.config.documents import (
 from ddq.config.sections import (
     MODES,
     PRECISIONS,
+    SERIAL,
     AgentConfig,
     DistributedConfig,
     RunConfig,
     ServerConfig,
     ServicesConfig,
     TrainConfig,
+    is_distributed,
 )
 from ddq.config.sources import (
     PRESETS,
@@ -41,9 +43,9 @@ from ddq.config.sources import (
     setting_path,
 )
 
-__all__ = ["EVAL_EVERY_ENV", "MASKED", "MODES", "PRECISIONS", "PRESETS", "REDIS_URL_ENV", "SECTIONS", "SETTINGS",
-           "SETTINGS_FORMAT", "SETTINGS_VERSION", "AgentConfig", "DistributedConfig", "RunConfig", "ServerConfig",
-           "ServicesConfig", "TrainConfig", "celery_eval_every_s", "config_from_document", "config_of",
-           "decode_settings", "encode_settings", "field_type", "flat_settings", "has_masked_secret", "load_toml",
-           "masked_url", "merge", "preset_for", "read_settings", "settings_document", "setting_path",
-           "without_secrets", "write_settings"]
+__all__ = ["EVAL_EVERY_ENV", "MASKED", "MODES", "PRECISIONS", "PRESETS", "REDIS_URL_ENV", "SECTIONS", "SERIAL",
+           "SETTINGS", "SETTINGS_FORMAT", "SETTINGS_VERSION", "AgentConfig", "DistributedConfig", "RunConfig",
+           "ServerConfig", "ServicesConfig", "TrainConfig", "celery_eval_every_s", "config_from_document",
+           "config_of", "decode_settings", "encode_settings", "field_type", "flat_settings", "has_masked_secret",
+           "is_distributed", "load_toml", "masked_url", "merge", "preset_for", "read_settings", "setting_path",
+           "settings_document", "without_secrets", "write_settings"]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ddq.config.sections import DistributedConfig, ServerConfig
+from ddq.config.masters import is_local, is_standalone
+from ddq.config.sections import DistributedConfig, ServerConfig, is_distributed
 
 # Settings that only a distributed run reads: naming one asks for a distributed run.
 DISTRIBUTED_SETTINGS = frozenset(f.name for kind in (DistributedConfig, ServerConfig)
@@ -31,14 +32,13 @@ def unread_in(mode: str, named: set[str], workers: int) -> list[str]:
     """The named settings a run in `mode` ignores (sorted). Serial: any distributed run's, but redis_url, which
     is often exported for every run ($DDQ_REDIS_URL), and `workers` 1, which a serial run is. `--mode serial
     --workers 4` had trained one process, and said nothing; `--mode downpour --send-every 4` alike."""
-    if mode == "serial":
+    if not is_distributed(mode):
         return sorted(named & DISTRIBUTED_SETTINGS - {"redis_url", *(["workers"] if workers == 1 else [])})
     return sorted(named & UNREAD_BY_MODE.get(mode, frozenset()))
 
 
-# The cluster masters the comparison of wirings ran on: a standalone master on test hosts. YARN and Kubernetes
-# often allocate executors as they go, which a barrier stage (data-parallel's) cannot run under.
-MEASURED_CLUSTER_MASTERS = ("spark://",)
+# The cluster masters the comparison of wirings ran on were standalone masters on test hosts (`master_kind`). YARN
+# and Kubernetes often allocate executors as they go, which a barrier stage (data-parallel's) cannot run under.
 MEASURED_CORES = 2  # the most cores the comparison has been measured on
 
 
@@ -86,6 +86,6 @@ def master_kind(spark_master: str | None, submitted: bool) -> str:
     master, or spark-submit's where none is named (ddq does not see it before Spark starts)."""
     if spark_master is None:
         return "unmeasured" if submitted else "local"
-    if spark_master.startswith("local"):
+    if is_local(spark_master):
         return "local"
-    return "standalone" if spark_master.startswith(MEASURED_CLUSTER_MASTERS) else "unmeasured"
+    return "standalone" if is_standalone(spark_master) else "unmeasured"

@@ -10,8 +10,14 @@ from ddq.config.optimizer import OptimizerConfig
 from ddq.gamesim import DEFAULT_ENV_ID
 from ddq.gamesim.envs import EnvOptions
 
-MODES = ("serial", "downpour", "actor-learner", "data-parallel")
+SERIAL = "serial"  # one process; every other mode is distributed (Spark runs its workers)
+MODES = (SERIAL, "downpour", "actor-learner", "data-parallel")
 PRECISIONS = ("fp32", "bf16")
+
+
+def is_distributed(mode: str) -> bool:
+    """Whether a mode runs workers on Spark, with Redis and the driver's services."""
+    return mode != SERIAL
 
 
 def setting(default: Any, group: str, help: str, brief: bool = False) -> Any:

@@ -27,7 +27,7 @@ from ddq.core.agent import env_spec, make_learner, make_replay, resolve_device, 
 from ddq.core.algorithms import algorithm_for
 from ddq.core.algorithms.dqn import DQN
 from ddq.core.central_learner import CentralLearner, CentralSettings, LearnerState
-from ddq.lifecycle import RunControl
+from ddq.lifecycle import HOUSEKEEPING_S, LOST_REDIS_EXIT, RunControl, serve_until_stopped
 from ddq.processes import tune_malloc
 from ddq.transport.experience import ExpectExperience, Experience, ExperienceError, decode
 from ddq.transport.learner_channel import LearnerChannel
@@ -39,7 +39,6 @@ from ddq.transport.weights_publisher import WeightsPublisher, weights_messages
 from ddq.transport.wire import layout_bytes
 
 log = logging.getLogger("ddq.learner")
-HOUSEKEEPING_S = 0.25
 # Decoded messages waiting for the training loop; beyond this the receiver lets Redis hold them, where they
 # count against the actors' backlog. One is enough to decode the next message while training on this one;
 # more let an actor run ahead of what the learner knows (its epsilon and weights lag).
@@ -217,26 +216,20 @@ class LearnerServer:
         self.housekeeping()  # announces this process (its pid) once its weights are out
         self.receiver.start()
         self.publisher.start()
-        next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         try:
-            while True:
-                self.step()
-                if time.monotonic() >= next_housekeeping:
-                    if not self.housekeeping():
-                        break
-                    next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+            serve_until_stopped(self.step, self.housekeeping)
             lost = self.stopping.is_set() or self.publisher.failed.is_set()
             if not lost:
                 self.control.serve_until_workers_finished(self.step)
             self._finish_queued()
         except (StoreUnavailable, ConnectionError, OSError) as error:
             log.error("learner lost Redis (%s); exiting", error)
-            return 3
+            return LOST_REDIS_EXIT
         finally:
             self.stopping.set()
             self.publisher.stop()
         if lost:
-            return 3
+            return LOST_REDIS_EXIT
         self.send_now()
         self.snapshot()
         self.housekeeping()

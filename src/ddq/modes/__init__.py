@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ddq.config import is_distributed
+
 if TYPE_CHECKING:
     from ddq.config import TrainConfig
     from ddq.modes.driver import Wiring
@@ -21,7 +23,7 @@ def run_training(config: TrainConfig, run_dir: str | Path, started_at: float | N
     A distributed run starts Spark first (`ddq.modes.launch`), on the JVM `booted` when the settings' checks
     launched one: the driver builds its wiring, network and services meanwhile."""
     started_at = time.time() if started_at is None else started_at
-    if config.run.mode == "serial":
+    if not is_distributed(config.run.mode):
         from ddq.modes.serial import SerialTrainer
 
         serial = SerialTrainer(config, run_dir, started_at, resume=resume)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddq.config import TrainConfig
+from ddq.config import TrainConfig, is_distributed
 from ddq.modes.jvm_boot import BootingJvm
 from ddq.modes.placement import Placement, placement
 from ddq.modes.spark import launched_by_spark_submit, local_master, prepare_environment, quiet_py4j, spark_conf
@@ -56,7 +56,7 @@ def boot_spark(config: TrainConfig) -> BootingJvm | None:
     local one not checked yet), spark-submit's JVM and a `--listen` address (not checked yet, and the JVM's
     environment would carry it). The caller kills it when a check fails, or hands it to `launch`."""
     d = config.distributed
-    if config.run.mode == "serial" or launched_by_spark_submit() or d.spark_master is not None or d.listen:
+    if not is_distributed(config.run.mode) or launched_by_spark_submit() or d.spark_master is not None or d.listen:
         return None
     driver = spark_driver(config, submitted=False)
     quiet_py4j()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ddq.config import TrainConfig
+from ddq.config.masters import is_cluster
 
 LOOPBACK = "127.0.0.1"
 ANY_ADDRESS = ("0.0.0.0", "::")
@@ -27,10 +28,6 @@ class Placement:
     advertise: str  # the address other hosts reach this one at (Spark's driver, the private Redis)
     bind: str  # where Spark's driver listens (the advertised address, or --listen's 0.0.0.0)
     ship: bool  # the job carries ddq to its executors
-
-
-def is_cluster(master: str | None) -> bool:
-    return master is not None and not master.startswith("local")
 
 
 def address_toward(master: str) -> str:

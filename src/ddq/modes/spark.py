@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ddq.config.masters import is_local, is_standalone
 from ddq.modes.jvm_archive import jvm_options, note_class_path
 from ddq.modes.jvm_boot import BootingJvm, launch_jvm
 from ddq.modes.operator_conf import operator_settings
@@ -128,7 +129,7 @@ def launched_by_spark_submit() -> bool:
 def prepare_environment(master: str | None, driver_host: str | None, bind: str | None) -> None:
     """What the JVM and the Python workers read from this process's environment (set before any thread
     starts one)."""
-    if master is not None and master.startswith("local"):
+    if is_local(master):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if driver_host is not None:
         os.environ.setdefault("SPARK_LOCAL_IP", bind or driver_host)
@@ -138,7 +139,7 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
     from pyspark import SparkConf
 
     conf = SparkConf() if master is None else SparkConf().setMaster(master)
-    if master is not None and master.startswith("local"):
+    if is_local(master):
         # (a JVM spark-submit started already runs: no option reaches it, so no archive is looked for)
         sharing = "" if launched_by_spark_submit() else jvm_options()
         launch_defaults = {"spark.driver.defaultJavaOptions": f"{LOCAL_JVM_OPTIONS} {sharing}".rstrip(),
@@ -195,7 +196,7 @@ def start_context(conf: Any, log_path: Path | None, password: str | None = None,
             gateway.proc.kill()
             gateway.proc.wait()
         raise
-    if not master.startswith("local"):  # executors have it from their launch; each task's function need not
+    if not is_local(master):  # executors have it from their launch; each task's function need not
         context.environment.pop(PASSWORD_VARIABLE, None)
     context.setLogLevel("ERROR")
     return context
@@ -215,10 +216,10 @@ def executor_wait(master: str, workers: int, task_cpus: int) -> dict[str, str]:
     that starts after the budget is spent plays nothing. A standalone master counts the cores it was asked
     for (spark.cores.max, else none: no wait); YARN and Kubernetes the executors asked for. A local master's
     cores are there from the start."""
-    if master.startswith("local"):
+    if is_local(master):
         return {}
     wait = {"spark.scheduler.minRegisteredResourcesRatio": "1.0"}
-    if master.startswith("spark://"):
+    if is_standalone(master):
         wait["spark.cores.max"] = str(workers * task_cpus)  # and no more: ddq runs one task per worker
     return wait
 
@@ -234,7 +235,7 @@ def password_route(master: str, authenticated: bool, encrypted: bool) -> str | N
     """None when Spark may carry the run's Redis password to its executors (a local master's never leave
     this host; a cluster's go in their launch environment, over channels Spark authenticates and encrypts);
     otherwise the line that says why it does not, and what the executors' hosts need instead."""
-    if master.startswith("local") or authenticated and encrypted:
+    if is_local(master) or authenticated and encrypted:
         return None
     return (f"Spark's channel to its executors is not authenticated and encrypted (spark.authenticate, "
             f"spark.network.crypto.enabled): anything that reaches this driver's ports may join the job as an "

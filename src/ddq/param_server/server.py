@@ -23,7 +23,7 @@ from ddq.config import TrainConfig
 from ddq.core.agent import model_parameters
 from ddq.core.optimizers import FlatOptimizer
 from ddq.core.shard import Shard
-from ddq.lifecycle import RunControl
+from ddq.lifecycle import HOUSEKEEPING_S, LOST_REDIS_EXIT, RunControl, serve_until_stopped
 from ddq.models import FlatParameters
 from ddq.param_server.staleness import StalenessPolicy
 from ddq.processes import tune_malloc
@@ -38,7 +38,6 @@ from ddq.transport.wire import WireError, decode, gradient_expectation, layout_b
 
 log = logging.getLogger("ddq.param_server")
 DRAIN_BATCH = 16  # gradients taken per round trip once the first one arrived
-HOUSEKEEPING_S = 0.25
 # A snapshot that could not be written: the file (OSError; torch.save reports a failed write as RuntimeError)
 # or Redis refusing it (out of memory, or writes stopped after its own RDB failed). A lost connection is not
 # one of them: that is an outage, waited out elsewhere.
@@ -207,28 +206,25 @@ class ShardServer:
         self.channel.write_report(report)
         return not self.control.stopping()
 
+    def _receive_or_reconnect(self) -> None:
+        try:
+            self._receive(HOUSEKEEPING_S)
+        except LOST as error:
+            self._reconnect(error)
+
     def serve(self) -> int:
         """Runs until the run's control key says stop; returns the process exit code."""
         log.info("shard %d serving parameters [%d, %d) at version %d", self.shard_index, *self.bounds,
                  self.core.version)
         self.publish(target_too=True)
         self.housekeeping()
-        next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         try:
-            while True:
-                try:
-                    self._receive(HOUSEKEEPING_S)
-                except LOST as error:
-                    self._reconnect(error)
-                if time.monotonic() >= next_housekeeping:
-                    if not self.housekeeping():
-                        break
-                    next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+            serve_until_stopped(self._receive_or_reconnect, self.housekeeping)
             self.control.serve_until_workers_finished(lambda: self._receive(0.05))
             self._drain_queued()
         except (StoreUnavailable, ConnectionError, OSError) as error:
             log.error("shard %d lost Redis for good (%s); exiting", self.shard_index, error)
-            return 3
+            return LOST_REDIS_EXIT
         if not self.snapshot():
             log.error("shard %d stopped at version %d without its final snapshot", self.shard_index,
                       self.core.version)
