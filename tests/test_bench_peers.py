@@ -96,3 +96,15 @@ def test_bench_train_runs_its_serial_default_and_tables_each_seed(capsys, tmp_pa
     assert len(rows) == 1, rows
     env_steps = int(rows[0].split("|")[4].replace(",", ""))
     assert 600 <= env_steps < 700, rows  # the budget, and the few more of its last vector step
+
+
+def test_every_benchs_median_counts_a_miss_as_the_slowest_run():
+    """One rule for every bench's table (`ddq.benchmarks.stats`): the serial bench had printed "not all
+    reached", MinAtar's and Grandio's "—", for a median that a miss among five runs does not decide."""
+    from ddq.benchmarks.serial import _median as serial_cell
+    from ddq.benchmarks.stats import median
+
+    assert median([3.0, None, 1.0]) == 3.0 and median([None, None, 1.0]) is None and median([]) is None
+    assert median([2.0, None, 5.0], worst=-math.inf) == 2.0  # a score: a miss is the lowest
+    assert serial_cell([1.0, None, 2.0]) == "2.0" and serial_cell([None, None, 7]) == "—"
+    assert serial_cell([1_000, 3_000, None]) == "3,000"

@@ -20,11 +20,12 @@ the expensive simulator that made distribution pay in the study.
 
 from __future__ import annotations
 
-import statistics
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from ddq.benchmarks.serial import run_seeds
+from ddq.benchmarks.stats import median
 from ddq.config import flat_settings
 
 # Grandio's runtime tables: seconds for 500 training episodes on one machine, by configuration.
@@ -94,10 +95,6 @@ def run_bench(env: str, actors: list[int], seeds: list[int], target: float | Non
     return results
 
 
-def _median(values: list[float | None]) -> float | None:
-    return statistics.median(values) if values and None not in values else None  # type: ignore[type-var]
-
-
 def _number(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
@@ -126,16 +123,17 @@ def _run_line(configuration: Configuration, summary: dict[str, Any], target: flo
 
 
 def _episodes_table(env: str, latency_ms: float, results: Results) -> str:
-    serial = _median([s["wall_time_s"] for c, summaries in results if c.settings["mode"] == "serial"
+    serial = median([s["wall_time_s"] for c, summaries in results if c.settings["mode"] == "serial"
                       for s in summaries])
     lines = ["| configuration | runs | median time (s) | median env steps | speedup vs serial | median final greedy "
              "return | Grandio's time (s) | Grandio's speedup |", "|---|---|---|---|---|---|---|---|"]
     for configuration, summaries in results:
-        time_s = _median([s["wall_time_s"] for s in summaries])
+        time_s = median([s["wall_time_s"] for s in summaries])
         speedup = f"{serial / time_s:.2f}x" if serial and time_s else "—"
         cells = [configuration.label, str(len(summaries)), _seconds(time_s),
-                 _number(_median([s["env_steps"] for s in summaries]), 0), speedup,
-                 _number(_median([s["final_eval_return"] for s in summaries])), *grandio_cells(env, configuration)]
+                 _number(median([s["env_steps"] for s in summaries]), 0), speedup,
+                 _number(median([s["final_eval_return"] for s in summaries], worst=-math.inf)),
+                 *grandio_cells(env, configuration)]
         lines.append("| " + " | ".join(cells) + " |")
     episodes = GRANDIO_EPISODES
     if results and results[0][1]:
@@ -146,14 +144,14 @@ def _episodes_table(env: str, latency_ms: float, results: Results) -> str:
 
 
 def _target_table(env: str, target: float, latency_ms: float, results: Results) -> str:
-    serial = _median([s["time_to_target_s"] for c, summaries in results if c.settings["mode"] == "serial"
+    serial = median([s["time_to_target_s"] for c, summaries in results if c.settings["mode"] == "serial"
                       for s in summaries])
     lines = ["| configuration | seeds reaching the target | median time to target (s) | median env steps to "
              "target | speedup vs serial | Grandio's speedup |", "|---|---|---|---|---|---|"]
     for configuration, summaries in results:
         reached = sum(1 for s in summaries if s["reached_target"])
-        time_s = _median([s["time_to_target_s"] for s in summaries])
-        steps = _median([s["steps_to_target"] for s in summaries])
+        time_s = median([s["time_to_target_s"] for s in summaries])
+        steps = median([s["steps_to_target"] for s in summaries])
         speedup = f"{serial / time_s:.2f}x" if serial and time_s else "—"
         cells = [configuration.label, f"{reached} of {len(summaries)}", _number(time_s), _number(steps, 0), speedup,
                  grandio_cells(env, configuration)[1]]

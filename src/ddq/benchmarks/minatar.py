@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ddq.benchmarks.stats import median
 from ddq.core.settings import build_config
 from ddq.gamesim.envs import MINATAR_ACTION_SETS, minatar_id
 from ddq.modes import run_training
@@ -75,8 +76,8 @@ def _mean_and_error(values: list[float | None]) -> str:
 
 
 def _median_time(values: list[float | None]) -> str:
-    known = [v for v in values if v is not None]
-    return f"{statistics.median(known):,.0f} s" if len(known) == len(values) and known else "—"
+    middle = median(values)  # a run that never reached the frames counts as the slowest
+    return "—" if middle is None else f"{middle:,.0f} s"
 
 
 def table(results: dict[tuple[str, str], list[list[dict[str, Any]]]], checkpoints: list[int],

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.benchmarks.peer_runs import CLEANRL_SCRIPT, EVAL_EPISODES
+from ddq.benchmarks.stats import quantile
 from ddq.processes import how_it_ended
 
 
@@ -97,24 +98,13 @@ def run_bench(env_id: str, seeds: list[int], peers: list[str], cleanrl: str | No
     return results
 
 
-def _quantile(ordered: list[float], q: float) -> float:
-    """The q-quantile of sorted values, interpolated between neighbours (as a spreadsheet's QUARTILE);
-    infinite values stay infinite, and a position that falls on a value is that value."""
-    position = (len(ordered) - 1) * q
-    below = math.floor(position)
-    fraction = position - below
-    if fraction == 0:
-        return ordered[below]
-    return ordered[below] + fraction * (ordered[below + 1] - ordered[below])
-
-
 def _median_and_quartiles(values: list[float | None], digits: int = 1) -> tuple[float, str]:
     """The median and the interquartile range; a run that never reached the target counts as slower
     than any that did (infinite)."""
     ordered = sorted(math.inf if v is None else float(v) for v in values)
     if len(ordered) < 2:
         return (ordered[0] if ordered else math.inf), "—"
-    low, median, high = (_quantile(ordered, q) for q in (0.25, 0.5, 0.75))
+    low, median, high = (quantile(ordered, q) for q in (0.25, 0.5, 0.75))
     return median, f"{_cell(low, digits)}-{_cell(high, digits)}"
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ddq.benchmarks.snake import DEFAULT_CONFIG, MAKE_RUN_ENV
+from ddq.benchmarks.stats import median
 from ddq.gamesim.spec import score_of
 from ddq.processes import how_it_ended
 from ddq.services.telemetry import collective_share
@@ -271,15 +272,6 @@ class HostsRunner:
                        self.hosts.tmp("h0") / name, TASKS[env])
 
 
-def _median(values: list[Any], worst: float = math.inf) -> float | None:
-    """The median, a None (a run that never reached the target, or that no evaluation scored) counted as
-    worse than any value (`worst`: inf for times, -inf for scores); None where the median itself is one."""
-    if not values:
-        return None
-    median = statistics.median([worst if value is None else value for value in values])
-    return None if math.isinf(median) else median
-
-
 def table(env: str, outcomes: list[Outcome], wall_time_s: float = WALL_TIME_S) -> str:
     """The bench's table for `env`: a row per configuration, a column per seed, serial's row first."""
     task = TASKS[env]
@@ -287,7 +279,7 @@ def table(env: str, outcomes: list[Outcome], wall_time_s: float = WALL_TIME_S) -
     seeds = list(dict.fromkeys(o.seed for o in outcomes))
     if task.fixed_time:
         return score_table(env, task, outcomes, names, seeds, wall_time_s)
-    serial = _median([o.seconds for o in outcomes if o.configuration == names[0]])
+    serial = median([o.seconds for o in outcomes if o.configuration == names[0]])
     lines = [f"{env} {task.described(wall_time_s)}", "",
              "| configuration | " + " | ".join(f"seed {s}" for s in seeds) + " | median | x serial's time | "
              "speedup | efficiency |", "|---" * (len(seeds) + 5) + "|"]
@@ -295,14 +287,14 @@ def table(env: str, outcomes: list[Outcome], wall_time_s: float = WALL_TIME_S) -
         runs = {o.seed: o for o in outcomes if o.configuration == name}
         cells = [f"{runs[s].seconds:.1f} ({runs[s].env_steps:,})" if runs[s].seconds is not None else "not reached"
                  for s in seeds]
-        median = _median([runs[s].seconds for s in seeds])
+        middle = median([runs[s].seconds for s in seeds])
         cores = next(o.cores for o in outcomes if o.configuration == name)
-        if median is None or serial is None:
+        if middle is None or serial is None:
             ratio = speedup = efficiency = "—"
         else:
-            ratio, speedup = f"{median / serial:.2f}x", f"{serial / median:.2f}x"
-            efficiency = f"{serial / median / cores:.0%}"
-        shown = f"{median:.1f}" if median is not None else "—"
+            ratio, speedup = f"{middle / serial:.2f}x", f"{serial / middle:.2f}x"
+            efficiency = f"{serial / middle / cores:.0%}"
+        shown = f"{middle:.1f}" if middle is not None else "—"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {shown} | {ratio} | {speedup} | {efficiency} |")
     return "\n".join(lines)
 
@@ -316,7 +308,7 @@ def score_table(env: str, task: Task, outcomes: list[Outcome], names: list[str],
              "steps | x serial's |", "|---" * (len(seeds) + 5) + "|"]
     def medians(name: str) -> tuple[dict[int, Outcome], float | None, float]:
         runs = {o.seed: o for o in outcomes if o.configuration == name}
-        return (runs, _median([runs[s].score for s in seeds], worst=-math.inf),
+        return (runs, median([runs[s].score for s in seeds], worst=-math.inf),
                 statistics.median(runs[s].env_steps or 0 for s in seeds))
 
     _, serial_score, serial_steps = medians(names[0])

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ddq.benchmarks.stats import median
 from ddq.config import flat_settings
 from ddq.core.settings import build_config
 from ddq.gamesim.spec import score_of
@@ -26,12 +27,11 @@ def run_seeds(env_id: str, seeds: list[int], overrides: dict[str, Any]) -> list[
 
 
 def _median(values: list[float | None]) -> str:
-    known = [v for v in values if v is not None]
-    if not known:
+    """The median (`stats.median`: a miss counts as the slowest), "—" where half the runs or more missed."""
+    middle = median(values)
+    if middle is None:
         return "—"
-    if len(known) < len(values):
-        return "not all reached"
-    return f"{statistics.median(known):,.1f}" if isinstance(known[0], float) else f"{statistics.median(known):,}"
+    return f"{middle:,.1f}" if any(isinstance(v, float) for v in values) else f"{middle:,.0f}"
 
 
 def serial_table(env_id: str, summaries: list[dict[str, Any]], settings: dict[str, Any] | None = None) -> str:
