@@ -150,6 +150,14 @@ def add_bench_commands(commands: Any) -> None:
                                               "slept env), learner, grandio, peers, minatar, dashboard (what "
                                               "babysitting costs), chaos (faults across test hosts)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
+    _add_training_benches(kinds)
+    _add_cost_benches(kinds)
+    _add_study_benches(kinds)
+    _add_babysitting_benches(kinds)
+
+
+def _add_training_benches(kinds: Any) -> None:
+    """Runs to a target: `train` (seeds of one mode), the Snake ablation, `scaling` (what more machines buy)."""
     serial = kinds.add_parser("train", aliases=["serial"],
                               help="steps and wall time to a target return over several seeds (`serial` runs "
                                    "serial mode; `train --mode downpour --workers N` the distributed one)")
@@ -166,25 +174,9 @@ def add_bench_commands(commands: Any) -> None:
                         default=[], help="any other setting for every run, as in a config file (n_step=3, "
                                          "dueling=true, hidden=[64, 64]); repeatable")
     serial.set_defaults(func=cmd_bench)
-    grad = kinds.add_parser("grad", help="the original's cost-vs-image-size table: DeepQ gradient and message "
-                                         "costs against bare PyTorch and the original's figures")
-    grad.add_argument("--sizes", type=int, nargs="+", default=list(range(16, 129, 8)), help="input sizes")
-    grad.add_argument("--repeats", type=int, default=5, help="timed repetitions per figure (medians)")
-    grad.add_argument("--device", default="cpu", help="torch device to time on (cpu, cuda)")
-    grad.add_argument("--no-mlp", dest="mlp", action="store_false",
-                      help="leave out the MLP row (256x256 on CartPole's shapes)")
-    grad.set_defaults(func=cmd_bench_grad)
     from ddq.benchmarks.snake import add_command  # the board game's own ablation bench; light: its rows name its flags
 
     add_command(kinds)
-    ps = kinds.add_parser("ps", help="parameter-server pull and push latency and updates/s by model size, "
-                                     "beside the original's latency")
-    ps.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128], help="DeepQ input sizes")
-    ps.add_argument("--shards", type=int, nargs="+", default=[1], help="shard counts to measure each size with")
-    ps.add_argument("--repeats", type=int, default=30, help="timed pulls and pushes per size (medians)")
-    ps.add_argument("--seconds", type=float, default=3.0, help="length of each throughput window")
-    ps.add_argument("--redis-url", help="use this Redis instead of a private one")
-    ps.set_defaults(func=cmd_bench_ps)
     from ddq.benchmarks.scaling import TASKS, WALL_TIME_S
 
     scaling = kinds.add_parser("scaling", aliases=["speedup"],
@@ -208,6 +200,26 @@ def add_bench_commands(commands: Any) -> None:
                          help="how long each run of a task without a target trains, from its command's start "
                               "(default: %(default)g)")
     scaling.set_defaults(func=cmd_bench_scaling)
+
+
+def _add_cost_benches(kinds: Any) -> None:
+    """What the parts cost: a gradient by model size, the parameter server, workers on a slept env, the learner."""
+    grad = kinds.add_parser("grad", help="the original's cost-vs-image-size table: DeepQ gradient and message "
+                                         "costs against bare PyTorch and the original's figures")
+    grad.add_argument("--sizes", type=int, nargs="+", default=list(range(16, 129, 8)), help="input sizes")
+    grad.add_argument("--repeats", type=int, default=5, help="timed repetitions per figure (medians)")
+    grad.add_argument("--device", default="cpu", help="torch device to time on (cpu, cuda)")
+    grad.add_argument("--no-mlp", dest="mlp", action="store_false",
+                      help="leave out the MLP row (256x256 on CartPole's shapes)")
+    grad.set_defaults(func=cmd_bench_grad)
+    ps = kinds.add_parser("ps", help="parameter-server pull and push latency and updates/s by model size, "
+                                     "beside the original's latency")
+    ps.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128], help="DeepQ input sizes")
+    ps.add_argument("--shards", type=int, nargs="+", default=[1], help="shard counts to measure each size with")
+    ps.add_argument("--repeats", type=int, default=30, help="timed pulls and pushes per size (medians)")
+    ps.add_argument("--seconds", type=float, default=3.0, help="length of each throughput window")
+    ps.add_argument("--redis-url", help="use this Redis instead of a private one")
+    ps.set_defaults(func=cmd_bench_ps)
     throughput = kinds.add_parser("throughput", help="a distributed mode's env steps/s and messages/s by worker "
                                                      "count, on an env whose steps take a fixed (slept) time")
     throughput.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16],
@@ -216,6 +228,19 @@ def add_bench_commands(commands: Any) -> None:
     throughput.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
     throughput.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
     throughput.set_defaults(func=cmd_bench_throughput)
+    learner = kinds.add_parser("learner", help="the actor-learner learner's updates/s by device and batch size, "
+                                               "uniform and prioritized replay")
+    learner.add_argument("--env", default="ddq/Snake-v0", help="Gymnasium env id (its frames' layout)")
+    learner.add_argument("--devices", nargs="+", default=["cpu"], help="torch devices to measure (cpu, cuda)")
+    learner.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128], help="minibatch sizes")
+    learner.add_argument("--updates", type=int, default=500, help="timed updates per row")
+    learner.add_argument("--model", default=None, help="Q-network (default: the env's preset)")
+    learner.add_argument("--workers", type=int, default=2, help="actors (one replay memory each)")
+    learner.set_defaults(func=cmd_bench_learner)
+
+
+def _add_study_benches(kinds: Any) -> None:
+    """Other studies done again beside ddq: Grandio's runtime study, the peers' DQNs, the MinAtar paper's."""
     grandio = kinds.add_parser("grandio", aliases=["actors"],
                                help="Grandio's MPI DQN runtime study re-done: serial beside actor-learner with 1 to N "
                                     "actors, for 500 training episodes (or to a target return), side by side")
@@ -264,15 +289,10 @@ def add_bench_commands(commands: Any) -> None:
                               "(the -v0 ids), as the MinAtar paper and its repository's examples/dqn.py play")
     minatar.set_defaults(func=cmd_bench_minatar)
 
-    learner = kinds.add_parser("learner", help="the actor-learner learner's updates/s by device and batch size, "
-                                               "uniform and prioritized replay")
-    learner.add_argument("--env", default="ddq/Snake-v0", help="Gymnasium env id (its frames' layout)")
-    learner.add_argument("--devices", nargs="+", default=["cpu"], help="torch devices to measure (cpu, cuda)")
-    learner.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128], help="minibatch sizes")
-    learner.add_argument("--updates", type=int, default=500, help="timed updates per row")
-    learner.add_argument("--model", default=None, help="Q-network (default: the env's preset)")
-    learner.add_argument("--workers", type=int, default=2, help="actors (one replay memory each)")
-    learner.set_defaults(func=cmd_bench_learner)
+
+def _add_babysitting_benches(kinds: Any) -> None:
+    """What watching a run costs (the dashboard), and what faults it survives (chaos)."""
+
 
     watch = kinds.add_parser("dashboard", help="downpour throughput bare against with Celery evaluating and the "
                                                "dashboard open in headless Chromium")
