@@ -98,3 +98,16 @@ def test_celery_reaches_a_tls_redis_through_the_url_ddq_gives_it(tmp_path):
             with Connection(celery_url(url)) as broker:
                 assert broker.default_channel.client.ping()
             assert Celery(broker="memory://", backend=celery_url(url)).backend.client.ping()
+
+
+def test_the_worker_knows_ddqs_tasks_alone_and_takes_no_broadcast_commands():
+    """Any process that can write to the run's Redis can send the worker a message: Celery's canvas tasks
+    (starmap, chunks, ...) would let one run ddq's evaluation any number of times, and its broadcast commands
+    would let one shut the worker down. The worker the suite starts above runs with these settings."""
+    code = ("import json; from ddq.services.tasks import app; app.finalize(); "
+            "print(json.dumps([sorted(app.tasks), app.conf.worker_enable_remote_control]))")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, DDQ_REDIS_URL="redis://127.0.0.1:1/0"))
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert json.loads(shown.stdout) == [["celery.backend_cleanup", "ddq.tasks.archive_snapshot",
+                                         "ddq.tasks.evaluate_snapshot"], False]

@@ -27,6 +27,7 @@ from ddq.config import settings_document
 from ddq.core.settings import build_config
 from ddq.dashboard.app import create_app
 from ddq.dashboard.series import bucket_starts
+from ddq.dashboard.serving import MAX_CONNECTIONS
 from ddq.services.telemetry import RunReporter
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
@@ -261,6 +262,35 @@ def test_a_loopback_dashboard_answers_only_requests_that_name_it(small_redis, tm
             status, answer, _ = _request(port, "/api/run", {"Host": host})
             assert status == 403 and "is not a name of this dashboard" in answer["error"], host
     finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_at_most_max_connections_are_served_at_once_and_a_freed_one_serves_again(small_redis, tmp_path):
+    """Each connection has a thread, made before its request's token is checked: past MAX_CONNECTIONS a new
+    one is closed as it comes, so a crowd of silent clients cannot make threads by the thousand."""
+    url_file = tmp_path / "url"
+    process = _start_dashboard(url_file, small_redis)
+    silent: list[socket.socket] = []
+    try:
+        port = _wait_for(url_file, process)
+        host = {"Host": f"127.0.0.1:{port}"}
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS)]
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            _request(port, "/api/run", host)
+        for sock in silent:
+            sock.close()
+        deadline = time.monotonic() + 30  # each thread sees its client gone, and gives its slot back
+        while True:
+            try:
+                assert _request(port, "/api/run", host)[0] == 200
+                break
+            except (http.client.HTTPException, ConnectionError):
+                assert time.monotonic() < deadline, "no slot came free"
+                time.sleep(0.1)
+    finally:
+        for sock in silent:
+            sock.close()
         process.terminate()
         process.wait(10)
 

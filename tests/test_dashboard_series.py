@@ -10,6 +10,7 @@ import pytest
 
 from ddq.dashboard.series import MAX_COLUMNS, Columns, bucket_starts, downsample
 from ddq.services.telemetry import json_object, merge_layers, merge_server, parameter_server_shards, progress_point
+from ddq.transport.values import counter_value
 
 
 def test_columns_grow_and_fill_gaps_with_nan():
@@ -62,8 +63,15 @@ def test_short_series_come_back_whole():
 
 def test_json_object_accepts_only_objects():
     assert json_object(b'{"a": 1}') == {"a": 1}
-    for raw in (None, b"[1]", b"not json", b"\xff\xfe", b"3", b"[" * 100_000 + b"]" * 100_000):
+    for raw in (None, b"[1]", b"not json", b"\xff\xfe", b"3", b"[" * 100_000 + b"]" * 100_000,
+                b'{"a": ' + b"[" * 500 + b"]" * 500 + b"}"):  # (the dashboard's readers recurse into what they get)
         assert json_object(raw) is None
+
+
+def test_a_counter_in_redis_is_a_whole_number_of_int64s_range_or_missing():
+    assert counter_value(b"1234") == 1234 and counter_value("-1") == -1 and counter_value(None) == 0
+    for raw in (b"12.5", b"abc", "\u00b2", b"1" * 19, b"1" * 5000, b"\xff"):  # (int() takes "²"; 5,000 digits raise)
+        assert counter_value(raw, missing=-7) == -7
 
 
 def test_server_merge_reads_a_shards_report_as_data():
@@ -76,6 +84,10 @@ def test_server_merge_reads_a_shards_report_as_data():
     assert (merged["version"], merged["applied"], merged["updates_per_s"], merged["dropped_stale"]) == (0, 0, 0, 0)
     assert merged["rejected"] == {} and merged["staleness"] == {"2": 4} and merged["layers"] == []
     assert merged["learning_rate"] is None and merged["mean_loss"] is None
+    odder = {"layers": 5, "staleness": {"\u00b2": 1, "9" * 400: 1, "1" * 5000: 1, "3": 2}}
+    assert merge_server([odder])["layers"] == [] and merge_server([odder])["staleness"] == {"3": 2}
+    huge = merge_server([{"layers": [{"name": "w", "weight_norm": 1e200, "update_norm": 1e199}]}])["layers"]
+    assert huge[0]["weight_norm"] == pytest.approx(1e200) and huge[0]["update_ratio"] == pytest.approx(0.1)
 
 
 def test_server_merge_takes_the_slowest_shard_and_adds_rejections():

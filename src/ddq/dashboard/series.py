@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ddq.transport.run_store import finite_number
+from ddq.transport.values import finite_number
 
 # The most columns a list is mirrored into: its entries come from Redis, where every executor may write, and
 # each new name costs a column of every row (a progress point has about 20, and one a network layer).

@@ -7,28 +7,57 @@ import hashlib
 import socket
 import ssl
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.serving import BaseWSGIServer, ThreadedWSGIServer, WSGIRequestHandler
 
 from ddq.transport.tls import make_server_certificates
 
 # A connection silent this long is closed: a client that never finishes its request (or its TLS handshake)
 # held a server thread for good. The page asks every second or two, so a live one is never cut.
 CONNECTION_TIMEOUT_S = 30.0
+# The most connections served at once (a thread each); one more is closed as it comes: the threads are made
+# before a request's token is checked, so without a bound anyone reaching the port could make them by the
+# thousand. A page holds a few.
+MAX_CONNECTIONS = 64
 
 
 class _TimedHandler(WSGIRequestHandler):
     timeout = CONNECTION_TIMEOUT_S  # each read and write on the connection (socketserver's setup sets it)
 
 
+class _BoundedServer(ThreadedWSGIServer):
+    """werkzeug's threaded server, serving at most MAX_CONNECTIONS connections at once."""
+
+    def __init__(self, host: str, port: int, app: Any):
+        super().__init__(host, port, app, handler=_TimedHandler)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread to give the slot back
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 def listening_server(host: str, port: int, app: Any, tls: bool, run: str) -> tuple[BaseWSGIServer, str | None]:
     """The server for `app` (run `run`'s dashboard) on host:port, and with `tls` the SHA-256 fingerprint of the
     certificate it serves (made for this host's names and `host`; its key is kept in memory only)."""
-    server = make_server(host, port, app, threaded=True, request_handler=_TimedHandler)
+    server = _BoundedServer(host, port, app)
     if not tls:
         return server, None
     names = sorted({host, socket.gethostname(), socket.getfqdn(), "127.0.0.1", "localhost"} - {"0.0.0.0", "::"})

@@ -50,7 +50,8 @@ from ddq.services.telemetry import (
 )
 from ddq.transport.credentials import split_password
 from ddq.transport.redis_client import StoreError, snapshot_failed
-from ddq.transport.run_store import RunStore, finite_number
+from ddq.transport.run_store import RunStore
+from ddq.transport.values import finite_number
 
 JOB_CANCEL_WAIT_S = 30.0  # a failed run waits this long for Spark to cancel its tasks
 WATCH_EVERY_S = 0.5  # the driver's loop looks at least this often (sooner when woken)
@@ -298,9 +299,9 @@ def log_training_point(record: RunRecord, steps: int, epsilon: float, progress: 
 
 def log_new_episodes(services: RunServices, record: RunRecord, recent_returns: collections.deque[float]) -> None:
     """Logs the episodes the workers finished since the last call, and keeps their returns in `recent_returns`."""
-    def whole(episode: dict, name: str) -> int | None:
+    def whole(episode: dict, name: str) -> int | None:  # a count: from 0 to 2**53 (TensorBoard's step is int64)
         number = finite_number(episode.get(name))
-        return None if number is None else int(number)
+        return int(number) if number is not None and 0 <= number < 2**53 else None
 
     for episode in services.episodes.read_new():  # a worker's JSON, read as data: what is not a number is None
         record.counters.episodes += 1

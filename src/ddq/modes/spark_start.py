@@ -119,15 +119,16 @@ class SparkStarting:
         return self.context
 
     def _a_task_started(self) -> bool:
-        """Whether a task of the context's has started (Spark's status tracker; true once true, and where the
-        tracker cannot tell)."""
+        """Whether a task of the context's has started, to run, end or fail (Spark's status tracker; true once
+        true). A tracker that cannot tell (py4j's error: a JVM in trouble) says no, this time."""
         if not self.task_started:
             try:
                 tracker = self.context.statusTracker()
                 stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
-                self.task_started = any(info and info.numActiveTasks + info.numCompletedTasks for info in stages)
-            except Exception:  # (py4j's: a context stopping) judged by the thread's end instead
-                self.task_started = True
+                self.task_started = any(info and info.numActiveTasks + info.numCompletedTasks + info.numFailedTasks
+                                        for info in stages)
+            except Exception:  # the thread's own end (an error it raises) is what result() then reports
+                return False
         return self.task_started
 
     def _abandon(self) -> None:

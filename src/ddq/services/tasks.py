@@ -22,7 +22,7 @@ import base64
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlparse
 
 import numpy as np
@@ -77,7 +77,19 @@ app.conf.update(
     beat_schedule={"evaluate-newest-snapshot": {"task": "ddq.tasks.evaluate_snapshot",
                                                 "schedule": celery_eval_every_s(os.environ)}},
     beat_schedule_filename=str(RUN_DIR / "celerybeat-schedule"),
+    # no broadcast commands (shutdown, pool changes, rate limits): any process that can write to the run's
+    # Redis could send them, and ddq sends none (its supervisor stops the worker by signal)
+    worker_enable_remote_control=False,
 )
+KEPT = ("celery.backend_cleanup",)  # Celery's own tasks the worker keeps: beat's cleanup of old results
+
+
+@app.on_after_finalize.connect
+def _ddqs_tasks_only(sender: Celery, **_: Any) -> None:
+    """The worker runs ddq's tasks alone: Celery's canvas tasks (starmap, chunks, group, ...) would let one
+    message in the run's Redis run ddq's evaluation any number of times."""
+    for name in [name for name in sender.tasks if not name.startswith("ddq.tasks.") and name not in KEPT]:
+        sender.tasks.unregister(name)
 
 
 def newest_snapshot(client: Connection, run: str, config: TrainConfig, flat: FlatParameters,

@@ -16,7 +16,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from ddq.transport.run_store import RunStore, finite_number, json_object
+from ddq.transport.run_store import RunStore, json_object
+from ddq.transport.values import counter_value, finite_number
 
 SILENT_AFTER_S = 5.0  # a worker whose heartbeat is older than this is shown as silent
 
@@ -30,7 +31,8 @@ def _counts(value: Any, numbered: bool = False) -> dict[str, int]:
     if not isinstance(value, dict):
         return {}
     counts = ((str(key), _number(count)) for key, count in value.items())
-    return {key: int(count) for key, count in counts if count is not None and (not numbered or key.isdigit())}
+    return {key: int(count) for key, count in counts if count is not None and (not numbered or
+                                                                               counter_value(key, -1) >= 0)}
 
 
 def shard_reports(store: RunStore, shards: int) -> list[dict]:
@@ -41,19 +43,19 @@ def shard_reports(store: RunStore, shards: int) -> list[dict]:
 
 def merge_layers(per_shard: list[list[dict]]) -> list[dict]:
     """One row per parameter from the shards' rows (a parameter can straddle shards): norms add in squares."""
-    squares: dict[str, dict[str, float]] = {}
+    parts: dict[str, dict[str, list[float]]] = {}
     for rows in per_shard:
-        for row in rows:
+        for row in rows if isinstance(rows, list) else []:
             if not isinstance(row, dict) or not isinstance(row.get("name"), str):
                 continue
-            total = squares.setdefault(row["name"], {"weight_norm": 0.0, "grad_norm": 0.0, "update_norm": 0.0})
-            for key in total:
-                total[key] += (_number(row.get(key)) or 0.0) ** 2
+            norms = parts.setdefault(row["name"], {"weight_norm": [], "grad_norm": [], "update_norm": []})
+            for key, shares in norms.items():
+                shares.append(_number(row.get(key)) or 0.0)
     merged = []
-    for name, total in squares.items():
-        weight, grad, update = (math.sqrt(total[k]) for k in ("weight_norm", "grad_norm", "update_norm"))
+    for name, norms in parts.items():  # (hypot: a norm of 1e200 squared is past a float's range)
+        weight, grad, update = (math.hypot(*norms[k]) for k in ("weight_norm", "grad_norm", "update_norm"))
         merged.append({"name": name, "weight_norm": weight, "grad_norm": grad, "update_norm": update,
-                       "update_ratio": update / weight if weight > 0 else None})
+                       "update_ratio": _number(update / weight) if 0 < weight < math.inf else None})
     return merged
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
+from ddq.transport.values import counter_value
 from ddq.transport.wire import decode, weights_expectation
 
 MAX_ENTRIES = 64  # a driver that fell this far behind is evaluating on a simulator slower than its learner
@@ -45,7 +46,7 @@ def publish_point(client: redis.Redis, stream: str, weights_message: bytes, trai
                   acted_key: str | None) -> None:
     """Appends the weights of one mark (a wire-format weights message) with the env steps played so far: the
     actors' count at `acted_key` as it is sent, or (None) those trained on, where the learners play them."""
-    env_steps = int(client.get(acted_key) or 0) if acted_key is not None else trained_steps
+    env_steps = counter_value(client.get(acted_key)) if acted_key is not None else trained_steps
     client.xadd(stream, {"weights": weights_message, "trained_steps": str(trained_steps),
                          "env_steps": str(max(env_steps, trained_steps))}, maxlen=MAX_ENTRIES, approximate=False)
 

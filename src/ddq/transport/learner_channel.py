@@ -12,6 +12,7 @@ from ddq.transport import snapshots
 from ddq.transport.eval_points import publish_point
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import Connection
+from ddq.transport.values import counter_value
 
 
 class LearnerChannel:
@@ -37,7 +38,7 @@ class LearnerChannel:
     # ---------------------------------------------------------------- counts and rounds
     def trained_steps(self) -> int:
         """The env steps the learner has trained on, as last written (0 before)."""
-        return int(self.client.get(self.keys.trained_steps) or 0)
+        return counter_value(self.client.get(self.keys.trained_steps))
 
     def start_trained_steps(self, env_steps: int) -> None:
         """Writes the count a resumed run starts from, unless one was written."""
@@ -45,11 +46,11 @@ class LearnerChannel:
 
     def round_ready(self) -> int:
         """--sync: the last round every actor has sent (-1 before the first)."""
-        return int(self.client.get(self.keys.round_ready) or -1)
+        return counter_value(self.client.get(self.keys.round_ready), missing=-1)
 
     def round_done(self) -> int:
         """--sync: the last round the learner trained on and published weights for (-1 before the first)."""
-        return int(self.client.get(self.keys.round_done) or -1)
+        return counter_value(self.client.get(self.keys.round_done), missing=-1)
 
     def set_round_done(self, number: int) -> None:
         self.client.set(self.keys.round_done, number)

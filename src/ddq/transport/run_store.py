@@ -7,41 +7,38 @@ silent workers) is `ddq.services.telemetry`'s; everything here is JSON in, raw J
 from __future__ import annotations
 
 import json
-import math
 from typing import cast
 
 from ddq.transport.eval_points import PointReader
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import Connection
+from ddq.transport.values import counter_value
 from ddq.transport.wire import HEADER
+
+MAX_DEPTH = 32  # ddq's own JSON nests a few levels; what nests deeper would cost its readers' recursion
 
 
 def json_object(raw: bytes | str | None) -> dict | None:
-    """`raw` parsed as a JSON object, or None for anything else (missing, malformed, another type)."""
+    """`raw` parsed as a JSON object, or None for anything else (missing, malformed, another type, nested
+    deeper than MAX_DEPTH)."""
     if raw is None:
         return None
     try:
         value = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):  # (RecursionError: arrays nested thousands deep)
         return None
-    return value if isinstance(value, dict) else None
+    return value if isinstance(value, dict) and _depth(value) <= MAX_DEPTH else None
 
 
-def finite_number(value: object) -> float | None:
-    """A JSON value read from Redis as a finite float; None for anything else: text, a bool, NaN, Infinity, or
-    a number past a float's range (Python's JSON reads NaN and 1e400 as floats, and 10**400 as an int)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _count(raw: bytes | str | None) -> int:
-    """A counter's value (what INCRBY keeps); 0 where there is none, or where the key holds anything else."""
-    return int(raw) if raw and raw.isdigit() else 0
+def _depth(value: object) -> int:
+    """How deep `value`'s lists and objects nest (1: none), counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def runs_in(client: Connection) -> list[str]:
@@ -92,7 +89,7 @@ class RunStore:
     # ---------------------------------------------------------------- counters
     def env_steps(self) -> int:
         """Env steps played by all workers together."""
-        return _count(self.client.get(self.keys.env_steps))
+        return counter_value(self.client.get(self.keys.env_steps))
 
     def set_env_steps(self, env_steps: int) -> None:
         self.client.set(self.keys.env_steps, env_steps)
@@ -102,7 +99,7 @@ class RunStore:
 
     def episode_count(self) -> int:
         """Training episodes ended by all workers together (a resumed run's earlier ones included)."""
-        return _count(self.client.get(self.keys.episode_count))
+        return counter_value(self.client.get(self.keys.episode_count))
 
     def add_env_steps(self, env_steps: int) -> int:
         """Counts `env_steps` more; returns the new total."""
@@ -110,11 +107,11 @@ class RunStore:
 
     def pushes(self) -> int:
         """Gradients pushed by all workers together, counted as each arrived."""
-        return _count(self.client.get(self.keys.pushes))
+        return counter_value(self.client.get(self.keys.pushes))
 
     def trained_steps(self) -> int:
         """Actor-learner: the env steps the learner has trained on (0 before it wrote any)."""
-        return _count(self.client.get(self.keys.trained_steps))
+        return counter_value(self.client.get(self.keys.trained_steps))
 
     def start_trained_steps(self, env_steps: int) -> None:
         """Actor-learner: the count a resumed run starts from, unless one was written."""
@@ -162,8 +159,8 @@ class RunStore:
         self.client.hset(self.keys.replay, mapping={"version": version, "episode": json.dumps(episode)})
 
     def replay_version(self) -> int | None:
-        raw = self.client.hget(self.keys.replay, "version")
-        return int(raw) if raw and raw.isdigit() else None
+        version = counter_value(self.client.hget(self.keys.replay, "version"), missing=-1)
+        return version if version >= 0 else None
 
     def replay(self) -> dict | None:
         return json_object(self.client.hget(self.keys.replay, "episode"))
