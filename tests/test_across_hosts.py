@@ -58,6 +58,18 @@ def cluster() -> Iterator[Cluster]:
         yield cluster
 
 
+@pytest.fixture(autouse=True)
+def whole_cluster(cluster: Cluster) -> None:
+    """Each test starts on the whole cluster, whatever the one before it left (a failure mid-fault included):
+    every link up, a crashed host's worker daemon started again, and the master counting each worker free."""
+    for host in ("h0", *cluster.workers):
+        cluster.hosts.link_up(host)
+    for index, host in enumerate(cluster.workers, start=1):
+        if cluster.daemons[index].poll() is not None:
+            cluster.daemons[index] = cluster.worker_daemon(host)
+    cluster.wait_for_workers()
+
+
 @pytest.mark.parametrize("mode, seed", [("downpour", 21), ("actor-learner", 21), ("data-parallel", 21)])
 def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
     """Downpour's run also meets fault a: a worker host's link cut for 20 s mid-run, then restored.
