@@ -321,8 +321,8 @@ def _add_dashboard(commands: Any) -> None:
                                                f"${REDIS_URL_ENV}, which keeps a password off the command line)")
     dashboard.add_argument("--run", help="run id (as `ddq train` printed it; default: the only run there)")
     dashboard.add_argument("--host", default="127.0.0.1",
-                           help="address to bind (default 127.0.0.1); beyond loopback, such as 0.0.0.0, every "
-                                "request needs a token shown once on your terminal")
+                           help="address to bind (default 127.0.0.1); beyond loopback, such as 0.0.0.0, it serves "
+                                "HTTPS only, and every request needs a token shown once on your terminal")
     dashboard.add_argument("--port", type=PORT, default=0, help="port (default: a free one)")
     dashboard.add_argument("--url-file", help="also write the URL it serves on into this file")
     dashboard.set_defaults(func=cmd_dashboard)
