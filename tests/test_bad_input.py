@@ -118,6 +118,20 @@ def test_the_celery_workers_spacing_from_the_environment_is_checked_first(second
     assert os.listdir(tmp_path) == []
 
 
+def test_a_password_for_a_redis_that_has_none_is_refused_before_anything_starts(tmp_path, capsys, monkeypatch):
+    """redis-py's check let it pass, and the run's shards, whose connection sends AUTH, exited once it started."""
+    from ddq.transport.redis_server import EmbeddedRedis
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DDQ_REDIS_URL", raising=False)
+    with EmbeddedRedis() as server:
+        assert main(["train", "--mode", "downpour", "--spark-master", "local[1]", "--redis-url",
+                     f"{server.url}&password=guess"]) == 2
+    err = capsys.readouterr().err
+    assert "Redis refused the user name or password (ERR AUTH" in err and len(err.splitlines()) == 1, err
+    assert "guess" not in err and os.listdir(tmp_path) == []
+
+
 def test_debug_shows_the_traceback(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="workers must be positive"):
