@@ -42,8 +42,10 @@ CASES = [
     (["train", "--mode", "data-parallel", "--model", "nope"], "--model 'nope': unknown model 'nope'"),
     (["train", "--redis-url", "redis://127.0.0.1:1"], "--redis-url redis://127.0.0.1:1: no Redis answers there"),
     # secrets that Spark's tasks would carry as written (the password alone travels as a placeholder)
-    (["train", "--redis-url", "rediss://:pw@127.0.0.1:1/0?ssl_certfile=c&ssl_keyfile=k&ssl_password=keypass"],
-     "ssl_password=***: ssl_password, the client key's passphrase, would travel in Spark's tasks as written"),
+    (["train", "--redis-url", "rediss://:pw@127.0.0.1:1/0?ssl_ca_data=-----BEGIN%20CERTIFICATE-----%0AMIIB&"
+      "ssl_certfile=c&ssl_keyfile=k&ssl_password=keypass"],  # (a CA in the URL: hundreds of characters, cut)
+     "/0?ssl_ca_data=...&ssl_certfile=c&ssl_keyfile=k&ssl_password=***: ssl_password, the client key's passphrase, "
+     "would travel in Spark's tasks as written"),
     (["train", "--redis-url", "redis://:pw@127.0.0.1:1/0?password=other"],
      "--redis-url redis://***@127.0.0.1:1/0?password=***: a password in its user part and another in its query"),
     (["train", "--spark-master", "localhost"], "--spark-master 'localhost' is not a Spark master URL"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import socket
 from urllib.parse import parse_qs, urlsplit
 
@@ -119,16 +120,22 @@ def check_spark_master(master: str) -> None:
         raise SettingError(f"--spark-master {master}: no Spark master accepts connections there")
 
 
+def shown_url(url: str) -> str:
+    """`url` as a line shows it: masked, and a CA it carries (`ssl_ca_data`, hundreds of characters of
+    URL-encoded PEM) shown as `...`."""
+    return re.sub(r"(ssl_ca_data=)[^&]*", r"\1...", str(masked_url(url)))
+
+
 def check_redis_secrets(url: str, setting: str) -> None:
     """A URL whose one secret is its password: Spark's tasks carry the URL to the workers with a placeholder
     where the password was (each host fills in its own), and would carry any other secret as written."""
     parts, query = urlsplit(url), parse_qs(urlsplit(url).query, keep_blank_values=True)
     if "ssl_password" in query:
-        raise SettingError(f"{setting} {masked_url(url)}: ssl_password, the client key's passphrase, would travel "
+        raise SettingError(f"{setting} {shown_url(url)}: ssl_password, the client key's passphrase, would travel "
                            "in Spark's tasks as written: give a key file without one, readable by the run's user "
                            "alone")
     if parts.password is not None and "password" in query:
-        raise SettingError(f"{setting} {masked_url(url)}: a password in its user part and another in its query: "
+        raise SettingError(f"{setting} {shown_url(url)}: a password in its user part and another in its query: "
                            "give one")
 
 
@@ -137,13 +144,13 @@ def check_redis(url: str, setting: str) -> None:
     try:
         ping(url, REDIS_TIMEOUT_S)  # an answer now, not after a restart's grace
     except StoreAuthenticationError as error:
-        raise SettingError(f"{setting} {masked_url(url)}: Redis refused the user name or password "
+        raise SettingError(f"{setting} {shown_url(url)}: Redis refused the user name or password "
                            f"({_first_line(error)})") from error
     except (StoreError, ValueError, OSError) as error:
         if "CERTIFICATE_VERIFY_FAILED" in str(error) or "certificate verify failed" in str(error):
-            raise SettingError(f"{setting} {masked_url(url)}: the server's TLS certificate is not one this URL "
+            raise SettingError(f"{setting} {shown_url(url)}: the server's TLS certificate is not one this URL "
                                "trusts (give its CA as ssl_ca_data, or ssl_ca_certs=FILE)") from error
-        raise SettingError(f"{setting} {masked_url(url)}: no Redis answers there ({_first_line(error)})") from error
+        raise SettingError(f"{setting} {shown_url(url)}: no Redis answers there ({_first_line(error)})") from error
 
 
 def _first_line(error: BaseException) -> str:
