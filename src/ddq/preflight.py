@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 from ddq.config import TrainConfig, celery_eval_every_s, is_distributed, masked_url
 from ddq.config.masters import MASTER_URL, is_standalone, standalone_addresses
 from ddq.transport.redis_client import StoreAuthenticationError, StoreError, ping
+from ddq.transport.resp import RespError, meet, refused_password
 
 REDIS_TIMEOUT_S = 3.0  # also how long a Spark master may take to accept a connection
 
@@ -143,9 +144,11 @@ def check_redis(url: str, setting: str) -> None:
     """A Redis that answers PING within a few seconds (a password it accepts included)."""
     try:
         ping(url, REDIS_TIMEOUT_S)  # an answer now, not after a restart's grace
-    except StoreAuthenticationError as error:
-        raise SettingError(f"{setting} {shown_url(url)}: Redis refused the user name or password "
-                           f"({_first_line(error)})") from error
+        meet(url, REDIS_TIMEOUT_S)  # and as the run's shards and workers connect
+    except (RespError, StoreAuthenticationError) as error:
+        what = "this connection" if isinstance(error, RespError) and not refused_password(error) else \
+            "the user name or password"
+        raise SettingError(f"{setting} {shown_url(url)}: Redis refused {what} ({_first_line(error)})") from error
     except (StoreError, ValueError, OSError) as error:
         if "CERTIFICATE_VERIFY_FAILED" in str(error) or "certificate verify failed" in str(error):
             raise SettingError(f"{setting} {shown_url(url)}: the server's TLS certificate is not one this URL "

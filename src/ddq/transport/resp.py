@@ -101,6 +101,18 @@ def _connect(url: str, timeout: float | None) -> tuple[socket.socket, dict]:
     return sock, {"username": username, "password": password, "db": int(db)}
 
 
+def refused_password(error: RespError) -> bool:
+    """Whether an error reply says the server refused the URL's user name or password."""
+    return any(word in str(error) for word in ("AUTH", "WRONGPASS", "NOAUTH"))
+
+
+def meet(url: str, timeout: float) -> None:
+    """Connects as the shards and workers do (AUTH and SELECT as the URL asks), then closes: RespError when
+    the server refuses. redis-py lets a password pass that a server with none refuses ("AUTH called without
+    any password configured"), and a run's shards then exited once it had started."""
+    RespConnection(url, buffer_bytes=1 << 12, timeout=timeout).close()
+
+
 class RespConnection:
     """One Redis connection; `command(...)` returns the reply, bulk strings as views into `self.buffer`.
 
