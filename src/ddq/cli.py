@@ -129,9 +129,8 @@ def given_redis_url(args: argparse.Namespace) -> tuple[str | None, str]:
 
 
 def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str, whose: str) -> str:
-    """A process started by hand takes its Redis from --redis-url, else from $DDQ_REDIS_URL, which keeps a
-    password off the command line (and out of `ps`), else from its settings file; with none it is refused in
-    one line."""
+    """A process started by hand takes its Redis by `given_redis_url`'s rule, else from its settings file;
+    with none it is refused in one line."""
     config.distributed.redis_url = given_redis_url(args)[0] or config.distributed.redis_url
     if not config.distributed.redis_url:
         raise ValueError(f"{command} needs a Redis URL {whose}: --redis-url, or ${REDIS_URL_ENV}, which keeps a "
@@ -279,9 +278,7 @@ def _add_started_by_ddq(commands: Any) -> None:
     serve.add_argument("--worker", type=in_range(int, 0), default=0, help="this worker's id")
     serve.add_argument("--port", type=PORT, default=0, help="port on 127.0.0.1 (default: a free one)")
     serve.add_argument("--url-file", help="also write the URL it serves on into this file")
-    add_config_flags(serve, leaving_out=UNREAD_BY_HAND)
-    reword(serve, "redis_url", HAND_STARTED_REDIS)
-    serve.set_defaults(func=cmd_barista_serve)
+    _hand_started(serve, cmd_barista_serve)
 
     server = commands.add_parser("param-server",
                              description="A parameter-server shard: applies the gradients workers push to Redis "
@@ -294,9 +291,7 @@ def _add_started_by_ddq(commands: Any) -> None:
                                                            "used as it is (only --redis-url applies over it)")
     server.add_argument("--run", default="default", help="run id: the Redis keys live under ddq:RUN:")
     server.add_argument("--shard", type=in_range(int, 0), default=0, help="which shard of --shards this process serves")
-    add_config_flags(server, leaving_out=UNREAD_BY_HAND)
-    reword(server, "redis_url", HAND_STARTED_REDIS)
-    server.set_defaults(func=cmd_param_server)
+    _hand_started(server, cmd_param_server)
 
     learner = commands.add_parser("learner",
                                   description="The learner of `ddq train --mode actor-learner`: trains on the "
@@ -306,6 +301,13 @@ def _add_started_by_ddq(commands: Any) -> None:
     learner.add_argument("--settings", metavar="FILE", required=True, help="the run folder's config.json")
     learner.add_argument("--run", required=True, help="run id: the Redis keys live under ddq:RUN:")
     learner.set_defaults(func=cmd_learner)
+
+
+def _hand_started(parser: argparse.ArgumentParser, command: Any) -> None:
+    """The settings a Barista or a shard started by hand reads, its Redis from the flag or $DDQ_REDIS_URL."""
+    add_config_flags(parser, leaving_out=UNREAD_BY_HAND)
+    reword(parser, "redis_url", HAND_STARTED_REDIS)
+    parser.set_defaults(func=command)
 
 
 def _add_dashboard(commands: Any) -> None:

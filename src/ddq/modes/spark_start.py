@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ddq.config import DistributedConfig
 from ddq.modes.jvm_archive import writing_to
 from ddq.modes.jvm_boot import BootingJvm
 from ddq.modes.spark import (
@@ -27,7 +28,7 @@ from ddq.modes.spark import (
 
 SPARK_STOP_WAIT_S = 15.0
 JVM_ARCHIVE_WAIT_S = 60.0  # a first run's JVM writing its class-data archive as it exits took 7 s on 2 cores
-START_WAIT_S = 300.0  # how long `SparkStarting.result` waits for a first task by default (stall_timeout's)
+START_WAIT_S = DistributedConfig().stall_timeout  # `SparkStarting.result`'s wait for a first task, by default
 
 
 def warm_workers(context: Any, workers: int) -> None:

@@ -22,15 +22,12 @@ from ddq.transport.values import counter_value, finite_number
 SILENT_AFTER_S = 5.0  # a worker whose heartbeat is older than this is shown as silent
 
 
-_number = finite_number
-
-
 def _counts(value: Any, numbered: bool = False) -> dict[str, int]:
     """A report's counts by name (`numbered`: by a whole number, as staleness's are), whatever else it holds
     left out."""
     if not isinstance(value, dict):
         return {}
-    counts = ((str(key), _number(count)) for key, count in value.items())
+    counts = ((str(key), finite_number(count)) for key, count in value.items())
     return {key: int(count) for key, count in counts if count is not None and (not numbered or
                                                                                counter_value(key, -1) >= 0)}
 
@@ -50,12 +47,12 @@ def merge_layers(per_shard: list[list[dict]]) -> list[dict]:
                 continue
             norms = parts.setdefault(row["name"], {"weight_norm": [], "grad_norm": [], "update_norm": []})
             for key, shares in norms.items():
-                shares.append(_number(row.get(key)) or 0.0)
+                shares.append(finite_number(row.get(key)) or 0.0)
     merged = []
     for name, norms in parts.items():  # (hypot: a norm of 1e200 squared is past a float's range)
         weight, grad, update = (math.hypot(*norms[k]) for k in ("weight_norm", "grad_norm", "update_norm"))
         merged.append({"name": name, "weight_norm": weight, "grad_norm": grad, "update_norm": update,
-                       "update_ratio": _number(update / weight) if 0 < weight < math.inf else None})
+                       "update_ratio": finite_number(update / weight) if 0 < weight < math.inf else None})
     return merged
 
 
@@ -71,18 +68,18 @@ def merge_server(reports: list[dict]) -> dict:
     for report in reports:
         rejected.update(_counts(report.get("rejected")))
         staleness.update(_counts(report.get("staleness"), numbered=True))
-    losses = [loss for loss in (_number(r.get("mean_loss")) for r in reports) if loss is not None]
+    losses = [loss for loss in (finite_number(r.get("mean_loss")) for r in reports) if loss is not None]
 
     def slowest(key: str) -> float:
-        return min(_number(r.get(key)) or 0 for r in reports)
+        return min(finite_number(r.get(key)) or 0 for r in reports)
 
     return {"shards": len(reports), "version": int(slowest("version")), "applied": int(slowest("applied")),
-            "updates_per_s": slowest("updates_per_s"), "dropped_stale": int(max(_number(r.get("dropped_stale")) or 0
-                                                                                for r in reports)),
+            "updates_per_s": slowest("updates_per_s"),
+            "dropped_stale": int(max(finite_number(r.get("dropped_stale")) or 0 for r in reports)),
             "rejected": dict(rejected), "rejected_total": sum(rejected.values()),
             "staleness": dict(sorted(staleness.items(), key=lambda item: int(item[0]))),
             "layers": merge_layers([r.get("layers") or [] for r in reports]),
-            "learning_rate": _number(reports[0].get("learning_rate")),
+            "learning_rate": finite_number(reports[0].get("learning_rate")),
             "mean_loss": sum(losses) / len(losses) if losses else None,
             "learner": _learner(reports[0]),
             # who reports in shard 0's place: "learner" (actor-learner), "data-parallel" (its worker 0); None: shards
@@ -96,8 +93,8 @@ def _learner(report: dict) -> dict | None:
     """An actor-learner run's learner numbers (its report stands where shard 0's would), else None."""
     if report.get("role") != "learner":
         return None
-    numbers = {key: _number(report.get(key)) for key in LEARNER_FIELDS}
-    ingested, applied = numbers["ingested"], _number(report.get("applied"))
+    numbers = {key: finite_number(report.get(key)) for key in LEARNER_FIELDS}
+    ingested, applied = numbers["ingested"], finite_number(report.get("applied"))
     numbers["updates_per_env_step"] = applied / ingested if ingested and applied is not None else None
     return numbers
 
@@ -106,7 +103,7 @@ def collective_share(row: dict) -> float | None:
     """The share of a data-parallel worker's time spent in its stage's all-reduces and broadcasts, waiting
     there for slower workers included (its `collective_s` over its wall time): the worker with far less
     than the others is the one they wait for. None for a row without both (other modes, a worker starting)."""
-    seconds, wall = _number(row.get("collective_s")), _number(row.get("wall_time_s"))
+    seconds, wall = finite_number(row.get("collective_s")), finite_number(row.get("wall_time_s"))
     return min(seconds / wall, 1.0) if seconds and wall else None
 
 
@@ -117,12 +114,12 @@ def worker_rows(store: RunStore, now: float | None = None) -> list[dict]:
     now = time.time() if now is None else now
     rows = []
     for stats in map(json_object, store.worker_rows()):
-        if stats is None or _number(stats.get("worker")) is None:
+        if stats is None or finite_number(stats.get("worker")) is None:
             continue
-        age = now - (_number(stats.get("heartbeat")) or 0.0)
+        age = now - (finite_number(stats.get("heartbeat")) or 0.0)
         if stats.get("state") == "running" and age > SILENT_AFTER_S:
             stats["state"] = "silent"
-        rows.append({**stats, "heartbeat_age_s": age, "restarts": int(_number(stats.get("attempt")) or 0),
+        rows.append({**stats, "heartbeat_age_s": age, "restarts": int(finite_number(stats.get("attempt")) or 0),
                      "collective_share": collective_share(stats)})
     rows.sort(key=lambda row: (row["worker"], row["restarts"]))
     for older, newer in zip(rows, rows[1:]):
@@ -170,7 +167,7 @@ def sender_account(reports: list[dict]) -> dict[str, Any] | None:
                                                     **dict.fromkeys(ACCOUNT_COUNTS, 0)})
         totals["incarnations"] += 1
         for count in ACCOUNT_COUNTS:
-            totals[count] += int(_number(row.get(count)) or 0)
+            totals[count] += int(finite_number(row.get(count)) or 0)
     rows = [workers[worker] for worker in sorted(workers)]
     return {"workers": rows, "applied": sum(row["applied"] for row in rows),
             "repeats": sum(row["repeats"] for row in rows),
@@ -179,7 +176,7 @@ def sender_account(reports: list[dict]) -> dict[str, Any] | None:
 
 
 def _mean(rows: list[dict], key: str) -> float | None:
-    values = [v for v in (_number(row.get(key)) for row in rows) if v is not None and math.isfinite(v)]
+    values = [v for v in (finite_number(row.get(key)) for row in rows) if v is not None]
     return sum(values) / len(values) if values else None
 
 
@@ -206,7 +203,7 @@ def run_updates(server: dict, workers: list[dict]) -> tuple[int, float]:
     if server["shards"]:
         return server["version"], server["updates_per_s"]
     active = [row for row in workers if row.get("state") == "running"]
-    return (int(max((_number(row.get("weights_version")) or 0 for row in workers), default=0)),
+    return (int(max((finite_number(row.get("weights_version")) or 0 for row in workers), default=0)),
             _mean(active, "pushes_per_s") or 0.0)
 
 
@@ -221,8 +218,8 @@ def progress_point(server: dict, workers: list[dict], env_steps: int, started: f
     loss = _mean(active, "loss")
     return {"time": now, "wall_time_s": now - started, "env_steps": env_steps, "updates": updates,
             "updates_per_s": updates_per_s,
-            "env_steps_per_s": sum(_number(r.get("env_steps_per_s")) or 0.0 for r in active),
-            "pushes_per_s": sum(_number(r.get("pushes_per_s")) or 0.0 for r in active),
+            "env_steps_per_s": sum(finite_number(r.get("env_steps_per_s")) or 0.0 for r in active),
+            "pushes_per_s": sum(finite_number(r.get("pushes_per_s")) or 0.0 for r in active),
             "loss": server["mean_loss"] if loss is None else loss, "mean_max_q": _mean(active, "mean_max_q"),
             "epsilon": epsilon, "staleness": staleness, "policy_lag": (server["learner"] or {}).get("policy_lag"),
             "rejected_total": server["rejected_total"], "dropped_stale": server["dropped_stale"],
@@ -252,7 +249,8 @@ def newest_rows(known: list[dict], read: list[dict]) -> list[dict]:
     rows = {(row["worker"], row["restarts"]): row for row in known}
     for row in read:
         key = (row["worker"], row["restarts"])
-        if key not in rows or (_number(row.get("heartbeat")) or 0.0) >= (_number(rows[key].get("heartbeat")) or 0.0):
+        beat, kept = (finite_number(r.get("heartbeat")) or 0.0 for r in (row, rows.get(key, {})))
+        if key not in rows or beat >= kept:
             rows[key] = row
     return [rows[key] for key in sorted(rows)]
 
