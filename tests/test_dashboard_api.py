@@ -27,7 +27,7 @@ from ddq.config import settings_document
 from ddq.core.settings import build_config
 from ddq.dashboard.app import create_app
 from ddq.dashboard.series import bucket_starts
-from ddq.dashboard.serving import MAX_CONNECTIONS
+from ddq.dashboard.serving import MAX_CONNECTIONS, MAX_PER_CLIENT
 from ddq.services.telemetry import RunReporter
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
@@ -208,11 +208,14 @@ def test_dashboard_process_keeps_serving_when_redis_goes_away(tmp_path):
 
 
 # ------------------------------------------------------------------ who may read it (issue 40, defect 9)
-def _request(port: int, path: str, headers: dict[str, str], tls: bool = False) -> tuple[int, dict, str]:
-    """A GET with exactly these headers (Host included); the status, the JSON answer and any Set-Cookie. With
-    `tls`, over TLS to a server whose certificate the caller checks itself (its fingerprint)."""
-    connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=_unverified()) if tls \
-        else http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+def _request(port: int, path: str, headers: dict[str, str], tls: bool = False,
+             source: str = "127.0.0.1") -> tuple[int, dict, str]:
+    """A GET with exactly these headers (Host included), from the loopback address `source`; the status, the
+    JSON answer and any Set-Cookie. With `tls`, over TLS to a server whose certificate the caller checks
+    itself (its fingerprint)."""
+    connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=_unverified(),
+                                             source_address=(source, 0)) if tls \
+        else http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
     connection.request("GET", path, headers=headers)
     response = connection.getresponse()
     body = response.read()
@@ -268,16 +271,18 @@ def test_a_loopback_dashboard_answers_only_requests_that_name_it(small_redis, tm
 
 def test_at_most_max_connections_are_served_at_once_and_a_freed_one_serves_again(small_redis, tmp_path):
     """Each connection has a thread, made before its request's token is checked: past MAX_CONNECTIONS a new
-    one is closed as it comes, so a crowd of silent clients cannot make threads by the thousand."""
+    one is closed as it comes, so a crowd of silent clients cannot make threads by the thousand. (They come
+    from several loopback addresses: one address holds at most MAX_PER_CLIENT.)"""
     url_file = tmp_path / "url"
     process = _start_dashboard(url_file, small_redis)
     silent: list[socket.socket] = []
     try:
         port = _wait_for(url_file, process)
         host = {"Host": f"127.0.0.1:{port}"}
-        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS)]
+        silent = [socket.create_connection(("127.0.0.1", port), source_address=(f"127.0.0.{2 + i // MAX_PER_CLIENT}", 0))
+                  for i in range(MAX_CONNECTIONS)]
         with pytest.raises((http.client.HTTPException, ConnectionError)):
-            _request(port, "/api/run", host)
+            _request(port, "/api/run", host)  # from an address that holds none
         for sock in silent:
             sock.close()
         deadline = time.monotonic() + 30  # each thread sees its client gone, and gives its slot back

@@ -1,13 +1,16 @@
-"""How the dashboard listens: a threaded WSGI server whose connections time out, and beyond loopback only TLS,
-with a certificate made for it whose fingerprint the user checks in the browser's warning."""
+"""How the dashboard listens: a threaded WSGI server whose connections time out and whose exchanges have a
+deadline, a bounded number of connections (and fewer per client), and beyond loopback only TLS, with a
+certificate made for it whose fingerprint the user checks in the browser's warning."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import socket
 import ssl
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,34 +27,108 @@ CONNECTION_TIMEOUT_S = 30.0
 # before a request's token is checked, so without a bound anyone reaching the port could make them by the
 # thousand. A page holds a few.
 MAX_CONNECTIONS = 64
+# The most of them one client address holds: one client sending a byte every 29 s on each of its connections
+# (never silent for CONNECTION_TIMEOUT_S) would otherwise hold every slot, the token's holder locked out.
+MAX_PER_CLIENT = 16
+# A request's whole exchange, from the wait for its first byte (its TLS handshake's, on a new connection) to
+# its answer written: past it the connection is shut, however steadily its client trickles. The page's own
+# take milliseconds.
+EXCHANGE_DEADLINE_S = 60.0
+
+
+class Deadlines:
+    """Connections' deadlines, watched by one thread: a connection past its own is shut (its reads and writes
+    then fail, and its thread ends). Started with its server, stopped by `stop`."""
+
+    def __init__(self, every_s: float = 0.5):
+        self.lock = threading.Lock()
+        self.due: dict[socket.socket, float] = {}
+        self.stopped = threading.Event()
+        self.every_s = every_s
+        self.thread = threading.Thread(target=self._watch, name="dashboard-deadlines", daemon=True)
+        self.thread.start()
+
+    def arm(self, connection: socket.socket, seconds: float) -> None:
+        with self.lock:
+            self.due[connection] = time.monotonic() + seconds
+
+    def disarm(self, connection: socket.socket) -> None:
+        with self.lock:
+            self.due.pop(connection, None)
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(self.every_s):
+            now = time.monotonic()
+            with self.lock:
+                late = [connection for connection, due in self.due.items() if due < now]
+                for connection in late:
+                    del self.due[connection]
+            for connection in late:
+                with contextlib.suppress(OSError):  # closed meanwhile
+                    # the plain socket's shutdown: an SSLSocket's own drops its TLS state under the reading thread
+                    socket.socket.shutdown(connection, socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()  # within `every_s`
 
 
 class _TimedHandler(WSGIRequestHandler):
     timeout = CONNECTION_TIMEOUT_S  # each read and write on the connection (socketserver's setup sets it)
 
+    def handle_one_request(self) -> None:
+        deadlines: Deadlines = self.server.deadlines  # type: ignore[attr-defined]
+        deadlines.arm(self.connection, EXCHANGE_DEADLINE_S)
+        try:
+            super().handle_one_request()
+        finally:
+            deadlines.disarm(self.connection)
+
 
 class _BoundedServer(ThreadedWSGIServer):
-    """werkzeug's threaded server, serving at most MAX_CONNECTIONS connections at once."""
+    """werkzeug's threaded server, serving at most MAX_CONNECTIONS connections at once, MAX_PER_CLIENT of one
+    client address, each exchange within EXCHANGE_DEADLINE_S."""
 
     def __init__(self, host: str, port: int, app: Any):
-        super().__init__(host, port, app, handler=_TimedHandler)
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.per_client: dict[str, int] = {}
+        self.per_client_lock = threading.Lock()
+        self.deadlines = Deadlines()  # before werkzeug's bind, whose failure calls server_close
+        super().__init__(host, port, app, handler=_TimedHandler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
+        if not self._take_slot(client_address[0]):
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:  # no thread to give the slot back
-            self.slots.release()
+            self._give_slot(client_address[0])
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self._give_slot(client_address[0])
+
+    def _take_slot(self, client: str) -> bool:
+        with self.per_client_lock:
+            if self.per_client.get(client, 0) >= MAX_PER_CLIENT or not self.slots.acquire(blocking=False):
+                return False
+            self.per_client[client] = self.per_client.get(client, 0) + 1
+            return True
+
+    def _give_slot(self, client: str) -> None:
+        with self.per_client_lock:
             self.slots.release()
+            self.per_client[client] -= 1
+            if not self.per_client[client]:
+                del self.per_client[client]
+
+    def server_close(self) -> None:
+        self.deadlines.stop()
+        super().server_close()
 
 
 def listening_server(host: str, port: int, app: Any, tls: bool, run: str) -> tuple[BaseWSGIServer, str | None]:
