@@ -21,7 +21,7 @@ import redis
 
 from conftest import command_lines_holding, run_ddq, summary_of
 from ddq.benchmarks.procfs import processes_mentioning
-from ddq.preflight import SettingError, check_listen, check_redis
+from ddq.preflight import SettingError, check_listen, check_redis, unchecked_server_note
 from ddq.transport.redis_client import connect
 from ddq.transport.redis_server import EmbeddedRedis, free_port
 from ddq.transport.resp import RespConnection
@@ -159,6 +159,17 @@ def test_the_hot_path_trusts_a_ca_file_the_url_names_as_redis_py_does(tmp_path):
                          env={"DDQ_REDIS_URL": url}, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
         assert summary_of(tmp_path / "run")["env_steps"] >= 300
+        assert "warning" not in result.stderr  # a URL that checks the server's certificate
+
+
+def test_a_url_that_checks_no_certificate_is_taken_with_a_warning_that_masks_its_password():
+    note = unchecked_server_note("rediss://:secret@10.0.0.1:6380/0?ssl_cert_reqs=NONE", "$DDQ_REDIS_URL")
+    assert note is not None and note.startswith("$DDQ_REDIS_URL rediss://***@10.0.0.1:6380/0?ssl_cert_reqs=NONE: "
+                                                "ssl_cert_reqs=none checks no certificate")
+    assert "secret" not in note
+    for checked in ("rediss://:pw@10.0.0.1:6380/0", "rediss://:pw@10.0.0.1:6380/0?ssl_cert_reqs=required",
+                    "redis://:pw@10.0.0.1:6379/0?ssl_cert_reqs=none", "unix:///tmp/r.sock?password=pw"):
+        assert unchecked_server_note(checked, "--redis-url") is None, checked
 
 
 def _certificate(subject: str, key, issuer: str, issuer_key, usage, ca: bool = False):

@@ -124,7 +124,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     Python call's keywords, which the lines name."""
     from ddq.core.settings import build_config
     from ddq.modes.launch import boot_spark
-    from ddq.preflight import check_run
+    from ddq.preflight import check_run, unchecked_server_note
     from ddq.run_folder import holds_a_run
 
     saved, why, redis_url_from = None, None, spelled("redis_url", given_in)
@@ -162,6 +162,9 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     if not resume and (note := algorithm_note(values, config_file, config)):
         print(f"ddq: no algo named, so {note}", file=sys.stderr)
     if note := ignored_settings_note(values, config_file, config, given_in):
+        print(f"ddq: warning: {note}", file=sys.stderr)
+    if is_distributed(config.run.mode) and (note := unchecked_server_note(config.distributed.redis_url or "",
+                                                                          redis_url_from)):
         print(f"ddq: warning: {note}", file=sys.stderr)
     return config, saved, spark
 
