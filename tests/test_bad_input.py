@@ -8,6 +8,7 @@ local master boots meanwhile, which a failed check kills: this process has no ch
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -117,6 +118,18 @@ def test_the_celery_workers_spacing_from_the_environment_is_checked_first(second
     assert main(["train", "--mode", "downpour", "--spark-master", "local[1]"]) == 2
     assert capsys.readouterr().err == (f"ddq: error: $DDQ_EVAL_EVERY_S {seconds!r} (the environment's): give the "
                                        "seconds between the Celery worker's evaluations, a positive number\n")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_celery_worker_started_by_hand_with_a_wrong_spacing_says_so_in_one_line(tmp_path):
+    """The guide's `DDQ_EVAL_EVERY_S=30 celery -A ddq.services.tasks worker`, with a wrong number: no run checked
+    it first, and the worker had ended in a traceback."""
+    celery = Path(sys.executable).with_name("celery")
+    ended = subprocess.run([str(celery), "-A", "ddq.services.tasks", "worker", "--pool", "solo"], cwd=tmp_path,
+                           env=dict(os.environ, DDQ_EVAL_EVERY_S="abc"), capture_output=True, text=True, timeout=120)
+    assert (ended.returncode, ended.stdout) == (2, "")
+    assert ended.stderr == ("ddq: error: $DDQ_EVAL_EVERY_S 'abc' (the environment's): give the seconds between the "
+                            "Celery worker's evaluations, a positive number\n")
     assert os.listdir(tmp_path) == []
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlparse
@@ -69,13 +70,23 @@ def _settings() -> tuple[str, str, TrainConfig, Path]:
     return url, os.environ.get("DDQ_RUN", "default"), config, run_dir
 
 
+def _eval_every_s() -> float:
+    """$DDQ_EVAL_EVERY_S; for a worker started by hand with a wrong one, one line and exit 2 (a run checks it
+    before it starts any worker, `ddq.preflight`)."""
+    try:
+        return celery_eval_every_s(os.environ)
+    except ValueError as error:
+        print(f"ddq: error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
 REDIS_URL, RUN, CONFIG, RUN_DIR = _settings()
 app = Celery("ddq", broker=celery_url(REDIS_URL), backend=celery_url(REDIS_URL))
 app.conf.update(
     task_serializer="json", result_serializer="json", accept_content=["json"],  # nothing else is decoded
     broker_connection_retry_on_startup=True, worker_hijack_root_logger=False, result_expires=3600,
     beat_schedule={"evaluate-newest-snapshot": {"task": "ddq.tasks.evaluate_snapshot",
-                                                "schedule": celery_eval_every_s(os.environ)}},
+                                                "schedule": _eval_every_s()}},
     beat_schedule_filename=str(RUN_DIR / "celerybeat-schedule"),
     # no broadcast commands (shutdown, pool changes, rate limits): any process that can write to the run's
     # Redis could send them, and ddq sends none (its supervisor stops the worker by signal)
