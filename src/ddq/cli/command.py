@@ -1,21 +1,20 @@
-"""The `ddq` command: train, dashboard, evaluate, plot, bench, and the distributed parts run by hand."""
+"""The `ddq` command: train, dashboard, evaluate, plot, bench, and the parsing of every command's line."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from ddq.benchmarks.commands import add_bench_commands
-from ddq.config import REDIS_URL_ENV, TrainConfig, read_settings
-from ddq.flags import PORT, add_config_flags, command_parser, in_range, reword, unrecognized
+from ddq.cli.hand_started import PLUMBING, add_started_by_ddq, given_redis_url
+from ddq.config import REDIS_URL_ENV
+from ddq.flags import PORT, add_config_flags, command_parser, in_range, unrecognized
 from ddq.preflight import check_redis
 from ddq.processes import exit_on_sigterm, process_started_at
-from ddq.run_folder import write_whole
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -63,31 +62,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_param_server(args: argparse.Namespace) -> int:
-    from ddq.param_server.server import ShardServer
-
-    logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
-    if args.settings:  # what the driver resolved: used as it is, no preset applied again
-        config = read_settings(args.settings)
-    else:
-        config = _config_from(args, ("run", "shard", "settings"))
-    url = _take_redis_url(config, args, "param-server", "(ddq train starts Redis and the servers itself)")
-    if not 0 <= args.shard < config.distributed.server.shards:
-        raise ValueError(f"--shard {args.shard} is not one of the {config.distributed.server.shards} shards")
-    return ShardServer.connect(config, url, args.run, args.shard).serve()
-
-
-def cmd_learner(args: argparse.Namespace) -> int:
-    from ddq.learner_server.server import LearnerServer
-
-    logging.basicConfig(level=logging.INFO, format=f"ddq learner[{args.run}]: %(message)s")
-    config = read_settings(args.settings)  # what the driver resolved: used as it is
-    config.distributed.redis_url = given_redis_url(args)[0] or config.distributed.redis_url
-    if not config.distributed.redis_url:
-        raise ValueError(f"the learner needs the run's Redis URL in ${REDIS_URL_ENV} (ddq train starts it itself)")
-    return LearnerServer(config, config.distributed.redis_url, args.run).serve()
-
-
 def cmd_package(args: argparse.Namespace) -> int:
     """Writes what spark-submit needs: ddq.zip (--py-files), ddq_submit.py (the script it runs) and the
     environment archive (--archives), then prints the command."""
@@ -103,58 +77,6 @@ def cmd_package(args: argparse.Namespace) -> int:
         print(f"ddq package: {error}", file=sys.stderr)
         return 2
     print(" ".join(command))
-    return 0
-
-
-def _config_from(args: argparse.Namespace, own: tuple[str, ...]):
-    """The run settings of a command that also takes `ddq train`'s flags."""
-    from ddq.core.settings import build_config  # it asks the algorithms, which load torch
-
-    skip = ("func", "config", "command", "started_at", *own)
-    return build_config({k: v for k, v in vars(args).items() if k not in skip}, args.config)
-
-
-# what a Barista or a shard started by hand never reads: the driver's evaluations and services, and
-# actor-learner's wiring (groups of `ddq train --help-all`)
-UNREAD_BY_HAND = ("evaluation", "actor-learner", "services")
-HAND_STARTED_REDIS = (f"the run's Redis: redis://, rediss://, unix:// (default ${REDIS_URL_ENV}, which keeps a "
-                      "password off the command line)")
-
-
-def given_redis_url(args: argparse.Namespace) -> tuple[str | None, str]:
-    """The Redis URL a command was given, and how, for its lines: --redis-url, else $DDQ_REDIS_URL, which
-    keeps a password off the command line (and out of `ps`)."""
-    flag = getattr(args, "redis_url", None)
-    return (flag, "--redis-url") if flag else (os.environ.get(REDIS_URL_ENV), f"${REDIS_URL_ENV}")
-
-
-def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str, whose: str) -> str:
-    """A process started by hand takes its Redis by `given_redis_url`'s rule, else from its settings file;
-    with none it is refused in one line."""
-    config.distributed.redis_url = given_redis_url(args)[0] or config.distributed.redis_url
-    if not config.distributed.redis_url:
-        raise ValueError(f"{command} needs a Redis URL {whose}: --redis-url, or ${REDIS_URL_ENV}, which keeps a "
-                         "password off the command line")
-    return config.distributed.redis_url
-
-
-def cmd_barista_serve(args: argparse.Namespace) -> int:
-    from ddq.param_server.overlap import remote_source
-    from ddq.workers.barista import Barista
-    from ddq.workers.barista_server import BaristaServer
-
-    config = _config_from(args, ("run", "worker", "port", "url_file", "action"))
-    url = _take_redis_url(config, args, "barista serve", "(the parameter server's)")
-    barista = Barista(config, url, args.run, args.worker, remote_source(config, url, args.run, args.worker))
-    server = BaristaServer(barista, args.port)
-    print(f"ddq barista: worker {args.worker} of run {args.run} serving on {server.url}", file=sys.stderr, flush=True)
-    if args.url_file:
-        write_whole(args.url_file, server.url.encode())  # whole: a program may read it the moment it appears
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
-        barista.close()
     return 0
 
 
@@ -227,23 +149,17 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-PLUMBING = """processes ddq starts itself (each has its own --help):
-  param-server  one shard of a run's parameter server (downpour)
-  learner       the central learner of an actor-learner run
-  barista serve
-                a long-lived Barista over HTTP, for the dummy client or Spark tasks
-
-Give --debug (anywhere) to see the traceback of an error."""
+EPILOG = f"{PLUMBING}\n\nGive --debug (anywhere) to see the traceback of an error."
 
 
 def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     """The `ddq` command line; `full_help`: `ddq train --help` lists every setting, not the common ones."""
     parser = argparse.ArgumentParser(prog="ddq", description="Distributed Deep Q-learning.",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=PLUMBING)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_train(commands, full_help)
-    _add_started_by_ddq(commands)
+    add_started_by_ddq(commands)
     _add_dashboard(commands)
     _add_tools(commands)
     add_bench_commands(commands)
@@ -264,50 +180,6 @@ def _add_train(commands: Any, full_help: bool) -> None:
                                                             "optimizer's (flags still override them)")
     add_config_flags(train, brief=not full_help)
     train.set_defaults(func=cmd_train)
-
-
-def _add_started_by_ddq(commands: Any) -> None:
-    """The processes ddq starts itself, which a person may start by hand too: a Barista, a shard, the learner.
-    Parsers without a `help`: argparse leaves them out of the list of commands, and PLUMBING names them."""
-    barista = commands.add_parser("barista", description="A long-lived worker: `barista serve`.")
-    barista_kinds = barista.add_subparsers(dest="action", metavar="ACTION", required=True)
-    serve = barista_kinds.add_parser("serve", help="serve one worker over HTTP on 127.0.0.1 (JSON: /status, "
-                                                   "/step, /shutdown) for the dummy client or Spark tasks")
-    serve.add_argument("--config", help="settings file (TOML or JSON)")
-    serve.add_argument("--run", default="default", help="run id of the parameter server it works for")
-    serve.add_argument("--worker", type=in_range(int, 0), default=0, help="this worker's id")
-    serve.add_argument("--port", type=PORT, default=0, help="port on 127.0.0.1 (default: a free one)")
-    serve.add_argument("--url-file", help="also write the URL it serves on into this file")
-    _hand_started(serve, cmd_barista_serve)
-
-    server = commands.add_parser("param-server",
-                             description="A parameter-server shard: applies the gradients workers push to Redis "
-                                         "and publishes the weights. `ddq train` starts these itself; run one "
-                                         "by hand against any --redis-url. Once the run's control key says stop "
-                                         "(SET ddq:RUN:control stop) it applies what workers still send until "
-                                         "ddq:RUN:workers_finished is set, or for 60 s, then exits.")
-    server.add_argument("--config", help="settings file (TOML); the env's preset applies first, flags after")
-    server.add_argument("--settings", metavar="FILE", help="a run folder's config.json, as ddq train wrote it: "
-                                                           "used as it is (only --redis-url applies over it)")
-    server.add_argument("--run", default="default", help="run id: the Redis keys live under ddq:RUN:")
-    server.add_argument("--shard", type=in_range(int, 0), default=0, help="which shard of --shards this process serves")
-    _hand_started(server, cmd_param_server)
-
-    learner = commands.add_parser("learner",
-                                  description="The learner of `ddq train --mode actor-learner`: trains on the "
-                                              "experience actors send to Redis and publishes the weights. It reads "
-                                              "the run's Redis URL from $DDQ_REDIS_URL and exits when the run's "
-                                              "control key says stop.")
-    learner.add_argument("--settings", metavar="FILE", required=True, help="the run folder's config.json")
-    learner.add_argument("--run", required=True, help="run id: the Redis keys live under ddq:RUN:")
-    learner.set_defaults(func=cmd_learner)
-
-
-def _hand_started(parser: argparse.ArgumentParser, command: Any) -> None:
-    """The settings a Barista or a shard started by hand reads, its Redis from the flag or $DDQ_REDIS_URL."""
-    add_config_flags(parser, leaving_out=UNREAD_BY_HAND)
-    reword(parser, "redis_url", HAND_STARTED_REDIS)
-    parser.set_defaults(func=command)
 
 
 def _add_dashboard(commands: Any) -> None:
@@ -414,7 +286,3 @@ def error_text(error: Exception) -> str:
         return str(error)
     except Exception:
         return type(error).__name__
-
-
-if __name__ == "__main__":  # python -m ddq.cli works as python -m ddq does
-    sys.exit(main())
