@@ -265,3 +265,27 @@ def test_a_hangup_stops_the_run_cleanly_as_sigterm_does(tmp_path):
     summary = summary_of(run_dir)
     assert summary["stopped_by"] == "SIGHUP" and summary["stop_reason"] == "stopped by the user"
     assert json.loads(out)["stopped_by"] == "SIGHUP" and summary["env_steps"] < 10_000_000
+
+
+def test_ctrl_c_with_a_pipe_whose_reader_went_first_still_stops_the_run_cleanly(tmp_path):
+    """`ddq train ... 2>&1 | tee log` and Ctrl-C, which ends tee too: the line ddq printed as it stopped had
+    raised BrokenPipeError in the middle of its stop (exit 141, no summary, no curve; a resume then found no
+    checkpoint). Its output now goes nowhere, and the run stops as it would on a terminal."""
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *SHORT, "--total-steps", "10000000",
+                                "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 120
+        while not (metrics.exists() and '"kind": "train"' in metrics.read_text()):  # past the start: training
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no training point within 120 s"
+            time.sleep(0.1)
+        process.stdout.close()  # the reader goes
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=120) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    summary = summary_of(run_dir)
+    assert summary["stopped_by"] == "SIGINT" and summary["stop_reason"] == "stopped by the user"
+    assert (run_dir / "checkpoint.pt").exists() and (run_dir / "learning_curve.png").exists()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from ddq.benchmarks.commands import add_bench_commands
 from ddq.cli.hand_started import PLUMBING, add_started_by_ddq, given_redis_url
+from ddq.cli.output import reader_proof_output
 from ddq.config import REDIS_URL_ENV
 from ddq.flags import PORT, add_config_flags, command_parser, in_range, unrecognized
 from ddq.preflight import check_redis
@@ -261,14 +261,17 @@ def main(argv: list[str] | None = None) -> int:
     args.started_at = started_at
     for not_a_setting in ("debug", "help_all"):
         vars(args).pop(not_a_setting, None)
+    with reader_proof_output():  # a reader that leaves first (`| tee`, `| head`) stops nothing
+        return _run(args, debug)
+
+
+def _run(args: argparse.Namespace, debug: bool) -> int:
+    """The command `args` names, its errors said in one line (`main`)."""
     try:
         return args.func(args)
     except KeyboardInterrupt:
         print("ddq: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # its reader left (`ddq models NAME | head`): nothing to say, nor to flush at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + 13  # as a process SIGPIPE ended would
     except Exception as error:
         if debug:
             raise
