@@ -161,3 +161,22 @@ def test_package_says_how_to_make_an_environment_it_can_pack(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"(python -m venv ENV && ENV/bin/pip install {checkout})" in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_whose_run_ended_before_its_first_checkpoint_says_what_to_do(tmp_path, capsys, monkeypatch):
+    """A run killed before it saved a checkpoint leaves points and no checkpoint: its folder took no new run
+    ("continue it with --resume") and no resume ("no checkpoint at ..."), each line sending the user to the
+    other. Both now say why, and nothing in the folder changes."""
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "killed"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"kind": "train", "env_steps": 1000}\n')
+    (run_dir / "best.pt").write_bytes(b"")  # the best evaluation's weights: not a run's state
+    assert main(["train", "--env", "CartPole-v1", "--run-dir", str(run_dir)]) == 2
+    assert capsys.readouterr().err == (f"ddq: error: {run_dir} already holds a run: it ended before it saved a "
+                                       f"checkpoint, so it cannot be resumed: empty {run_dir} to start there again, "
+                                       "or choose another --run-dir\n")
+    assert main(["train", "--resume", str(run_dir)]) == 2
+    assert capsys.readouterr().err == (f"ddq: error: no checkpoint at {run_dir / 'checkpoint.pt'}: the run there "
+                                       "ended before it saved one\n")
+    assert sorted(os.listdir(run_dir)) == ["best.pt", "metrics.jsonl"] and os.listdir(tmp_path) == ["killed"]

@@ -125,7 +125,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     from ddq.core.settings import build_config
     from ddq.modes.launch import boot_spark
     from ddq.preflight import check_run, unchecked_server_note
-    from ddq.run_folder import holds_a_run
+    from ddq.run_folder import has_checkpoint, holds_a_run
 
     saved, why, redis_url_from = None, None, spelled("redis_url", given_in)
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
@@ -145,8 +145,9 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
                          f"to resume it (${REDIS_URL_ENV}, which keeps the password off the command line)")
     run_dir = config.run.run_dir or default_run_dir(config.agent.env)
     if not resume and holds_a_run(run_dir):
-        raise ValueError(f"{run_dir} already holds a run: continue it with {spelled('resume', given_in)} {run_dir}, "
-                         f"or choose another {spelled('run_dir', given_in)}")
+        how = f"continue it with {spelled('resume', given_in)} {run_dir}" if has_checkpoint(run_dir) else \
+            f"it ended before it saved a checkpoint, so it cannot be resumed: empty {run_dir} to start there again"
+        raise ValueError(f"{run_dir} already holds a run: {how}, or choose another {spelled('run_dir', given_in)}")
     config.run.run_dir = run_dir
     spark = boot_spark(config)
     try:

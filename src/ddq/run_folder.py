@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+CHECKPOINT_NAME = "checkpoint.pt"  # a run's state, which a resume continues from (`ddq.core.checkpoint`)
+
 Writer = bytes | Callable[[BinaryIO], object]  # the bytes, or a function that writes to the open file it is given
 
 
@@ -217,6 +219,11 @@ def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
     """`run_dir/summary.json`, written whole."""
     text = json.dumps({k: plain(v) for k, v in summary.items()}, indent=2) + "\n"
     return write_whole(Path(run_dir) / "summary.json", text.encode())
+
+
+def has_checkpoint(run_dir: str | Path) -> bool:
+    """Whether `run_dir` holds a run's checkpoint, which a resume continues from."""
+    return (Path(run_dir) / CHECKPOINT_NAME).is_file()
 
 
 def holds_a_run(run_dir: str | Path) -> bool:

@@ -23,9 +23,8 @@ from ddq.core.agent import network_for_states
 from ddq.core.learner import Learner
 from ddq.models import model_definition
 from ddq.models.networks import network_from_definition, with_dueling_head
-from ddq.run_folder import write_whole
+from ddq.run_folder import CHECKPOINT_NAME, holds_a_run, write_whole
 
-CHECKPOINT_NAME = "checkpoint.pt"
 BEST_NAME = "best.pt"  # a checkpoint of the weights of the run's best greedy evaluation so far
 REPLAY_NAME = "replay.npz"
 
@@ -62,7 +61,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / CHECKPOINT_NAME
     if not path.exists():
-        raise FileNotFoundError(f"no checkpoint at {path}")
+        ended_early = ": the run there ended before it saved one" if holds_a_run(path.parent) else ""
+        raise FileNotFoundError(f"no checkpoint at {path}{ended_early}")
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch's reader raises many kinds of error for a file that is not its own
