@@ -109,6 +109,38 @@ def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path, capsy
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2  # one per session, read as one
     assert_events_match_metrics(run_dir, TAGS)
     assert_best_is_the_best_evaluation(run_dir)  # over both sessions: a resumed run remembers its best
+    assert not (run_dir / "metrics.lost.jsonl").exists() and "moved to" not in second.stderr  # a clean stop's
+
+
+def test_a_resume_after_a_killed_session_sets_aside_its_points_past_the_checkpoint(tmp_path):
+    """A session killed between checkpoints recorded points the checkpoint does not hold: resumed, the
+    curve had run on past them and back (env steps 487,778, then 374,977). They go to metrics.lost.jsonl,
+    and TensorBoard hides their scalars."""
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *SHORT, "--total-steps", "10000000",
+                                "--checkpoint-every", "4000", "--log-every", "200", "--run-dir", str(run_dir)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run_dir / "checkpoint.pt").exists() and any(  # points well past the newest checkpoint
+                p["env_steps"] > torch.load(run_dir / "checkpoint.pt")["counters"]["env_steps"] + 1500
+                for p in read_metrics(run_dir) if p["kind"] == "train")):
+            assert process.poll() is None and time.monotonic() < deadline, "no points past a checkpoint"
+            time.sleep(0.1)
+    finally:
+        process.kill()
+        process.wait()
+    saved_at = torch.load(run_dir / "checkpoint.pt")["counters"]["env_steps"]
+    lost = [p for p in read_metrics(run_dir) if p.get("env_steps", 0) > saved_at]
+    assert lost
+    resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", str(saved_at + 1000))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"ddq: {len(lost):,} metrics points past the checkpoint's {saved_at:,} env steps" in resumed.stderr
+    set_aside = [json.loads(line) for line in (run_dir / "metrics.lost.jsonl").read_text().splitlines()]
+    assert set_aside == lost
+    steps = [p["env_steps"] for p in read_metrics(run_dir) if p["kind"] == "train"]
+    assert steps == sorted(steps) and steps[-1] > saved_at  # one curve, on from the checkpoint
+    assert_events_match_metrics(run_dir, TAGS)  # TensorBoard shows what metrics.jsonl holds
 
 
 def test_evaluate_prints_the_greedy_mean_return(short_run):

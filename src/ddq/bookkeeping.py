@@ -43,10 +43,11 @@ class RunCounters:
         return cls(**{k: v for k, v in saved.items() if k in known})
 
 
-def open_run_log(config: TrainConfig, run_dir: Path) -> RunLog:
-    """The run's metrics log, whose event files name the env's score where it counts rewarded steps."""
+def open_run_log(config: TrainConfig, run_dir: Path, resumed_at: int | None = None) -> RunLog:
+    """The run's metrics log, whose event files name the env's score where it counts rewarded steps.
+    `resumed_at`: a resumed run's checkpoint's env steps (`RunLog`)."""
     score = score_of(config.agent.env)
-    return RunLog(run_dir, score.name if score.rewarded_steps else None)
+    return RunLog(run_dir, score.name if score.rewarded_steps else None, resumed_at)
 
 
 def run_summary(config: TrainConfig, counters: RunCounters, last_eval: tuple[int, float, float] | None, updates: int,

@@ -8,6 +8,7 @@ import errno
 import json
 import math
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 CHECKPOINT_NAME = "checkpoint.pt"  # a run's state, which a resume continues from (`ddq.core.checkpoint`)
+LOST_METRICS = "metrics.lost.jsonl"  # a killed session's points past the checkpoint its resume continued from
 
 Writer = bytes | Callable[[BinaryIO], object]  # the bytes, or a function that writes to the open file it is given
 
@@ -159,17 +161,25 @@ class RunLog:
     Only the driver's or the serial process writes it, as the context of the run: it is closed whatever ends
     the run, so no event is lost. A write that fails (a full disk) raises OSError naming the file."""
 
-    def __init__(self, run_dir: str | Path, score: str | None = None):
+    def __init__(self, run_dir: str | Path, score: str | None = None, resumed_at: int | None = None):
+        """`resumed_at`: the env steps of the checkpoint a resumed run continues from. The points a session
+        recorded past them, one that ended before it saved again (killed), are set aside (`set_aside_lost`),
+        and TensorBoard hides that session's scalars past them (its `purge_step`): the curve had run on past
+        them, then back."""
         from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import SummaryWriter  # here: the processes that only read a run never load it
 
         self.run_dir, self.score = Path(run_dir), score
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resumed_at is not None and (lost := set_aside_lost(self.run_dir, resumed_at)):
+            print(f"ddq: {lost:,} metrics points past the checkpoint's {resumed_at:,} env steps (a session that "
+                  f"ended before it saved them) moved to {LOST_METRICS}", file=sys.stderr, flush=True)
         self._file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
         if self._file.tell() and not _ends_a_line(self.run_dir / "metrics.jsonl"):  # a killed run's torn point:
             self._file.write("\n")  # ended here, so that a resumed run's first point has a line of its own
         _quiet_event_writer_threads()
-        self._events = SummaryWriter(str(self.run_dir), flush_secs=EVENTS_FLUSH_S)
+        self._events = SummaryWriter(str(self.run_dir), flush_secs=EVENTS_FLUSH_S,
+                                     purge_step=None if resumed_at is None else resumed_at + 1)
         self._summary: Any = Summary
         self._event_file: Any = self._events.file_writer  # made with the SummaryWriter, dropped only by its close
         self._closed = False
@@ -213,6 +223,28 @@ class RunLog:
         except OSError:
             if error is None:
                 raise
+
+
+def set_aside_lost(run_dir: Path, resumed_at: int) -> int:
+    """Moves the points of `run_dir/metrics.jsonl` past `resumed_at` env steps to the end of LOST_METRICS beside
+    it, and says how many: what a session recorded after the checkpoint a resume continues from, training that
+    the checkpoint does not hold. Each file is written whole, the lost points first: a crash between the two
+    writes leaves them in both, never in neither."""
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.exists():
+        return 0
+    kept: list[str] = []
+    lost: list[str] = []
+    for line in metrics.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
+        point = _point(line) if line.strip() else None
+        steps = point.get("env_steps") if point is not None else None
+        past = isinstance(steps, int | float) and not isinstance(steps, bool) and steps > resumed_at
+        (lost if past else kept).append(line if line.endswith("\n") else line + "\n")
+    if lost:
+        earlier = (run_dir / LOST_METRICS).read_text(encoding="utf-8") if (run_dir / LOST_METRICS).exists() else ""
+        write_whole(run_dir / LOST_METRICS, (earlier + "".join(lost)).encode())
+        write_whole(metrics, "".join(kept).encode())
+    return len(lost)
 
 
 def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:

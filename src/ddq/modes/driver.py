@@ -92,8 +92,8 @@ class Driver:
                                                          self.env_spec.num_actions, device), device, self.run_dir)
         counters = RunCounters.from_dict(resume["counters"]) if resume else RunCounters()
         # the run's clock: from the command's start, less the earlier sessions of a resumed run
-        self.record = RunRecord(config, open_run_log(config, self.run_dir), counters,
-                                self.started_at - counters.wall_time_s)
+        log = open_run_log(config, self.run_dir, counters.env_steps if resume else None)
+        self.record = RunRecord(config, log, counters, self.started_at - counters.wall_time_s)
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
         self.next_log = next_mark(counters.env_steps, config.run.log_every)  # the next training point's env steps
         self.supervisor = Supervisor()

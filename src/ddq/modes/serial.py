@@ -67,7 +67,7 @@ class SerialTrainer:
         self.rng, self.agent = agent.rng, agent
         self.weights = LocalParameters(self.learner)  # the learner's own optimizer applies each gradient
         self.epsilon = agent.epsilon  # driven by this process's env steps
-        self.log = open_run_log(config, self.run_dir)
+        self.log = open_run_log(config, self.run_dir, resume["counters"]["env_steps"] if resume else None)
         self.counters = RunCounters()
         self.stopped_because: StopReason | None = None
         self.stopped_by: str | None = None  # the signal that stopped the run, if one did
