@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ddq.benchmarks.serial import bench_run
 from ddq.benchmarks.stats import median
 from ddq.core.settings import build_config
 from ddq.gamesim.envs import MINATAR_ACTION_SETS, minatar_id
-from ddq.modes import run_training
 from ddq.run_folder import read_metrics
 
 RECENT_EPISODES = 100
@@ -45,7 +45,7 @@ def run_one(game: str, settings: dict[str, Any], seed: int, frames: int, folder:
     values = {**settings, "env": minatar_id(game, action_set), "mode": "serial", "seed": seed, "total_steps": frames,
               "progress": False}
     run_dir = folder / f"{game}-{seed}-{time.monotonic_ns()}"
-    run_training(build_config(values), run_dir, time.time())
+    bench_run(build_config(values), run_dir)
     return read_metrics(run_dir)
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from ddq.benchmarks.stats import median
-from ddq.config import flat_settings
+from ddq.config import TrainConfig, flat_settings
 from ddq.core.settings import build_config
 from ddq.gamesim.spec import score_of
 from ddq.modes import run_training
@@ -21,9 +22,20 @@ def run_seeds(env_id: str, seeds: list[int], overrides: dict[str, Any]) -> list[
     with tempfile.TemporaryDirectory(prefix="ddq-bench-") as tmp:
         for seed in seeds:
             config = build_config({**overrides, "env": env_id, "seed": seed, "progress": False})
-            run_dir = Path(tmp) / f"seed{seed}"
-            summaries.append(run_training(config, run_dir, time.time())[0])
+            summaries.append(bench_run(config, Path(tmp) / f"seed{seed}"))
     return summaries
+
+
+def bench_run(config: TrainConfig, run_dir: Path) -> dict[str, Any]:
+    """One of a bench's runs, in this process: its summary. A run that did not finish ends the bench with
+    its exit code (SystemExit, its temporary folders removed on the way out): a run stopped by Ctrl-C had
+    ended only that run, the next one starting at once, run after run."""
+    summary, code = run_training(config, run_dir, time.time())
+    if code != 0:
+        print(f"ddq: the bench stops: its run of {config.agent.env} (seed {config.agent.seed}) did not finish "
+              f"({summary.get('stop_reason') or 'an error'})", file=sys.stderr, flush=True)
+        raise SystemExit(code)
+    return summary
 
 
 def _median(values: list[float | None]) -> str:
