@@ -159,9 +159,9 @@ def add_bench_commands(commands: Any) -> None:
 def _add_training_benches(kinds: Any) -> None:
     """Runs to a target: `train` (seeds of one mode), the Snake ablation, `scaling` (what more machines buy)."""
     serial = kinds.add_parser("train", aliases=["serial"],
-                              help="steps and wall time to a target return over several seeds (`serial` runs "
-                                   "serial mode; `train --mode downpour --workers N` the distributed one)")
-    serial.add_argument("--mode", default="serial", choices=MODES, help="training mode")
+                              help="steps and wall time to a target return over several seeds (serial mode "
+                                   "unless --mode names a distributed one)")
+    serial.add_argument("--mode", default="serial", choices=MODES, help="training mode (default serial)")
     serial.add_argument("--workers", type=int, default=2, help="workers (actors) of a distributed mode")
     serial.add_argument("--prioritized", action="store_true", help="prioritized replay")
     serial.add_argument("--per-actor-epsilon", action="store_true", help="actor-learner: Ape-X's epsilon per actor")
@@ -263,10 +263,11 @@ def _add_study_benches(kinds: Any) -> None:
                                            "Stable-Baselines3 (rl-baselines3-zoo settings) and CleanRL's dqn.py, "
                                            "seed by seed (needs pip install 'ddq[peers]' and a CleanRL checkout)")
     peers.add_argument("--envs", nargs="+", default=["CartPole-v1", "LunarLander-v3"],
-                       choices=["CartPole-v1", "LunarLander-v3"], help="envs, one table each")
-    peers.add_argument("--seeds", type=int, nargs="+", default=list(range(10)), help="seeds (each runs every learner)")
+                       choices=["CartPole-v1", "LunarLander-v3"], help="envs, one table each (default: both)")
+    peers.add_argument("--seeds", type=int, nargs="+", default=list(range(10)),
+                       help="seeds (each runs every learner; default 0 to 9)")
     peers.add_argument("--peers", nargs="+", default=["ddq", "sb3", "cleanrl"], choices=["ddq", "sb3", "cleanrl"],
-                       help="learners to run (sb3: Stable-Baselines3; cleanrl: CleanRL's dqn.py)")
+                       help="learners to run (sb3: Stable-Baselines3; cleanrl: CleanRL's dqn.py; default: all three)")
     peers.add_argument("--cleanrl", metavar="CHECKOUT", default=None,
                        help="a checkout of CleanRL's repository (git clone https://github.com/vwxyzjn/cleanrl): "
                             "its cleanrl/dqn.py runs as it is there")
@@ -275,15 +276,18 @@ def _add_study_benches(kinds: Any) -> None:
     minatar = kinds.add_parser("minatar", help="the MinAtar paper's protocol: training returns against frames, "
                                                "averaged over runs, with wall time (needs pip install 'ddq[minatar]')")
     minatar.add_argument("--games", nargs="+", default=["Breakout", "SpaceInvaders", "Asterix"],
-                         choices=MINATAR_GAMES, help="games")
+                         choices=MINATAR_GAMES, help="games (default: Breakout SpaceInvaders Asterix)")
     minatar.add_argument("--configs", nargs="+", default=["preset", "pqn: algo=pqn"], metavar="'NAME: KEY=VALUE ...'",
                          help="configurations, each its settings over the MinAtar preset (the paper's DQN; algo=pqn "
-                              "brings PQN's MinAtar settings), e.g. preset 'pqn: algo=pqn' 'pqn-64: algo=pqn "
-                              "num_envs=64'")
-    minatar.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (runs per configuration)")
-    minatar.add_argument("--frames", type=int, default=5_000_000, help="env steps per run (the paper's: 5M)")
+                              "brings PQN's MinAtar settings), e.g. preset 'pqn-64: algo=pqn num_envs=64' "
+                              "(default: preset 'pqn: algo=pqn')")
+    minatar.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                         help="seeds (runs per configuration; default 0 1 2)")
+    minatar.add_argument("--frames", type=int, default=5_000_000,
+                         help="env steps per run (default: the paper's 5M, over two hours a run on one core: with "
+                              "the other defaults, 18 runs, a day and more)")
     minatar.add_argument("--at", type=int, nargs="+", default=[500_000, 1_000_000, 2_500_000, 5_000_000],
-                         help="frames at which the table reads the returns and the time")
+                         help="frames at which the table reads the returns and the time (default 500k, 1M, 2.5M, 5M)")
     minatar.add_argument("--action-set", default="minimal", choices=list(MINATAR_ACTION_SETS),
                          help="minimal: each game's own actions (the MinAtar/<Game>-v1 ids); full: all 6 actions "
                               "(the -v0 ids), as the MinAtar paper and its repository's examples/dqn.py play")
