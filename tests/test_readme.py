@@ -4,6 +4,7 @@ repository. Blocks marked `sh long` (make run, make test) are run by hand."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -62,6 +63,10 @@ def test_the_readme_commands_run_as_written(fresh_copy):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (fresh_copy / "runs/cartpole/summary.json").is_file()
     assert '"reached_target": true' in (fresh_copy / "runs/cartpole/summary.json").read_text()
+    # each distributed example whose workers outran its evaluator says so, once (the downpour one mostly does)
+    skipping = [run.parent.name for run in (fresh_copy / "runs").glob("*/summary.json")
+                if json.loads(run.read_text()).get("evaluation_points_skipped")]
+    assert result.stderr.count("of the evaluation points (every ") == len(skipping), skipping
 
 
 @pytest.mark.slow
