@@ -27,6 +27,7 @@ TOML_CASES = {
 
 CASES = [
     (["train", "--workers", "0"], "workers must be positive, got 0 (given as --workers)"),
+    (["train", "--lr", "-1"], "lr must be positive, got -1.0 (given as --lr)"),  # it named lr_stepsize too
     (["train", "--total-episodes", "0"], "total_episodes must be positive (or none), got 0 (given as --total-episodes)"),
     (["train", "--mode", "serial", "--gamma", "1.5"], "gamma must be between 0 and 1, got 1.5 (given as --gamma)"),
     (["train", "--env", "Foo-v9"], "--env 'Foo-v9': Environment `Foo` doesn't exist"),

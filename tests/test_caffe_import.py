@@ -240,7 +240,7 @@ def test_per_blob_multipliers_match_torch_parameter_groups(name, options):
 @pytest.mark.parametrize("text, where", [
     ("type: \"RMSProp\"\nbase_lr: fast\n", "solver:2: solver setting base_lr: 'fast' is not a number"),
     ("stepsize: 1.5\n", "solver:1: solver setting stepsize: 1.5 is not a whole number"),
-    ("lr_policy: \"step\"\nstepsize: 0\n", "solver: lr and lr_stepsize must be positive"),
+    ("lr_policy: \"step\"\nstepsize: 0\n", "solver: lr_stepsize must be positive, got 0"),
 ])
 def test_solver_numbers_that_are_not_name_the_file_and_line(text, where):
     with pytest.raises(PrototxtError) as refused:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ddq.config.checks import fraction, positive, positive_or_none
+
 OPTIMIZERS = ("sgd", "nesterov", "rmsprop", "adagrad", "adadelta", "adam")
 
 
@@ -38,14 +40,11 @@ class OptimizerConfig:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
         if self.lr_policy not in ("fixed", "step"):
             raise ValueError(f"unknown lr_policy {self.lr_policy!r}; choose fixed or step")
-        if self.lr <= 0 or self.lr_stepsize <= 0:
-            raise ValueError(f"lr and lr_stepsize must be positive, got {self.lr} and {self.lr_stepsize}")
+        positive(self, "lr", "lr_stepsize")
         if self.centered and self.optimizer != "rmsprop":
             raise ValueError(f"centered is a setting of rmsprop, not of {self.optimizer}")
-        if not 0 <= self.rho <= 1:
-            raise ValueError(f"rho must be between 0 and 1, got {self.rho}")
-        if self.eps is not None and self.eps <= 0:
-            raise ValueError(f"eps must be positive (or none), got {self.eps}")
+        fraction(self, "rho")
+        positive_or_none(self, "eps")
 
     @property
     def epsilon(self) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddq.config.checks import fraction, positive, positive_or_none
 from ddq.config.optimizer import OptimizerConfig
 from ddq.gamesim import DEFAULT_ENV_ID
 from ddq.gamesim.envs import EnvOptions
@@ -32,24 +33,6 @@ def setting(default: Any, group: str, help: str, brief: bool = False) -> Any:
 def section(kind: type, group: str) -> Any:
     """A nested section (env options, optimizer, parameter server): its fields are in `group`."""
     return field(default_factory=kind, metadata={"group": group, "section": True})
-
-
-def _positive(config: Any, *names: str) -> None:
-    for name in names:
-        if getattr(config, name) <= 0:
-            raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
-
-
-def _fraction(config: Any, *names: str) -> None:
-    for name in names:
-        if not 0 <= getattr(config, name) <= 1:
-            raise ValueError(f"{name} must be between 0 and 1, got {getattr(config, name)}")
-
-
-def _positive_or_none(config: Any, *names: str) -> None:
-    for name in names:
-        if getattr(config, name) is not None and getattr(config, name) <= 0:
-            raise ValueError(f"{name} must be positive (or none), got {getattr(config, name)}")
 
 
 @dataclass
@@ -95,15 +78,15 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
-        _positive(self, "rollout_steps", "epochs", "minibatches")
-        _fraction(self, "q_lambda")
-        _positive(self, "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update", "buffer_size",
+        positive(self, "rollout_steps", "epochs", "minibatches")
+        fraction(self, "q_lambda")
+        positive(self, "num_envs", "batch_size", "frame_stack", "train_frequency", "target_update", "buffer_size",
                   "threads", "replay_ratio", "n_step")
         for name in ("learning_starts", "epsilon_steps", "epsilon_delay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
-        _fraction(self, "gamma", "epsilon_start", "epsilon_end", "priority_beta")
-        _positive_or_none(self, "max_grad_norm")
+        fraction(self, "gamma", "epsilon_start", "epsilon_end", "priority_beta")
+        positive_or_none(self, "max_grad_norm")
         if self.priority_alpha < 0:
             raise ValueError(f"priority_alpha must be at least 0, got {self.priority_alpha}")
         if any(width <= 0 for width in self.hidden) or not self.hidden:
@@ -134,9 +117,9 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
-        _positive(self, "total_steps", "eval_episodes", "eval_every", "log_every", "checkpoint_every")
-        _fraction(self, "eval_epsilon")
-        _positive_or_none(self, "time_budget_s", "total_episodes")
+        positive(self, "total_steps", "eval_episodes", "eval_every", "log_every", "checkpoint_every")
+        fraction(self, "eval_epsilon")
+        positive_or_none(self, "time_budget_s", "total_episodes")
 
 
 @dataclass
@@ -153,13 +136,10 @@ class ServerConfig:
     max_lag: int = setting(64, "parameter server", "gradients a worker may compute on weights that lack its own earlier ones while its pushes are on the wire (0: each waits for its predecessor's weights; at least push_every * fetch_every - 1 is allowed)")
 
     def __post_init__(self) -> None:
-        if self.shards < 1 or self.snapshot_every < 1 or self.max_backlog < 1:
-            raise ValueError("shards, snapshot_every and max_backlog must be positive")
+        positive(self, "shards", "snapshot_every", "max_backlog")
         if self.max_lag < 0:
             raise ValueError(f"max_lag must be at least 0, got {self.max_lag}")
-        if self.push_every < 1 or self.fetch_every < 1:
-            raise ValueError(f"push_every and fetch_every must be positive, got {self.push_every} and "
-                             f"{self.fetch_every}")
+        positive(self, "push_every", "fetch_every")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError("max_staleness must be at least 0")
 
@@ -183,7 +163,7 @@ class DistributedConfig:
     sync_every: int = setting(2, "actor-learner", "--sync: episodes each actor plays per round")
 
     def __post_init__(self) -> None:
-        _positive(self, "workers", "publish_every", "send_every", "sync_every", "actor_backlog", "stall_timeout")
+        positive(self, "workers", "publish_every", "send_every", "sync_every", "actor_backlog", "stall_timeout")
         if self.redis_port is not None and not 1 <= self.redis_port <= 65535:
             raise ValueError(f"redis_port must be a TCP port, 1-65535, got {self.redis_port}")
 

@@ -1,0 +1,23 @@
+"""The checks settings share: a value within its range, the line naming the setting and what it got."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def positive(config: Any, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
+
+
+def fraction(config: Any, *names: str) -> None:
+    for name in names:
+        if not 0 <= getattr(config, name) <= 1:
+            raise ValueError(f"{name} must be between 0 and 1, got {getattr(config, name)}")
+
+
+def positive_or_none(config: Any, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) is not None and getattr(config, name) <= 0:
+            raise ValueError(f"{name} must be positive (or none), got {getattr(config, name)}")
