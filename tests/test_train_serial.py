@@ -95,6 +95,8 @@ def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path, capsy
     assert {path.name: path.stat().st_mtime_ns for path in run_dir.iterdir()} == files
     second = run_ddq("train", "--resume", str(run_dir), "--total-steps", "4000")
     assert second.returncode == 0, second.stderr
+    assert f"ddq: resuming the run in {run_dir} from its checkpoint at {before['env_steps']:,} env steps\n" \
+        in second.stderr
     after = summary_of(run_dir)
     assert after["env_steps"] >= 4000
     # updates continued at the replay ratio from where they were, not from zero

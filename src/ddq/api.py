@@ -160,6 +160,9 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         raise
     if why is not None:  # once the settings hold: a mistake is still one line
         print(f"ddq: no mode named, so {why}", file=sys.stderr)
+    if saved is not None:
+        print(f"ddq: resuming the run in {run_dir} from its checkpoint at {saved['counters']['env_steps']:,} env steps",
+              file=sys.stderr)
     if not resume and (note := algorithm_note(values, config_file, config)):
         print(f"ddq: no algo named, so {note}", file=sys.stderr)
     if note := ignored_settings_note(values, config_file, config, given_in):

@@ -217,7 +217,8 @@ def _add_tools(commands: Any) -> None:
 
 
     ev = commands.add_parser("evaluate", help="greedy mean return of a checkpoint, as JSON")
-    ev.add_argument("checkpoint", help="checkpoint file or run folder")
+    ev.add_argument("checkpoint", help="checkpoint file, or run folder (its checkpoint.pt, the run's newest "
+                                       "weights; RUN_DIR/best.pt holds its best evaluation's)")
     ev.add_argument("--episodes", type=in_range(int, 1), default=10, help="episodes to play (default 10)")
     ev.add_argument("--seed", type=int, default=None, help="seed of the first evaluation episode (a run's eval "
                     "points carry theirs in metrics.jsonl: with that evaluation's episodes and epsilon, this plays "
