@@ -141,7 +141,8 @@ class StopSignals:
         if self.received is not None:
             raise KeyboardInterrupt(f"second {signal.Signals(number).name}: aborting")
         self.received = signal.Signals(number).name
-        print(f"ddq: {self.received} received: stopping the run cleanly (again to abort at once)",
+        line_break = "\n" if sys.stderr.isatty() else ""  # off the progress bar's line (and the terminal's ^C)
+        print(f"{line_break}ddq: {self.received} received: stopping the run cleanly (again to abort at once)",
               file=sys.stderr, flush=True)
 
     def __enter__(self) -> StopSignals:

@@ -112,7 +112,7 @@ class RunConfig:
     eval_epsilon: float = setting(0.0, "evaluation", "exploration rate during evaluation")
     log_every: int = setting(1_000, "evaluation", "env steps between logged training points")
     checkpoint_every: int = setting(50_000, "evaluation", "env steps between checkpoints")
-    save_replay: bool = setting(True, "evaluation", "save the replay memory with checkpoints (exact resumes; DQN: PQN keeps none)")
+    save_replay: bool = setting(True, "evaluation", "save the replay memory with checkpoints, so that a resumed DQN run goes on exactly (PQN keeps no replay memory)")
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
