@@ -136,6 +136,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_budget(tmp_path, start):
     budget = summary["env_steps"] + 1_000  # some 20 episodes more: enough to tell that it went on
     resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", str(budget))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "metrics.lost.jsonl" not in resumed.stderr  # a clean stop's checkpoint holds every point recorded
     after = summary_of(run_dir)
     assert after["env_steps"] >= budget and after["episodes"] > summary["episodes"]
     assert "resumed from its snapshot" in (run_dir / "param-server-0.log").read_text()
