@@ -180,4 +180,6 @@ def test_a_folder_whose_run_ended_before_its_first_checkpoint_says_what_to_do(tm
     assert main(["train", "--resume", str(run_dir)]) == 2
     assert capsys.readouterr().err == (f"ddq: error: no checkpoint at {run_dir / 'checkpoint.pt'}: the run there "
                                        "ended before it saved one\n")
+    assert main(["evaluate", str(run_dir / "other.pt")]) == 2  # another file: only its absence to tell
+    assert capsys.readouterr().err == f"ddq: error: no checkpoint at {run_dir / 'other.pt'}\n"
     assert sorted(os.listdir(run_dir)) == ["best.pt", "metrics.jsonl"] and os.listdir(tmp_path) == ["killed"]

@@ -1,6 +1,8 @@
 """`ddq bench grandio`: its configurations and both of its tables (Grandio's figures beside each row) from known
 results, and one tiny real run of the study's shape."""
 
+import pytest
+
 from conftest import run_ddq
 from ddq.benchmarks.grandio import configurations, table
 
@@ -56,3 +58,27 @@ def test_a_tiny_study_stops_each_run_at_its_episode_budget():
     assert set(rows) == {"configuration", "serial"}
     time_s, steps, final = (float(rows["serial"][k].replace(",", "")) for k in (3, 4, 6))
     assert time_s > 0 and 20 * 8 <= steps < 20 * 500 and 1 <= final <= 500  # 20 episodes, each 8 to 500 steps
+
+
+def test_a_run_the_user_stops_ends_the_study_with_the_table_of_the_runs_that_finished(monkeypatch, capsys):
+    """Seed 0's serial run trains for real; seed 1's comes back as a Ctrl-C'd run does (exit 130). The study
+    prints seed 0's table and ends with 130, where it had gone on to the next env."""
+    import ddq.benchmarks.serial as serial
+    from ddq.cli import main
+
+    real, calls = serial.run_training, []
+
+    def seed_1_stopped(config, run_dir, started_at):
+        calls.append(config.agent.seed)
+        if config.agent.seed == 1:
+            return {"stop_reason": "stopped by the user"}, 130
+        return real(config, run_dir, started_at)
+
+    monkeypatch.setattr(serial, "run_training", seed_1_stopped)
+    with pytest.raises(SystemExit) as ended:
+        main(["bench", "grandio", "--envs", "CartPole-v1", "Acrobot-v1", "--actors", "--seeds", "0", "1",
+              "--episodes", "5"])
+    out, err = capsys.readouterr()
+    assert ended.value.code == 130 and calls == [0, 1]  # no Acrobot run
+    assert "| serial |" in out and "- seed 0, serial:" in out and "seed 1" not in out
+    assert err.splitlines()[-1] == "ddq: the bench stops: its run of CartPole-v1 (seed 1) was stopped by the user"

@@ -162,8 +162,8 @@ class RunLog:
     the run, so no event is lost. A write that fails (a full disk) raises OSError naming the file."""
 
     def __init__(self, run_dir: str | Path, score: str | None = None, resumed_at: int | None = None):
-        """`resumed_at`: the env steps of the checkpoint a resumed run continues from. The points a session
-        recorded past them, one that ended before it saved again (killed), are set aside (`set_aside_lost`),
+        """`resumed_at`: the env steps of the checkpoint a resumed run counts on from. The points a session
+        recorded past them, one that ended without a newer checkpoint (killed), are set aside (`set_aside_lost`),
         and TensorBoard hides that session's scalars past them (its `purge_step`): the curve had run on past
         them, then back."""
         from tensorboard.compat.proto.summary_pb2 import Summary
@@ -172,8 +172,9 @@ class RunLog:
         self.run_dir, self.score = Path(run_dir), score
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resumed_at is not None and (lost := set_aside_lost(self.run_dir, resumed_at)):
-            print(f"ddq: {lost:,} metrics points past the checkpoint's {resumed_at:,} env steps (a session that "
-                  f"ended before it saved them) moved to {LOST_METRICS}", file=sys.stderr, flush=True)
+            print(f"ddq: {lost:,} metrics points past the checkpoint's {resumed_at:,} env steps, where this session "
+                  f"counts on from (a session recorded them, then ended without a newer checkpoint), moved to "
+                  f"{LOST_METRICS}", file=sys.stderr, flush=True)
         self._file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
         if self._file.tell() and not _ends_a_line(self.run_dir / "metrics.jsonl"):  # a killed run's torn point:
             self._file.write("\n")  # ended here, so that a resumed run's first point has a line of its own

@@ -80,10 +80,16 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
 
 def cmd_bench_grandio(args: argparse.Namespace) -> int:
     from ddq.benchmarks.grandio import run_bench, table
+    from ddq.benchmarks.serial import BenchStopped
 
     for env in args.envs:
-        results = run_bench(env, args.actors, args.seeds, args.target_return, args.step_latency_ms, args.total_steps,
-                            args.sync, args.episodes)
+        try:
+            results = run_bench(env, args.actors, args.seeds, args.target_return, args.step_latency_ms,
+                                args.total_steps, args.sync, args.episodes)
+        except BenchStopped as stopped:  # Ctrl-C: the table of the runs that finished, and no further env
+            if stopped.partial:
+                print(table(env, args.target_return, args.step_latency_ms, stopped.partial) + "\n", flush=True)
+            raise
         print(table(env, args.target_return, args.step_latency_ms, results) + "\n", flush=True)
     return 0
 

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ddq.benchmarks.serial import run_seeds
+from ddq.benchmarks.serial import BenchStopped, run_seeds
 from ddq.benchmarks.stats import median
 from ddq.config import flat_settings
 
@@ -77,7 +77,8 @@ def run_bench(env: str, actors: list[int], seeds: list[int], target: float | Non
               total_steps: int | None, sync: bool = False, episodes: int = GRANDIO_EPISODES) -> Results:
     """Each configuration's summaries, seed by seed (all configurations of one seed before the next). Without
     a target every run stops at `episodes` training episodes and evaluates once, at its end. A run stopped
-    by the user (Ctrl-C, SIGTERM) ends the bench with what it has."""
+    by the user (Ctrl-C, SIGTERM) ends the bench: BenchStopped, with the finished runs' results as its
+    `partial`."""
     results: Results = [(configuration, []) for configuration in configurations(actors, sync)]
     for seed in seeds:
         for configuration, summaries in results:
@@ -89,9 +90,11 @@ def run_bench(env: str, actors: list[int], seeds: list[int], target: float | Non
                 overrides["total_episodes"] = episodes
                 overrides["total_steps"] = total_steps or episodes * MAX_STEPS_PER_EPISODE
                 overrides["eval_every"] = overrides["total_steps"]  # the study timed training alone
-            summaries += run_seeds(env, [seed], overrides)
-            if summaries[-1]["stop_reason"] == "stopped by the user":
-                return [(c, s) for c, s in results if s]
+            try:
+                summaries += run_seeds(env, [seed], overrides)
+            except BenchStopped as stopped:
+                stopped.partial = [(c, s) for c, s in results if s]
+                raise
     return results
 
 

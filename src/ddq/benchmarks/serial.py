@@ -26,15 +26,25 @@ def run_seeds(env_id: str, seeds: list[int], overrides: dict[str, Any]) -> list[
     return summaries
 
 
+class BenchStopped(SystemExit):
+    """A bench's run stopped by a signal (Ctrl-C, SIGTERM): the bench ends with the run's exit code, its
+    temporary folders removed on the way out. `partial`: the results a bench that prints what it has keeps
+    (grandio's), set as it passes."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.partial: Any = None
+
+
 def bench_run(config: TrainConfig, run_dir: Path) -> dict[str, Any]:
-    """One of a bench's runs, in this process: its summary. A run that did not finish ends the bench with
-    its exit code (SystemExit, its temporary folders removed on the way out): a run stopped by Ctrl-C had
-    ended only that run, the next one starting at once, run after run."""
+    """One of a bench's runs, in this process: its summary, a failed run's included (a miss in the table).
+    A run a signal stopped raises BenchStopped: it had ended only that run, the next one starting at once,
+    one Ctrl-C per run."""
     summary, code = run_training(config, run_dir, time.time())
-    if code != 0:
-        print(f"ddq: the bench stops: its run of {config.agent.env} (seed {config.agent.seed}) did not finish "
-              f"({summary.get('stop_reason') or 'an error'})", file=sys.stderr, flush=True)
-        raise SystemExit(code)
+    if code > 128:  # 128 + the signal's number (`StopSignals.exit_code`)
+        print(f"ddq: the bench stops: its run of {config.agent.env} (seed {config.agent.seed}) was "
+              f"{summary['stop_reason']}", file=sys.stderr, flush=True)
+        raise BenchStopped(code)
     return summary
 
 

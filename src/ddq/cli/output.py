@@ -66,6 +66,8 @@ def reader_proof_output() -> Iterator[None]:
     try:
         yield
     finally:
-        for stream in proof:
-            stream.flush()
-        sys.stdout, sys.stderr = originals
+        try:
+            for stream in proof:
+                stream.flush()
+        finally:  # a flush that fails otherwise (a full disk) leaves the streams as they were, and is raised
+            sys.stdout, sys.stderr = originals

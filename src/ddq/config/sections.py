@@ -111,7 +111,7 @@ class RunConfig:
     eval_episodes: int = setting(10, "evaluation", "episodes per greedy evaluation")
     eval_epsilon: float = setting(0.0, "evaluation", "exploration rate during evaluation")
     log_every: int = setting(1_000, "evaluation", "env steps between logged training points")
-    checkpoint_every: int = setting(50_000, "evaluation", "env steps between checkpoints")
+    checkpoint_every: int = setting(50_000, "evaluation", "env steps between a serial run's checkpoints (a distributed run's come with its evaluations)")
     save_replay: bool = setting(True, "evaluation", "save the replay memory with checkpoints, so that a resumed DQN run goes on exactly (PQN keeps no replay memory)")
 
     def __post_init__(self) -> None:

@@ -61,7 +61,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / CHECKPOINT_NAME
     if not path.exists():
-        ended_early = ": the run there ended before it saved one" if holds_a_run(path.parent) else ""
+        ended_early = ": the run there ended before it saved one" if path.name == CHECKPOINT_NAME and \
+            holds_a_run(path.parent) else ""
         raise FileNotFoundError(f"no checkpoint at {path}{ended_early}")
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
