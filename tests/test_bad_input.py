@@ -183,3 +183,16 @@ def test_a_folder_whose_run_ended_before_its_first_checkpoint_says_what_to_do(tm
     assert main(["evaluate", str(run_dir / "other.pt")]) == 2  # another file: only its absence to tell
     assert capsys.readouterr().err == f"ddq: error: no checkpoint at {run_dir / 'other.pt'}\n"
     assert sorted(os.listdir(run_dir)) == ["best.pt", "metrics.jsonl"] and os.listdir(tmp_path) == ["killed"]
+
+
+def test_the_jvm_booted_during_the_checks_leaves_no_folder_when_a_check_fails(tmp_path):
+    """A distributed run on a local master boots Spark's JVM while its settings are checked, and ends it when
+    one fails. Killed, it had left an empty spark-* folder in the temporary folder at every mistake; ended with
+    SIGTERM, its shutdown hook removes it."""
+    jvm_tmp = tmp_path / "jvm-tmp"
+    jvm_tmp.mkdir()
+    ended = subprocess.run([sys.executable, "-m", "ddq", "train", "--mode", "data-parallel", "--model", "nope"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, JAVA_TOOL_OPTIONS=f"-Djava.io.tmpdir={jvm_tmp}"))
+    assert ended.returncode == 2 and ended.stderr.startswith("ddq: error: --model 'nope': unknown model"), ended.stderr
+    assert os.listdir(jvm_tmp) == [] and sorted(os.listdir(tmp_path)) == ["jvm-tmp"]

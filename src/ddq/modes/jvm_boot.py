@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -152,5 +153,9 @@ class BootingJvm:
             self.launched.close()
         process = self.launched.proc
         with contextlib.suppress(OSError):
+            process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
             process.kill()
-        process.wait()
+            process.wait()
