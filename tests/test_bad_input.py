@@ -188,11 +188,13 @@ def test_a_folder_whose_run_ended_before_its_first_checkpoint_says_what_to_do(tm
 def test_the_jvm_booted_during_the_checks_leaves_no_folder_when_a_check_fails(tmp_path):
     """A distributed run on a local master boots Spark's JVM while its settings are checked, and ends it when
     one fails. Killed, it had left an empty spark-* folder in the temporary folder at every mistake; ended with
-    SIGTERM, its shutdown hook removes it."""
-    jvm_tmp = tmp_path / "jvm-tmp"
+    SIGTERM, its shutdown hook removes it, and the class-data archive it then writes is dropped."""
+    jvm_tmp, cache = tmp_path / "jvm-tmp", tmp_path / "cache"
     jvm_tmp.mkdir()
     ended = subprocess.run([sys.executable, "-m", "ddq", "train", "--mode", "data-parallel", "--model", "nope"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                           env=dict(os.environ, JAVA_TOOL_OPTIONS=f"-Djava.io.tmpdir={jvm_tmp}"))
+                           env=dict(os.environ, JAVA_TOOL_OPTIONS=f"-Djava.io.tmpdir={jvm_tmp}",
+                                    XDG_CACHE_HOME=str(cache)))
     assert ended.returncode == 2 and ended.stderr.startswith("ddq: error: --model 'nope': unknown model"), ended.stderr
-    assert os.listdir(jvm_tmp) == [] and sorted(os.listdir(tmp_path)) == ["jvm-tmp"]
+    assert os.listdir(jvm_tmp) == [] and sorted(os.listdir(tmp_path)) == ["cache", "jvm-tmp"]
+    assert [path.name for path in cache.rglob("*") if path.is_file()] == []  # no half archive of a JVM ended early

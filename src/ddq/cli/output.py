@@ -17,7 +17,6 @@ class ReaderProofStream:
 
     def __init__(self, stream: TextIO):
         self._stream = stream
-        self.reader_gone = False
 
     def write(self, text: str) -> int:
         try:
@@ -35,7 +34,6 @@ class ReaderProofStream:
     def _to_devnull(self) -> None:
         """Points the stream's file descriptor at /dev/null: what its buffer still holds, and everything
         after, is written there (the interpreter's own flush at exit included, which would end in status 120)."""
-        self.reader_gone = True
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
             os.dup2(devnull, self._stream.fileno())

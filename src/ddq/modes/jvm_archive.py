@@ -26,6 +26,7 @@ import secrets
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from ddq.run_folder import write_whole
 
@@ -148,6 +149,11 @@ def jvm_options() -> str:
         return f"{WRITE_OPTION}{writing} {CHECKSUMS} {QUIET_SHARING}"
     except (OSError, RuntimeError, ValueError):  # no home folder, no /proc, a file another run just took
         return ""
+
+
+def java_options(conf: Any) -> str:
+    """The options ddq gives the JVM it starts (`ddq.modes.spark.spark_conf`), from its SparkConf."""
+    return str(conf.get("spark.driver.defaultJavaOptions", ""))
 
 
 def writing_to(options: str) -> str | None:

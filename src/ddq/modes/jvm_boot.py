@@ -4,7 +4,7 @@
 torch: most of a second in which the JVM that Spark's context needs could boot on another core. A local
 master's JVM reaches nothing beyond this host until its context is made, so a distributed run that names
 no master launches it (pyspark's `launch_gateway`) on a thread as the checks begin, holds what it prints
-until the run folder exists, and kills it when a check fails: the mistake is still one line, and no
+until the run folder exists, and ends it when a check fails: the mistake is still one line, and no
 process is left. The context is made once the checks pass (`ddq.modes.spark_start.SparkStarting`). A two-worker
 LunarLander-v3 run's Python workers were then warm 3.4-3.7 s after the command against 4.2-4.4 s, and its
 first update came about 0.8 s sooner (2026-11-29, 2 cores); booting the context too gained nothing more
@@ -17,17 +17,19 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ddq.modes.jvm_archive import java_options, writing_to
+from ddq.processes import stop
 from ddq.run_folder import cannot_write
 
 # How long this process, as it exits, waits for the rest of the JVM's output: the JVM exits within a second
 # or two of its run's end (`ddq.modes.spark_start.end_stopped_jvm`), mostly while the run writes its summary.
 OUTPUT_TAIL_WAIT_S = 3.0
+JVM_END_WAIT_S = 5.0  # how long a JVM told to end (SIGTERM) may take before it is killed
 
 
 def launch_jvm(conf: Any, stderr: Any = None) -> Any:
@@ -143,19 +145,17 @@ class BootingJvm:
         return self.launched
 
     def kill(self) -> None:
-        """Ends the JVM (waiting for its launch first: pyspark hands over its process only then) and drops
-        its output. It wrote nothing: Java writes its class-data archive only as it exits by itself."""
+        """Ends the JVM (waiting for its launch first: pyspark hands over its process only then), and drops
+        its output and what it wrote as it ended."""
         self.thread.join()
         self.output.drop()
         if self.launched is None:
             return
         with contextlib.suppress(Exception):  # its py4j connection, which nothing used
             self.launched.close()
-        process = self.launched.proc
-        with contextlib.suppress(OSError):
-            process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        # SIGTERM, not SIGKILL: its shutdown hook removes the temporary folder Spark's launcher made (killed, it
+        # left an empty spark-* folder at every mistake). It then writes its class-data archive too, of a JVM
+        # that made no context: dropped, not left for a later run to find
+        stop(self.launched.proc, JVM_END_WAIT_S)
+        if (archive := writing_to(java_options(self.conf))) is not None:
+            Path(archive).unlink(missing_ok=True)

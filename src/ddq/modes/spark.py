@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config.masters import is_local, is_standalone
-from ddq.modes.jvm_archive import jvm_options, note_class_path
+from ddq.modes.jvm_archive import java_options, jvm_options, note_class_path
 from ddq.modes.jvm_boot import BootingJvm, launch_jvm
 from ddq.modes.operator_conf import operator_settings
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
@@ -152,11 +152,6 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
         conf = conf.set("spark.driver.host", driver_host).set("spark.driver.bindAddress", bind or driver_host)
     return (conf.setAppName(app).set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
             .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true"))
-
-
-def java_options(conf: Any) -> str:
-    """The options ddq gives the JVM it starts (`spark_conf`)."""
-    return str(conf.get("spark.driver.defaultJavaOptions", ""))
 
 
 def start_context(conf: Any, log_path: Path | None, password: str | None = None, workers: int = 1,

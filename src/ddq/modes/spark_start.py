@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import DistributedConfig
-from ddq.modes.jvm_archive import writing_to
+from ddq.modes.jvm_archive import java_options, writing_to
 from ddq.modes.jvm_boot import BootingJvm
 from ddq.modes.spark import (
     SparkJobFailed,
-    java_options,
     prepare_environment,
     python_error,
     quiet_py4j,
