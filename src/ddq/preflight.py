@@ -143,8 +143,9 @@ def check_redis_secrets(url: str, setting: str) -> None:
 def unchecked_server_note(url: str, setting: str) -> str | None:
     """A warning for a TLS URL that checks no certificate (`ssl_cert_reqs=none`): taken, as redis-py takes it,
     but the password then goes to whoever answers at that address."""
-    query = parse_qs(urlsplit(url).query)
-    if urlsplit(url).scheme == "rediss" and [value.lower() for value in query.get("ssl_cert_reqs", [])] == ["none"]:
+    parts = urlsplit(url)
+    requirement = [value.lower() for value in parse_qs(parts.query).get("ssl_cert_reqs", [])]
+    if parts.scheme == "rediss" and requirement == ["none"]:
         return (f"{setting} {shown_url(url)}: ssl_cert_reqs=none checks no certificate, so the run's password "
                 "goes to whatever answers at that address (give the server's CA as ssl_ca_data, or "
                 "ssl_ca_certs=FILE, to check it)")
