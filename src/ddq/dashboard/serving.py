@@ -90,8 +90,7 @@ class _BoundedServer(ThreadedWSGIServer):
     client address, each exchange within EXCHANGE_DEADLINE_S."""
 
     def __init__(self, host: str, port: int, app: Any):
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self.per_client: dict[str, int] = {}
+        self.per_client: dict[str, int] = {}  # connections served, by client address
         self.per_client_lock = threading.Lock()
         self.deadlines = Deadlines()  # before werkzeug's bind, whose failure calls server_close
         super().__init__(host, port, app, handler=_TimedHandler)
@@ -114,14 +113,14 @@ class _BoundedServer(ThreadedWSGIServer):
 
     def _take_slot(self, client: str) -> bool:
         with self.per_client_lock:
-            if self.per_client.get(client, 0) >= MAX_PER_CLIENT or not self.slots.acquire(blocking=False):
+            held = self.per_client.get(client, 0)
+            if held >= MAX_PER_CLIENT or sum(self.per_client.values()) >= MAX_CONNECTIONS:
                 return False
-            self.per_client[client] = self.per_client.get(client, 0) + 1
+            self.per_client[client] = held + 1
             return True
 
     def _give_slot(self, client: str) -> None:
         with self.per_client_lock:
-            self.slots.release()
             self.per_client[client] -= 1
             if not self.per_client[client]:
                 del self.per_client[client]
