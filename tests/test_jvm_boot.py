@@ -85,7 +85,7 @@ def stand_in_jvm(code: str, fails: bool = False):
 def test_a_booted_jvm_is_killed_and_reaped_and_what_it_printed_dropped(monkeypatch):
     launch, children = stand_in_jvm("import sys; sys.stderr.write('booting'); sys.stderr.flush(); sys.stdin.read()")
     monkeypatch.setattr(java_gateway, "launch_gateway", launch)
-    booting = BootingJvm(conf=None)
+    booting = BootingJvm(conf={})
     wait_for(lambda: booting.output.held == [b"booting"])
     booting.kill()
     assert children[0].returncode is not None  # ended and reaped: no zombie
@@ -96,7 +96,7 @@ def test_a_booted_jvm_is_killed_and_reaped_and_what_it_printed_dropped(monkeypat
 def test_a_failed_launch_is_raised_where_the_gateway_is_asked_for_and_its_output_kept(monkeypatch, tmp_path: Path):
     launch, _ = stand_in_jvm("import sys; sys.stderr.write('Error: no Java found'); sys.exit(1)", fails=True)
     monkeypatch.setattr(java_gateway, "launch_gateway", launch)
-    booting = BootingJvm(conf=None)
+    booting = BootingJvm(conf={})
     with pytest.raises(RuntimeError, match="exited before sending its port"):
         booting.gateway(tmp_path / "spark.log")
     wait_for(lambda: booting.output.ended)
