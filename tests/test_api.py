@@ -82,5 +82,12 @@ def test_resume_continues_a_run_from_python_and_its_refusals_name_keywords(tmp_p
         ddq.train(resume=run_dir)
     with pytest.raises(ValueError, match=r"already holds a run: continue it with resume= .*another run_dir=$"):
         ddq.train(env="CartPole-v1", mode="serial", run_dir=run_dir)
+    # neither best.pt (its step count is its evaluation's) nor another folder: refused before anything moves
+    points = (run_dir / "metrics.jsonl").read_bytes()
+    with pytest.raises(ValueError, match=r"^resume= .*best\.pt: a run continues from its folder's checkpoint\.pt"):
+        ddq.train(resume=run_dir / "best.pt", total_steps=2_000)
+    with pytest.raises(ValueError, match=r"^run_dir= .*elsewhere: a resumed run goes on in its own folder"):
+        ddq.train(resume=run_dir, run_dir=tmp_path / "elsewhere", total_steps=2_000)
+    assert (run_dir / "metrics.jsonl").read_bytes() == points and not (tmp_path / "elsewhere").exists()
     second = ddq.train(resume=run_dir, total_steps=2_000)
     assert second.run_dir == run_dir and 2_000 <= second.env_steps < 2_100 and second.stop_reason == "step budget spent"

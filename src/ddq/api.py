@@ -125,7 +125,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     from ddq.core.settings import build_config
     from ddq.modes.launch import boot_spark
     from ddq.preflight import check_run, unchecked_server_note
-    from ddq.run_folder import has_checkpoint, holds_a_run
+    from ddq.run_folder import has_checkpoint, holds_a_run, resumed_folder
 
     saved, why, redis_url_from = None, None, spelled("redis_url", given_in)
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
@@ -133,10 +133,12 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     if resume:
         from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none (`ddq.core.algorithms`)
 
+        folder = resumed_folder(resume, values.get("run_dir"), spelled("resume", given_in),
+                                spelled("run_dir", given_in))
         saved = ckpt.load_checkpoint(resume)
         config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file,
                               given_in=given_in)
-        config.run.run_dir = str(Path(resume).parent if Path(resume).is_file() else Path(resume))
+        config.run.run_dir = str(folder)
     else:
         values, why = with_measured_mode(values, config_file)
         config = build_config(values, config_file, solver_file=solver_file, given_in=given_in)

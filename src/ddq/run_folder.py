@@ -259,6 +259,24 @@ def has_checkpoint(run_dir: str | Path) -> bool:
     return (Path(run_dir) / CHECKPOINT_NAME).is_file()
 
 
+def resumed_folder(resume: str | Path, run_dir: str | None, resume_flag: str, run_dir_flag: str) -> Path:
+    """The folder a resume continues in: `resume` itself, or the folder of the checkpoint.pt it names. Refused
+    in one line, before anything is read or moved: another file (a run's best.pt holds only its best
+    evaluation's weights, and a resume from it had taken its older step count and set the run's newer points
+    aside), and a `run_dir` other than that folder (a resumed run goes on where its checkpoint is; it had
+    trained there and said nothing). The flags name the settings in those lines."""
+    path = Path(resume)
+    folder = path.parent if path.is_file() else path
+    if path.is_file() and path.name != CHECKPOINT_NAME:
+        raise ValueError(f"{resume_flag} {resume}: a run continues from its folder's {CHECKPOINT_NAME}, and this "
+                         f"file is not one (a run's best.pt holds its best evaluation's weights, for ddq evaluate); "
+                         f"give the run's folder: {resume_flag} {folder}")
+    if run_dir is not None and Path(run_dir).resolve() != folder.resolve():
+        raise ValueError(f"{run_dir_flag} {run_dir}: a resumed run goes on in its own folder, {folder}; leave "
+                         f"{run_dir_flag} out (to train from its weights elsewhere, copy the folder first)")
+    return folder
+
+
 def holds_a_run(run_dir: str | Path) -> bool:
     """Whether `run_dir` holds a run a new one would mix with: one that recorded a point or saved a checkpoint.
     A run that failed as it started (its Redis without TLS, say) recorded neither: its folder, logs kept, takes
