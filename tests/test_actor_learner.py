@@ -92,6 +92,10 @@ def test_ctrl_c_then_resume_with_prioritized_replay_and_the_ratio_holds(tmp_path
     assert_the_replay_ratio_held({**after, "updates_before": stopped["updates"]}, since_steps=stopped["env_steps"])
     episodes = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {e["worker"] for e in episodes if e["kind"] == "episode"} == {0, 1}
+    # max-Q is the learner's (the actors train nothing), measured as it trains: on every point but each
+    # session's closing one, which may come once its learner has stopped
+    trained = [e["mean_max_q"] for e in episodes if e["kind"] == "train" and e["updates"]]
+    assert len(trained) >= 3 and sum(isinstance(q, float) for q in trained) >= len(trained) - 2, trained
     assert left_running(run_dir, resumed.stderr) == []
     assert_events_match_metrics(run_dir, TAGS | {"train/policy_lag"})
     assert_best_is_the_best_evaluation(run_dir)

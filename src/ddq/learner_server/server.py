@@ -152,7 +152,7 @@ class LearnerServer:
             done = self.core.train_once()
             if before is not None:
                 self.metrics.record_layers(before.cpu(), flat.data.cpu(), flat.grad.cpu())
-            self.metrics.accept(0, done.stats.loss)
+            self.metrics.accept(0, done.stats.loss, done.stats.mean_max_q)
             if done.publish:
                 self.publisher.hand_over(self.core.learner.updates, self.weights(done.target_refreshed),
                                          self.core.trained_steps)

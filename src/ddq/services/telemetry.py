@@ -62,13 +62,14 @@ def merge_server(reports: list[dict]) -> dict:
     if not reports:
         return {"shards": 0, "version": 0, "applied": 0, "updates_per_s": 0.0, "dropped_stale": 0,
                 "rejected": {}, "rejected_total": 0, "staleness": {}, "layers": [], "learning_rate": None,
-                "mean_loss": None, "learner": None, "role": None}
+                "mean_loss": None, "mean_max_q": None, "learner": None, "role": None}
     rejected: Counter[str] = Counter()
     staleness: Counter[str] = Counter()
     for report in reports:
         rejected.update(_counts(report.get("rejected")))
         staleness.update(_counts(report.get("staleness"), numbered=True))
     losses = [loss for loss in (finite_number(r.get("mean_loss")) for r in reports) if loss is not None]
+    max_qs = [q for q in (finite_number(r.get("mean_max_q")) for r in reports) if q is not None]
 
     def slowest(key: str) -> float:
         return min(finite_number(r.get(key)) or 0 for r in reports)
@@ -81,6 +82,7 @@ def merge_server(reports: list[dict]) -> dict:
             "layers": merge_layers([r.get("layers") or [] for r in reports]),
             "learning_rate": finite_number(reports[0].get("learning_rate")),
             "mean_loss": sum(losses) / len(losses) if losses else None,
+            "mean_max_q": sum(max_qs) / len(max_qs) if max_qs else None,
             "learner": _learner(reports[0]),
             # who reports in shard 0's place: "learner" (actor-learner), "data-parallel" (its worker 0); None: shards
             "role": reports[0].get("role") if isinstance(reports[0].get("role"), str) else None}
@@ -210,17 +212,18 @@ def run_updates(server: dict, workers: list[dict]) -> tuple[int, float]:
 def progress_point(server: dict, workers: list[dict], env_steps: int, started: float,
                    epsilon: float, now: float | None = None, staleness: float | None = None) -> dict:
     """One point of the run's progress series: throughput, learning and the per-layer update ratios
-    (updates: `run_updates`); without workers' losses (actor-learner's actors train nothing) the
-    loss is the learner's. `staleness`: the parameter server's mean since the previous point."""
+    (updates: `run_updates`); without workers' losses and max-Q (actor-learner's actors train nothing)
+    they are the learner's. `staleness`: the parameter server's mean since the previous point."""
     now = time.time() if now is None else now
     active = [row for row in workers if row.get("state") == "running"]
     updates, updates_per_s = run_updates(server, workers)
-    loss = _mean(active, "loss")
+    loss, max_q = _mean(active, "loss"), _mean(active, "mean_max_q")
     return {"time": now, "wall_time_s": now - started, "env_steps": env_steps, "updates": updates,
             "updates_per_s": updates_per_s,
             "env_steps_per_s": sum(finite_number(r.get("env_steps_per_s")) or 0.0 for r in active),
             "pushes_per_s": sum(finite_number(r.get("pushes_per_s")) or 0.0 for r in active),
-            "loss": server["mean_loss"] if loss is None else loss, "mean_max_q": _mean(active, "mean_max_q"),
+            "loss": server["mean_loss"] if loss is None else loss,
+            "mean_max_q": server.get("mean_max_q") if max_q is None else max_q,
             "epsilon": epsilon, "staleness": staleness, "policy_lag": (server["learner"] or {}).get("policy_lag"),
             "rejected_total": server["rejected_total"], "dropped_stale": server["dropped_stale"],
             "layer_ratios": {row["name"]: row["update_ratio"] for row in server["layers"]}}

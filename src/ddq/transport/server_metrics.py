@@ -41,6 +41,7 @@ class ServerMetrics:
         self.layer_interval_s = layer_interval_s
         self._next_layer_sample = 0.0
         self._loss_sum, self._loss_count = 0.0, 0
+        self._max_q_sum, self._max_q_count = 0.0, 0  # actor-learner's learner measures it (its actors train nothing)
         self._window = (time.monotonic(), 0)
         self.updates_per_s = 0.0
 
@@ -50,12 +51,15 @@ class ServerMetrics:
                         shard, reason, detail, reason)
         self.rejected[reason] += 1
 
-    def accept(self, staleness: int, loss: float) -> None:
+    def accept(self, staleness: int, loss: float, mean_max_q: float | None = None) -> None:
         self.applied += 1
         self.staleness[staleness] += 1
         if math.isfinite(loss):
             self._loss_sum += loss
             self._loss_count += 1
+        if mean_max_q is not None and math.isfinite(mean_max_q):
+            self._max_q_sum += mean_max_q
+            self._max_q_count += 1
 
     def drop_stale(self, staleness: int) -> None:
         self.dropped_stale += 1
@@ -83,10 +87,12 @@ class ServerMetrics:
             self.updates_per_s = (self.applied - applied_then) / (now - started)
             self._window = (now, self.applied)
         mean_loss = self._loss_sum / self._loss_count if self._loss_count else None
-        self._loss_sum, self._loss_count = 0.0, 0
+        mean_max_q = self._max_q_sum / self._max_q_count if self._max_q_count else None
+        self._loss_sum, self._loss_count, self._max_q_sum, self._max_q_count = 0.0, 0, 0.0, 0
         return {"shard": shard, "pid": os.getpid(), "version": version, "applied": self.applied,
                 "updates_per_s": self.updates_per_s,
                 "dropped_stale": self.dropped_stale, "rejected": dict(self.rejected),
                 "rejected_total": sum(self.rejected.values()),
                 "staleness": {str(k): v for k, v in sorted(self.staleness.items())},
-                "mean_loss": mean_loss, "learning_rate": learning_rate, "layers": self.layers, "time": time.time()}
+                "mean_loss": mean_loss, "mean_max_q": mean_max_q, "learning_rate": learning_rate, "layers": self.layers,
+                "time": time.time()}
