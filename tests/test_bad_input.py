@@ -122,15 +122,20 @@ def test_the_celery_workers_spacing_from_the_environment_is_checked_first(second
     assert os.listdir(tmp_path) == []
 
 
-def test_a_celery_worker_started_by_hand_with_a_wrong_spacing_says_so_in_one_line(tmp_path):
-    """The guide's `DDQ_EVAL_EVERY_S=30 celery -A ddq.services.tasks worker`, with a wrong number: no run checked
-    it first, and the worker had ended in a traceback."""
+@pytest.mark.parametrize(("variable", "value", "line"), [
+    ("DDQ_EVAL_EVERY_S", "abc", "$DDQ_EVAL_EVERY_S 'abc' (the environment's): give the seconds between the Celery "
+                                "worker's evaluations, a positive number"),
+    ("DDQ_SETTINGS", "runs/demo/config.json", "$DDQ_SETTINGS runs/demo/config.json: [Errno 2] No such file or "
+                                              "directory: 'runs/demo/config.json' (it is the config.json a "
+                                              "distributed run writes into its folder)"),
+])
+def test_a_celery_worker_started_by_hand_with_a_wrong_setting_says_so_in_one_line(variable, value, line, tmp_path):
+    """The guide's `DDQ_EVAL_EVERY_S=30 DDQ_SETTINGS=... celery -A ddq.services.tasks worker`, with a wrong
+    number or a missing file: no run checked them first, and the worker had ended in tracebacks."""
     celery = Path(sys.executable).with_name("celery")
     ended = subprocess.run([str(celery), "-A", "ddq.services.tasks", "worker", "--pool", "solo"], cwd=tmp_path,
-                           env=dict(os.environ, DDQ_EVAL_EVERY_S="abc"), capture_output=True, text=True, timeout=120)
-    assert (ended.returncode, ended.stdout) == (2, "")
-    assert ended.stderr == ("ddq: error: $DDQ_EVAL_EVERY_S 'abc' (the environment's): give the seconds between the "
-                            "Celery worker's evaluations, a positive number\n")
+                           env=dict(os.environ, **{variable: value}), capture_output=True, text=True, timeout=120)
+    assert (ended.returncode, ended.stdout, ended.stderr) == (2, "", f"ddq: error: {line}\n")
     assert os.listdir(tmp_path) == []
 
 

@@ -39,7 +39,7 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
         for _ in range(3):
             client.push(np.full(client.flat.size, 1e-3, np.float32))
         env = dict(os.environ, DDQ_REDIS_URL=server.url, DDQ_RUN="bg", DDQ_EVAL_EVERY_S="1",
-                   DDQ_SETTINGS=str(write_settings(config, tmp_path / "config.json")))
+                   DDQ_SETTINGS=str(write_settings(config, tmp_path / "run" / "config.json")))  # as a run writes it
         worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "ddq.services.tasks", "worker", "--beat",
                                    "--pool", "solo", "--loglevel", "WARNING"], env=env, cwd=tmp_path,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -25,7 +25,7 @@ import redis
 from conftest import command_lines_holding
 from ddq.config import settings_document
 from ddq.core.settings import build_config
-from ddq.dashboard.app import create_app
+from ddq.dashboard.app import create_app, pick_run
 from ddq.dashboard.series import bucket_starts
 from ddq.dashboard.serving import MAX_CONNECTIONS, MAX_PER_CLIENT
 from ddq.services.telemetry import RunReporter
@@ -168,6 +168,18 @@ def test_unknown_run_is_a_404_naming_the_runs_there(big_run):
     app = create_app(client, "no-such-run")
     response = app.test_client().get("/api/run")
     assert response.status_code == 404 and run.run in response.get_json()["error"]
+
+
+def test_a_redis_holding_only_a_run_started_by_hand_says_the_dashboard_shows_ddq_trains_runs():
+    """A parameter server and Baristas started by hand write their keys, but no run info: the lines say so,
+    where they had said "0 runs (none)" beside the run's keys."""
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        client.set(RunKeys("demo").control, "run")  # as a by-hand run's keys look to the dashboard: not its info
+        with pytest.raises(ValueError, match=r"^this Redis holds no run that ddq train started \(a parameter server"):
+            pick_run(client, None)
+        error = create_app(client, "demo").test_client().get("/api/run").get_json()["error"]
+        assert "no run 'demo' that ddq train started" in error and "started by hand record none" in error
 
 
 def _get(url: str) -> tuple[int, dict]:

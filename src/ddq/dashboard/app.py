@@ -134,7 +134,10 @@ def pick_run(client: Connection, run: str | None) -> str:
         return run
     runs = runs_in(client)
     if len(runs) != 1:
-        raise ValueError(f"give --run: this Redis holds {len(runs)} runs ({', '.join(runs) or 'none'})")
+        if not runs:
+            raise ValueError("this Redis holds no run that ddq train started (a parameter server and Baristas "
+                             "started by hand record none for the dashboard)")
+        raise ValueError(f"give --run: this Redis holds {len(runs)} runs ({', '.join(runs)})")
     return runs[0]
 
 

@@ -79,7 +79,8 @@ class RunReader:
         info = self.store.info()
         if info is None:
             known = ", ".join(runs_in(self.client)) or "none"
-            raise RunNotFound(f"no run {self.run!r} in this Redis (runs there: {known})")
+            raise RunNotFound(f"no run {self.run!r} that ddq train started in this Redis (runs there: {known}; "
+                              "a parameter server and Baristas started by hand record none for the dashboard)")
         return info
 
     def config(self, info: dict | None = None) -> TrainConfig:

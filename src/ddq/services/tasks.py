@@ -9,8 +9,8 @@ JSON only. It is configured from the environment, so it also works by hand:
 DDQ_SETTINGS is the settings file every distributed run writes into its
 folder (`config.json`, read with `ddq.config.read_settings`: no preset is
 applied again). DDQ_EVAL_EVERY_S (default 30) spaces the periodic
-evaluations; DDQ_RUN_DIR (default: the settings' run_dir) holds beat's
-schedule and the archive. Each result
+evaluations; DDQ_RUN_DIR (default: the folder DDQ_SETTINGS is in) holds
+beat's schedule and the archive. Each result
 goes to the Redis list `ddq:<run>:evaluations` as JSON (the snapshot's
 version, the time, the run's env steps then, the returns); for Snake the
 frames of one greedy episode go to the hash `ddq:<run>:replay`, for the dashboard.
@@ -23,7 +23,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import parse_qs, quote, urlparse
 
 import numpy as np
@@ -63,11 +63,18 @@ def celery_url(redis_url: str) -> str:
 
 
 def _settings() -> tuple[str, str, TrainConfig, Path]:
+    """The worker's Redis, run, settings and folder from its environment. The folder defaults to the one
+    $DDQ_SETTINGS is in, the run's own: the run_dir written there is as `ddq train` was given it, relative
+    to where that ran (a worker started by hand elsewhere failed to write beat's schedule there)."""
     url = os.environ.get("DDQ_REDIS_URL", "redis://127.0.0.1:6379/0")
     settings_file = os.environ.get("DDQ_SETTINGS")
-    config = read_settings(settings_file) if settings_file else TrainConfig()
-    run_dir = Path(os.environ.get("DDQ_RUN_DIR") or config.run.run_dir or ".")
-    return url, os.environ.get("DDQ_RUN", "default"), config, run_dir
+    try:
+        config = read_settings(settings_file) if settings_file else TrainConfig()
+    except (OSError, ValueError) as error:
+        _refuse(f"$DDQ_SETTINGS {settings_file}: {error} (it is the config.json a distributed run writes into its "
+                "folder)")
+    folder = Path(settings_file).parent if settings_file else Path(config.run.run_dir or ".")
+    return url, os.environ.get("DDQ_RUN", "default"), config, Path(os.environ.get("DDQ_RUN_DIR") or folder)
 
 
 def _eval_every_s() -> float:
@@ -76,8 +83,14 @@ def _eval_every_s() -> float:
     try:
         return celery_eval_every_s(os.environ)
     except ValueError as error:
-        print(f"ddq: error: {error}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        _refuse(str(error))
+
+
+def _refuse(line: str) -> NoReturn:
+    """One line and exit 2, for a worker started by hand with a wrong setting, where Celery printed its
+    usage and tracebacks."""
+    print(f"ddq: error: {line}", file=sys.stderr, flush=True)
+    raise SystemExit(2) from None
 
 
 REDIS_URL, RUN, CONFIG, RUN_DIR = _settings()
