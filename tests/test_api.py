@@ -49,6 +49,10 @@ def test_a_bad_setting_is_one_clear_error_before_anything_starts(tmp_path):
         ddq.train(env="CartPole-v1", mode="serial", batch_size=0, run_dir=tmp_path / "run")
     with pytest.raises(ValueError, match=r"total_steps must be positive, got 0 \(given as total_steps=\)$"):
         ddq.train(env="CartPole-v1", mode="serial", total_steps=0, run_dir=tmp_path / "run")  # a keyword, not a flag
+    with pytest.raises(ValueError, match=r"^env= 'CartPol-v1': .*did you mean CartPole-v1"):  # the checks' too
+        ddq.train(env="CartPol-v1", mode="serial", run_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match=r"^model= 'nosuch': unknown model"):
+        ddq.train(env="CartPole-v1", mode="serial", model="nosuch", run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
     with pytest.raises(FileNotFoundError, match="holds no ddq checkpoint"):
         ddq.load(tmp_path)

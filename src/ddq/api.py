@@ -153,7 +153,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     config.run.run_dir = run_dir
     spark = boot_spark(config)
     try:
-        check_run(config, redis_url_from)
+        check_run(config, redis_url_from, given_in)
         if saved is not None and resume:
             check_resume(saved, config, resume, given_in)
     except BaseException:

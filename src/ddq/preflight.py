@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ddq.config import TrainConfig, celery_eval_every_s, is_distributed, masked_url
 from ddq.config.masters import MASTER_URL, is_standalone, standalone_addresses
+from ddq.config.sources import COMMAND_LINE, spelled
 from ddq.transport.redis_client import StoreAuthenticationError, StoreError, ping
 from ddq.transport.resp import RespError, meet, refused_password
 
@@ -28,17 +29,18 @@ class SettingError(ValueError):
     """A setting that cannot work, said in one line: which setting, its value, what is allowed."""
 
 
-def check_run(config: TrainConfig, redis_url_from: str = "--redis-url") -> None:
+def check_run(config: TrainConfig, redis_url_from: str = "--redis-url", given_in: str = COMMAND_LINE) -> None:
     """Raises SettingError for the first setting that would make the run fail once started. `redis_url_from`:
-    where the Redis URL was given, for the line that refuses it ($DDQ_REDIS_URL, or the flag)."""
-    shapes = check_env(config)
-    check_model(config, *shapes)
-    check_device(config.agent.device)
+    where the Redis URL was given, for the line that refuses it ($DDQ_REDIS_URL, or the flag); `given_in`:
+    whether the settings are flags or a Python call's keywords, which the lines name."""
+    shapes = check_env(config, given_in)
+    check_model(config, *shapes, given_in=given_in)
+    check_device(config.agent.device, given_in)
     if is_distributed(config.run.mode):
         if config.distributed.listen is not None:
-            check_listen(config.distributed.listen)
+            check_listen(config.distributed.listen, given_in)
         if config.distributed.spark_master is not None:
-            check_spark_master(config.distributed.spark_master)
+            check_spark_master(config.distributed.spark_master, given_in)
         if config.services.celery:
             try:
                 celery_eval_every_s(os.environ)
@@ -49,7 +51,7 @@ def check_run(config: TrainConfig, redis_url_from: str = "--redis-url") -> None:
             check_redis(config.distributed.redis_url, redis_url_from)
 
 
-def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
+def check_env(config: TrainConfig, given_in: str = COMMAND_LINE) -> tuple[tuple[int, ...], int]:
     """(state shape, number of actions) of the configured env, or a SettingError naming the env."""
     import gymnasium as gym
 
@@ -57,6 +59,7 @@ def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
     from ddq.core.replay import state_shape
     from ddq.gamesim.envs import is_atari
 
+    env = spelled("env", given_in)
     try:
         spec = env_spec(config.agent)
     except gym.error.Error as error:
@@ -64,36 +67,36 @@ def check_env(config: TrainConfig) -> tuple[tuple[int, ...], int]:
         close = difflib.get_close_matches(config.agent.env, known, n=3)
         hint = f"; did you mean {' or '.join(close)}?" if close else "; see gymnasium.pprint_registry()"
         reason = str(error).splitlines()[0].split(" Did you mean")[0].rstrip(".")  # one suggestion: ddq's
-        raise SettingError(f"--env {config.agent.env!r}: {reason}{hint}") from error
+        raise SettingError(f"{env} {config.agent.env!r}: {reason}{hint}") from error
     except (ValueError, RuntimeError) as error:
-        raise SettingError(f"--env {config.agent.env!r}: {error}") from error
+        raise SettingError(f"{env} {config.agent.env!r}: {error}") from error
     if config.agent.board_symmetries:
         try:
-            spec.board_moves("--board-symmetries", " to train with")
+            spec.board_moves(spelled("board_symmetries", given_in), " to train with")
         except ValueError as error:
             raise SettingError(f"{error}; leave it off for this env") from None
     return state_shape(spec.frame_shape, config.agent.frame_stack), spec.num_actions
 
 
-def check_model(config: TrainConfig, state: tuple[int, ...], actions: int) -> None:
+def check_model(config: TrainConfig, state: tuple[int, ...], actions: int, given_in: str = COMMAND_LINE) -> None:
     from ddq.core.agent import network_for_states
 
     try:
         network_for_states(config.agent, state, actions)
     except (ValueError, FileNotFoundError) as error:
-        raise SettingError(f"--model {config.agent.model!r}: {error}") from error
+        raise SettingError(f"{spelled('model', given_in)} {config.agent.model!r}: {error}") from error
 
 
-def check_device(name: str) -> None:
+def check_device(name: str, given_in: str = COMMAND_LINE) -> None:
     from ddq.core.agent import resolve_device
 
     try:
         resolve_device(name)
     except RuntimeError as error:
-        raise SettingError(f"--device {name!r}: {error}; use cpu, cuda, cuda:N or auto") from error
+        raise SettingError(f"{spelled('device', given_in)} {name!r}: {error}; use cpu, cuda, cuda:N or auto") from error
 
 
-def check_listen(address: str) -> None:
+def check_listen(address: str, given_in: str = COMMAND_LINE) -> None:
     """An address of this host that a server can bind (0.0.0.0 or :: only when given as such)."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     try:
@@ -101,14 +104,15 @@ def check_listen(address: str) -> None:
             probe.bind((address, 0))
     except (OSError, UnicodeError) as error:
         reason = getattr(error, "strerror", None) or error
-        raise SettingError(f"--listen {address}: not an address of this host ({reason}); give one of its IP "
-                           "addresses, or 0.0.0.0 for all of them") from error
+        raise SettingError(f"{spelled('listen', given_in)} {address}: not an address of this host ({reason}); give "
+                           "one of its IP addresses, or 0.0.0.0 for all of them") from error
 
 
-def check_spark_master(master: str) -> None:
+def check_spark_master(master: str, given_in: str = COMMAND_LINE) -> None:
     """A master URL of a kind Spark knows; a standalone master (spark://HOST:PORT) must accept a connection."""
+    flag = spelled("spark_master", given_in)
     if not MASTER_URL.match(master):
-        raise SettingError(f"--spark-master {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
+        raise SettingError(f"{flag} {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
                            "yarn or k8s://URL")
     if is_standalone(master):
         for address in standalone_addresses(master):
@@ -118,7 +122,7 @@ def check_spark_master(master: str) -> None:
                 return
             except (OSError, ValueError):
                 continue
-        raise SettingError(f"--spark-master {master}: no Spark master accepts connections there")
+        raise SettingError(f"{flag} {master}: no Spark master accepts connections there")
 
 
 def shown_url(url: str) -> str:
