@@ -159,7 +159,7 @@ class DistributedConfig:
     send_every: int = setting(16, "actor-learner", "vector steps an actor sends per message")
     actor_backlog: int = setting(1, "actor-learner", "messages per actor waiting for the learner beyond which actors wait (more lets them act on older weights)")
     per_actor_epsilon: bool = setting(False, "actor-learner", "Ape-X's fixed epsilon per actor, 0.4^(1 + 7 i / (N - 1)), instead of the schedule")
-    sync: bool = setting(False, "actor-learner", "rounds: every sync_every episodes each actor waits at a Spark barrier, the learner trains on what arrived and all start the next round with the same weights")
+    sync: bool = setting(False, "actor-learner", "rounds: every sync_every episodes the actors (a Spark barrier stage) meet in a gloo group, the learner trains on what arrived and all start the next round with the same weights")
     sync_every: int = setting(2, "actor-learner", "--sync: episodes each actor plays per round")
 
     def __post_init__(self) -> None:
@@ -194,7 +194,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.distributed.sync and self.run.mode != "actor-learner":
-            raise ValueError(f"sync rounds are a way of actor-learner training, not of {self.run.mode} mode")
+            raise ValueError(f"sync rounds are a way of actor-learner training (mode actor-learner), not of "
+                             f"{self.run.mode} mode")
         if self.run.mode in ("actor-learner", "data-parallel") and self.distributed.server.shards != 1:
             raise ValueError(f"shards must be 1 in {self.run.mode} mode (the parameter server's shards are "
                              f"downpour's), got {self.distributed.server.shards}")
