@@ -55,6 +55,9 @@ CASES = [
     (["train", "--config", "missing.toml"], "--config missing.toml: No such file or directory"),
     (["evaluate", "text.pt"], "text.pt is not a ddq checkpoint (torch cannot read it"),
     (["evaluate", "."], "no checkpoint at checkpoint.pt"),
+    # checked before the episodes are played (they were, and then a temporary file's name came)
+    (["evaluate", "text.pt", "--render", "gone/one.gif"], "--render gone/one.gif: no folder gone to write it in"),
+    (["evaluate", "text.pt", "--render", "one.png"], "--render one.png: the animation is a GIF; give a FILE ending"),
     (["dashboard", "--redis-url", "unix:///nonexistent.sock"],
      "--redis-url unix:///nonexistent.sock: no Redis answers there"),
     (["dashboard", "."], "holds no saved telemetry (telemetry.rdb)"),

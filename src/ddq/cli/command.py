@@ -42,6 +42,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ddq.core.evaluate import evaluate
     from ddq.core.replay import state_shape
 
+    if args.render:  # before the episodes are played, not after
+        check_gif_path(args.render)
     saved = ckpt.load_checkpoint(args.checkpoint)
     config = ckpt.config_from_checkpoint(saved)
     spec = env_spec(config.agent)
@@ -64,6 +66,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         report["animation"] = str(animate_checkpoint(args.checkpoint, args.render, args.seed, device))
     print(json.dumps(report))
     return 0
+
+
+def check_gif_path(path: str) -> None:
+    """Refuses, in one line, a --render FILE that could not be written as a GIF."""
+    if Path(path).suffix.lower() != ".gif":
+        raise ValueError(f"--render {path}: the animation is a GIF; give a FILE ending in .gif")
+    if not Path(path).resolve().parent.is_dir():
+        raise ValueError(f"--render {path}: no folder {Path(path).parent} to write it in")
 
 
 def cmd_package(args: argparse.Namespace) -> int:
