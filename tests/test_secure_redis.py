@@ -21,7 +21,7 @@ import redis
 
 from conftest import command_lines_holding, run_ddq, summary_of
 from ddq.benchmarks.procfs import processes_mentioning
-from ddq.preflight import SettingError, check_listen, check_redis, unchecked_server_note
+from ddq.preflight import SettingError, check_listen, check_redis, password_in_flag_note, unchecked_server_note
 from ddq.transport.redis_client import connect
 from ddq.transport.redis_server import EmbeddedRedis, free_port
 from ddq.transport.resp import RespConnection
@@ -170,6 +170,15 @@ def test_a_url_that_checks_no_certificate_is_taken_with_a_warning_that_masks_its
     for checked in ("rediss://:pw@10.0.0.1:6380/0", "rediss://:pw@10.0.0.1:6380/0?ssl_cert_reqs=required",
                     "redis://:pw@10.0.0.1:6379/0?ssl_cert_reqs=none", "unix:///tmp/r.sock?password=pw"):
         assert unchecked_server_note(checked, "--redis-url") is None, checked
+
+
+def test_a_password_given_in_the_flag_is_taken_with_a_warning_that_names_the_variable_and_not_the_password():
+    for url in ("redis://:secret@10.0.0.1:6379/0", "rediss://ddq:secret@10.0.0.1:6380/0",
+                "unix:///tmp/r.sock?password=secret"):
+        note = password_in_flag_note(url, "--redis-url")
+        assert note is not None and "$DDQ_REDIS_URL" in note and "secret" not in note, url
+        assert password_in_flag_note(url, "$DDQ_REDIS_URL") is None  # the environment: only its user reads it
+    assert password_in_flag_note("redis://10.0.0.1:6379/0", "--redis-url") is None
 
 
 def _certificate(subject: str, key, issuer: str, issuer_key, usage, ca: bool = False):

@@ -124,7 +124,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     Python call's keywords, which the lines name."""
     from ddq.core.settings import build_config
     from ddq.modes.launch import boot_spark
-    from ddq.preflight import check_run, unchecked_server_note
+    from ddq.preflight import check_run, password_in_flag_note, unchecked_server_note
     from ddq.run_folder import has_checkpoint, holds_a_run, resumed_folder
 
     saved, why, redis_url_from = None, None, spelled("redis_url", given_in)
@@ -169,9 +169,11 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         print(f"ddq: no algo named, so {note}", file=sys.stderr)
     if note := ignored_settings_note(values, config_file, config, given_in):
         print(f"ddq: warning: {note}", file=sys.stderr)
-    if is_distributed(config.run.mode) and (note := unchecked_server_note(config.distributed.redis_url or "",
-                                                                          redis_url_from)):
-        print(f"ddq: warning: {note}", file=sys.stderr)
+    if is_distributed(config.run.mode):
+        for note in (unchecked_server_note(config.distributed.redis_url or "", redis_url_from),
+                     password_in_flag_note(config.distributed.redis_url or "", redis_url_from)):
+            if note is not None:
+                print(f"ddq: warning: {note}", file=sys.stderr)
     return config, saved, spark
 
 

@@ -16,9 +16,10 @@ import re
 import socket
 from urllib.parse import parse_qs, urlsplit
 
-from ddq.config import TrainConfig, celery_eval_every_s, is_distributed, masked_url
+from ddq.config import REDIS_URL_ENV, TrainConfig, celery_eval_every_s, is_distributed, masked_url
 from ddq.config.masters import MASTER_URL, is_standalone, standalone_addresses
 from ddq.config.sources import COMMAND_LINE, spelled
+from ddq.transport.credentials import split_password
 from ddq.transport.redis_client import StoreAuthenticationError, StoreError, ping
 from ddq.transport.resp import RespError, meet, refused_password
 
@@ -154,6 +155,15 @@ def unchecked_server_note(url: str, setting: str) -> str | None:
                 "goes to whatever answers at that address (give the server's CA as ssl_ca_data, or "
                 "ssl_ca_certs=FILE, to check it)")
     return None
+
+
+def password_in_flag_note(url: str, setting: str) -> str | None:
+    """A warning for a password given in --redis-url: taken, but every user of this host sees a command line
+    (`ps`); $DDQ_REDIS_URL keeps it in the process's environment, which only its user reads."""
+    if setting != "--redis-url" or split_password(url)[1] is None:
+        return None
+    return ("--redis-url carries a password, which every user of this host can read on the command line (ps); "
+            f"give the URL in ${REDIS_URL_ENV} instead")
 
 
 def check_redis(url: str, setting: str) -> None:

@@ -71,10 +71,15 @@ def given_redis_url(args: argparse.Namespace) -> tuple[str | None, str]:
 def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str, whose: str) -> str:
     """A process started by hand takes its Redis by `given_redis_url`'s rule, else from its settings file;
     with none it is refused in one line."""
-    config.distributed.redis_url = given_redis_url(args)[0] or config.distributed.redis_url
+    from ddq.preflight import password_in_flag_note
+
+    given, how = given_redis_url(args)
+    config.distributed.redis_url = given or config.distributed.redis_url
     if not config.distributed.redis_url:
         raise ValueError(f"{command} needs a Redis URL {whose}: --redis-url, or ${REDIS_URL_ENV}, which keeps a "
                          "password off the command line")
+    if given and (note := password_in_flag_note(given, how)):
+        print(f"ddq {command}: warning: {note}", file=sys.stderr, flush=True)
     return config.distributed.redis_url
 
 
