@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import DistributedConfig
+from ddq.config.masters import is_local
 from ddq.modes.jvm_archive import java_options, writing_to
 from ddq.modes.jvm_boot import BootingJvm
 from ddq.modes.spark import (
@@ -63,7 +64,7 @@ class SparkStarting:
         """`ship(context)`: what the context needs before a task runs (ddq's code, for a cluster's executors).
         `password`: the run's Redis password, for the executors' environment (`start_context`). `booted`:
         the JVM, when it was launched for the same master and driver already (`ddq.modes.launch.boot_spark`)."""
-        self.password, self.booted = password, booted
+        self.password, self.booted, self.local = password, booted, is_local(master)
         quiet_py4j()
         if booted is None:
             prepare_environment(master, driver_host, bind)
@@ -111,8 +112,10 @@ class SparkStarting:
                 idle_since = idle_since or time.monotonic()
                 if time.monotonic() - idle_since > timeout:
                     self._abandon()
+                    why = ("this machine started Spark's workers slower than that: give a larger stall_timeout"
+                           if self.local else "are the workers' hosts up, with a free core each?")
                     raise SparkJobFailed(f"Spark started no worker within stall_timeout ({timeout:g} s): no "
-                                         "executor took a task (are the workers' hosts up, with a free core each?)")
+                                         f"executor took a task ({why})")
             self.thread.join(0.2)
         if self.error is not None:
             raise self.error
