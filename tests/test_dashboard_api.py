@@ -26,6 +26,7 @@ from conftest import command_lines_holding
 from ddq.config import settings_document
 from ddq.core.settings import build_config
 from ddq.dashboard.app import create_app, pick_run
+from ddq.dashboard.launch import Dashboard
 from ddq.dashboard.series import bucket_starts
 from ddq.dashboard.serving import MAX_CONNECTIONS, MAX_PER_CLIENT
 from ddq.services.telemetry import RunReporter
@@ -180,6 +181,25 @@ def test_a_redis_holding_only_a_run_started_by_hand_says_the_dashboard_shows_ddq
             pick_run(client, None)
         error = create_app(client, "demo").test_client().get("/api/run").get_json()["error"]
         assert "no run 'demo' that ddq train started" in error and "started by hand record none" in error
+
+
+def test_a_dashboard_that_cannot_start_says_why_in_the_drivers_warning(tmp_path):
+    """A --dashboard-port in use: the warning gives the dashboard's own reason, not only where its log is."""
+    with EmbeddedRedis() as server, socket.socket() as taken:
+        client = redis.Redis.from_url(server.url)
+        run = write_synthetic_run(client, "busy-port", updates=10, workers=1, episodes=2, progress_points=2,
+                                  evaluations=1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        dashboard = Dashboard(server.url, run.run, tmp_path, port=taken.getsockname()[1])
+        try:
+            deadline = time.monotonic() + 60
+            while (line := dashboard.announce()) is None:
+                assert time.monotonic() < deadline, (tmp_path / "dashboard.log").read_text()
+                time.sleep(0.1)
+        finally:
+            dashboard.stop()
+    assert line.startswith("ddq: warning: the dashboard did not start (") and "is in use" in line, line
 
 
 def _get(url: str) -> tuple[int, dict]:

@@ -42,7 +42,9 @@ class Dashboard:
             if self.supervisor is not None:
                 self.supervisor.watch("the dashboard", self.process, self.log_path, essential=False)
         elif self.process.poll() is not None or time.monotonic() > self.deadline:
-            line = f"ddq: warning: the dashboard did not start; see {self.log_path}"
+            reason = last_line(self.log_path) if self.process.poll() is not None else None
+            said = f" ({reason.removeprefix('ddq: error: ')})" if reason else ""
+            line = f"ddq: warning: the dashboard did not start{said}; see {self.log_path}"
         else:
             return None
         self.settled = True
@@ -51,3 +53,12 @@ class Dashboard:
     def stop(self) -> None:
         stop(self.process)
         self.url_file.unlink(missing_ok=True)  # the address is gone with the server
+
+
+def last_line(path: Path) -> str | None:
+    """The last line a process wrote to its log (an exited dashboard's one-line error: a port in use)."""
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return None
+    return lines[-1] if lines else None
