@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddq.benchmarks.procfs import parent_and_command, processes_mentioning
-from ddq.benchmarks.scaling import TASKS, outcome, run_bench, table, train_command, waits
+from ddq.benchmarks.scaling import TASKS, outcome, run_bench, set_target, table, train_command, waits
 from ddq.benchmarks.testhosts import BASE, PREFIX, _ip
 from hosts import skip_unless_root
 
@@ -32,6 +32,18 @@ def test_each_run_says_what_it_waited_on_from_its_summary():
     assert waits({"mode": "downpour", "evaluation_lag_s": 0.0, "workers": [{"wall_time_s": 9.0}]}) == ""
     assert waits({"mode": "serial", "workers": []}) == ""
     assert waits({"mode": "data-parallel", "workers": two[:1]}) == ""  # one worker alone all-reduces nothing
+
+
+def test_target_sets_a_tasks_return_for_the_bench_and_refuses_a_task_without_one(monkeypatch):
+    monkeypatch.setitem(TASKS, "MinAtar/Breakout-v1", TASKS["MinAtar/Breakout-v1"])  # put back afterwards
+    assert TASKS["MinAtar/Breakout-v1"].target == 20.0  # serial's few minutes
+    assert set_target("MinAtar/Breakout-v1=7") == "MinAtar/Breakout-v1"
+    breakout = train_command("MinAtar/Breakout-v1", "serial", 1, 0, "/r")
+    assert breakout[breakout.index("--target-return") + 1] == "7.0" and breakout[-4:-2] == ["--algo", "pqn"]
+    with pytest.raises(ValueError, match=r"^--target ddq/Snake-v0=30: give ENV=RETURN for a task with a target"):
+        set_target("ddq/Snake-v0=30")
+    with pytest.raises(ValueError, match=r"^--target LunarLander-v3=high: 'high' is not a return"):
+        set_target("LunarLander-v3=high")
 
 
 def test_snake_trains_as_make_run_does_for_a_fixed_time_and_is_scored_by_its_greedy_apples(tmp_path):

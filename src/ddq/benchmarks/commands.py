@@ -67,9 +67,11 @@ def cmd_bench_throughput(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.scaling import TASKS, run_bench, table
+    from ddq.benchmarks.scaling import TASKS, run_bench, set_target, table
 
     exit_on_sigterm()  # a stopped bench still removes its test hosts (--hosts)
+    for given in args.target or []:
+        set_target(given)
     for env in args.envs:  # every task's setup, before the first run
         TASKS[env].check(args.wall_time_s)
     for env in args.envs:
@@ -202,6 +204,9 @@ def _add_training_benches(kinds: Any) -> None:
     scaling.add_argument("--cores", type=int, nargs="+", metavar="CORE",
                          help="the CPU cores the runs may use (default: the first N, and one more with --hosts): "
                               "serial and the services host get the first, each worker the next")
+    scaling.add_argument("--target", nargs="+", metavar="ENV=RETURN",
+                         help="another target return for a task (default: " + ", ".join(
+                             f"{name}={task.target:g}" for name, task in TASKS.items() if not task.fixed_time) + ")")
     scaling.add_argument("--wall-time-s", type=float, default=WALL_TIME_S,
                          help="how long each run of a task without a target trains, from its command's start "
                               "(default: %(default)g)")
