@@ -17,6 +17,7 @@ import pytest
 from ddq.benchmarks.procfs import parent_and_command, processes_mentioning
 from ddq.benchmarks.scaling import TASKS, outcome, run_bench, set_target, table, train_command, waits
 from ddq.benchmarks.testhosts import BASE, PREFIX, _ip
+from ddq.cli import build_parser
 from hosts import skip_unless_root
 
 
@@ -44,6 +45,8 @@ def test_target_sets_a_tasks_return_for_the_bench_and_refuses_a_task_without_one
         set_target("ddq/Snake-v0=30")
     with pytest.raises(ValueError, match=r"^--target LunarLander-v3=high: 'high' is not a return"):
         set_target("LunarLander-v3=high")
+    given = build_parser().parse_args(["bench", "scaling", "--target", "A=1", "B=2", "--target", "C=3"]).target
+    assert given == ["A=1", "B=2", "C=3"]  # a second --target adds to the first
 
 
 def test_snake_trains_as_make_run_does_for_a_fixed_time_and_is_scored_by_its_greedy_apples(tmp_path):

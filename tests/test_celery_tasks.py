@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import os
 import subprocess
@@ -38,10 +39,15 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
         client.pull()
         for _ in range(3):
             client.push(np.full(client.flat.size, 1e-3, np.float32))
+        # the run folder's config.json, its run_dir as `ddq train` was given it (relative to where that ran),
+        # for a worker started by hand from another folder: its schedule and archive go beside the file
+        written = copy.deepcopy(config)
+        written.run.run_dir = "run"
         env = dict(os.environ, DDQ_REDIS_URL=server.url, DDQ_RUN="bg", DDQ_EVAL_EVERY_S="1",
-                   DDQ_SETTINGS=str(write_settings(config, tmp_path / "run" / "config.json")))  # as a run writes it
+                   DDQ_SETTINGS=str(write_settings(written, tmp_path / "run" / "config.json")))
+        (elsewhere := tmp_path / "elsewhere").mkdir()
         worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "ddq.services.tasks", "worker", "--beat",
-                                   "--pool", "solo", "--loglevel", "WARNING"], env=env, cwd=tmp_path,
+                                   "--pool", "solo", "--loglevel", "WARNING"], env=env, cwd=elsewhere,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                   start_new_session=True)  # a group of its own: its beat goes with it (`stop`)
         try:
@@ -69,10 +75,10 @@ def test_worker_evaluates_snapshots_periodically_and_archives_on_request(tmp_pat
             path = caller.send_task("ddq.tasks.archive_snapshot").get(timeout=60)
             assert path == str(tmp_path / "run" / "archive" / "snapshot-v3.pt")
             # a message through the run's Redis (which every executor may write to) chooses no folder
-            elsewhere = tmp_path / "chosen-by-a-peer"
+            chosen = tmp_path / "chosen-by-a-peer"
             with pytest.raises(TypeError):
-                caller.send_task("ddq.tasks.archive_snapshot", args=[str(elsewhere)]).get(timeout=60)
-            assert not elsewhere.exists()
+                caller.send_task("ddq.tasks.archive_snapshot", args=[str(chosen)]).get(timeout=60)
+            assert not chosen.exists() and os.listdir(elsewhere) == []
             evaluated = run_ddq("evaluate", path, "--episodes", "1")
             assert evaluated.returncode == 0, evaluated.stderr
         finally:

@@ -137,16 +137,17 @@ def test_progress_point_sums_running_workers_only():
 
 def test_progress_point_without_a_parameter_server_or_workers_losses():
     """Data-parallel (no weights server): updates are the workers' weights version, at their push rate.
-    Actor-learner (actors train nothing): the loss and the policy lag are the learner's."""
+    Actor-learner (actors train nothing): the loss, max-Q and the policy lag are the learner's."""
     workers = [{"state": "running", "weights_version": 40, "pushes_per_s": 8.0, "loss": 0.5},
                {"state": "running", "weights_version": 41, "pushes_per_s": 10.0, "loss": None}]
     point = progress_point(merge_server([]), workers, env_steps=900, started=0.0, epsilon=0.1, now=1.0)
     assert (point["updates"], point["updates_per_s"], point["loss"], point["policy_lag"]) == (41, 9.0, 0.5, None)
     learner = merge_server([{"role": "learner", "version": 300, "updates_per_s": 50.0, "mean_loss": 0.2,
-                             "policy_lag": 3.5}])
+                             "mean_max_q": 7.5, "policy_lag": 3.5}])
     point = progress_point(learner, [{"state": "running", "loss": None}], env_steps=900, started=0.0, epsilon=0.1,
                            now=1.0, staleness=None)
     assert (point["updates"], point["updates_per_s"], point["loss"], point["policy_lag"]) == (300, 50.0, 0.2, 3.5)
+    assert point["mean_max_q"] == 7.5
 
 
 def test_only_a_parameter_servers_shards_count_as_shards():

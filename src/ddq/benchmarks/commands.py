@@ -204,7 +204,7 @@ def _add_training_benches(kinds: Any) -> None:
     scaling.add_argument("--cores", type=int, nargs="+", metavar="CORE",
                          help="the CPU cores the runs may use (default: the first N, and one more with --hosts): "
                               "serial and the services host get the first, each worker the next")
-    scaling.add_argument("--target", nargs="+", metavar="ENV=RETURN",
+    scaling.add_argument("--target", nargs="+", action="extend", metavar="ENV=RETURN",
                          help="another target return for a task (default: " + ", ".join(
                              f"{name}={task.target:g}" for name, task in TASKS.items() if not task.fixed_time) + ")")
     scaling.add_argument("--wall-time-s", type=float, default=WALL_TIME_S,

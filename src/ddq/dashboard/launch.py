@@ -23,6 +23,7 @@ class Dashboard:
         self.log_path, self.supervisor = run_dir / "dashboard.log", supervisor
         self.url_file = run_dir.resolve() / "dashboard.url"
         self.url_file.unlink(missing_ok=True)
+        self.log_start = self.log_path.stat().st_size if self.log_path.exists() else 0  # a resumed run's log goes on
         self.process = spawn([sys.executable, "-m", "ddq", "dashboard", "--run", run, "--port", str(port or 0),
                               "--url-file", str(self.url_file)], self.log_path, env={REDIS_URL_ENV: redis_url},
                              background=True)
@@ -42,7 +43,7 @@ class Dashboard:
             if self.supervisor is not None:
                 self.supervisor.watch("the dashboard", self.process, self.log_path, essential=False)
         elif self.process.poll() is not None or time.monotonic() > self.deadline:
-            reason = last_line(self.log_path) if self.process.poll() is not None else None
+            reason = last_line(self.log_path, self.log_start) if self.process.poll() is not None else None
             said = f" ({reason.removeprefix('ddq: error: ')})" if reason else ""
             line = f"ddq: warning: the dashboard did not start{said}; see {self.log_path}"
         else:
@@ -55,10 +56,13 @@ class Dashboard:
         self.url_file.unlink(missing_ok=True)  # the address is gone with the server
 
 
-def last_line(path: Path) -> str | None:
-    """The last line a process wrote to its log (an exited dashboard's one-line error: a port in use)."""
+def last_line(path: Path, start: int = 0) -> str | None:
+    """The last line a process wrote to its log from byte `start` on (an exited dashboard's one-line error: a
+    port in use), not an earlier session's."""
     try:
-        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        with open(path, "rb") as log:
+            log.seek(start)
+            lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
     except OSError:
         return None
     return lines[-1] if lines else None

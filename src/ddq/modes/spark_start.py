@@ -64,7 +64,7 @@ class SparkStarting:
         """`ship(context)`: what the context needs before a task runs (ddq's code, for a cluster's executors).
         `password`: the run's Redis password, for the executors' environment (`start_context`). `booted`:
         the JVM, when it was launched for the same master and driver already (`ddq.modes.launch.boot_spark`)."""
-        self.password, self.booted, self.local = password, booted, is_local(master)
+        self.password, self.booted = password, booted
         quiet_py4j()
         if booted is None:
             prepare_environment(master, driver_host, bind)
@@ -113,7 +113,7 @@ class SparkStarting:
                 if time.monotonic() - idle_since > timeout:
                     self._abandon()
                     why = ("this machine started Spark's workers slower than that: give a larger stall_timeout"
-                           if self.local else "are the workers' hosts up, with a free core each?")
+                           if is_local(self.context.master) else "are the workers' hosts up, with a free core each?")
                     raise SparkJobFailed(f"Spark started no worker within stall_timeout ({timeout:g} s): no "
                                          f"executor took a task ({why})")
             self.thread.join(0.2)
