@@ -23,6 +23,9 @@ TOML_CASES = {
     "steps.toml": ('total_steps = "lots"\n', "total_steps = 'lots' in steps.toml, line 1: expected a whole number"),
     "syntax.toml": ("total_steps = \n", "--config syntax.toml is not valid TOML: Invalid value (at line 1"),
     "unknown.toml": ("learning_rate = 0.1\n", "unknown setting 'learning_rate' in unknown.toml, line 1"),
+    # a URL from a file is named as the file's (and draws no warning of a password on the command line)
+    "redis.toml": ('redis_url = "redis://:pw@127.0.0.1:1"\n',
+                   "redis_url in redis.toml redis://***@127.0.0.1:1: no Redis answers there"),
 }
 
 CASES = [

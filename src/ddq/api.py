@@ -127,10 +127,11 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     from ddq.preflight import check_run, password_in_flag_note, unchecked_server_note
     from ddq.run_folder import has_checkpoint, holds_a_run, resumed_folder
 
-    saved, why, redis_url_from = None, None, spelled("redis_url", given_in)
-    in_flag = given_in == COMMAND_LINE and bool(values.get("redis_url"))  # on the command line, not in a file
+    saved, why, redis_url_from = None, None, spelled("redis_url", given_in)  # where the lines say it came from
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
         values, redis_url_from = {**values, "redis_url": os.environ[REDIS_URL_ENV]}, f"${REDIS_URL_ENV}"
+    elif "redis_url" not in values and config_file:  # a file's, if it names one: not on a command line
+        redis_url_from = f"redis_url in {config_file}"
     if resume:
         from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none (`ddq.core.algorithms`)
 
@@ -172,7 +173,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         print(f"ddq: warning: {note}", file=sys.stderr)
     if is_distributed(config.run.mode):
         for note in (unchecked_server_note(config.distributed.redis_url or "", redis_url_from),
-                     password_in_flag_note(config.distributed.redis_url or "", redis_url_from) if in_flag else None):
+                     password_in_flag_note(config.distributed.redis_url or "", redis_url_from)):
             if note is not None:
                 print(f"ddq: warning: {note}", file=sys.stderr)
     return config, saved, spark
