@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ddq.dashboard.series import MAX_COLUMNS, Columns, bucket_starts, downsample
-from ddq.services.telemetry import json_object, merge_layers, merge_server, parameter_server_shards, progress_point
+from ddq.services.telemetry import json_object, merge_layers, merge_server, progress_point
 from ddq.transport.values import counter_value
 
 
@@ -135,6 +135,18 @@ def test_progress_point_sums_running_workers_only():
     assert point["updates"] == 7 and point["layer_ratios"] == {"w": pytest.approx(1e-3)}
 
 
+def test_a_closing_point_takes_the_runs_rate_since_the_last_point():
+    """No worker runs at a run's closing point: its env steps a second are the run's since the previous
+    point (not 0, a drop at every run's end), its pushes a second unknown."""
+    finished = [{"state": "finished", "env_steps_per_s": 99.0, "pushes_per_s": 99.0}]
+    previous = {"time": 150.0, "env_steps": 1000}
+    point = progress_point(merge_server([]), finished, env_steps=1600, started=100.0, epsilon=0.3, now=152.0,
+                           previous=previous)
+    assert point["env_steps_per_s"] == 300.0 and point["pushes_per_s"] is None
+    first = progress_point(merge_server([]), [], env_steps=0, started=100.0, epsilon=1.0, now=101.0)
+    assert first["env_steps_per_s"] is None
+
+
 def test_progress_point_without_a_parameter_server_or_workers_losses():
     """Data-parallel (no weights server): updates are the workers' weights version, at their push rate.
     Actor-learner (actors train nothing): the loss, max-Q and the policy lag are the learner's."""
@@ -153,11 +165,11 @@ def test_progress_point_without_a_parameter_server_or_workers_losses():
 def test_only_a_parameter_servers_shards_count_as_shards():
     """The header's shards: downpour's that report; none for actor-learner or data-parallel, whose learner,
     or worker 0, reports where shard 0 would (and says which, for the dashboard's panel)."""
-    assert parameter_server_shards(merge_server([{"version": 3}, {"version": 4}])) == 2
-    assert parameter_server_shards(merge_server([])) == 0
-    assert parameter_server_shards(merge_server([{"role": "learner", "version": 300}])) == 0
+    assert merge_server([{"version": 3}, {"version": 4}])["shards"] == 2
+    assert merge_server([])["shards"] == 0
+    assert merge_server([{"role": "learner", "version": 300}])["shards"] == 0
     averaged = merge_server([{"role": "data-parallel", "version": 90, "staleness": {"0": 90}}])
-    assert parameter_server_shards(averaged) == 0 and averaged["role"] == "data-parallel"
+    assert averaged["shards"] == 0 and averaged["reports"] == 1 and averaged["role"] == "data-parallel"
     assert averaged["learner"] is None and averaged["staleness"] == {"0": 90}
     assert merge_server([{"role": 7, "version": 3}])["role"] is None  # only a name is passed on
 

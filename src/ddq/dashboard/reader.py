@@ -19,7 +19,7 @@ import numpy as np
 from ddq.config import TrainConfig, config_from_document
 from ddq.dashboard.series import Columns, downsample
 from ddq.gamesim.spec import score_of
-from ddq.services.telemetry import merge_server, parameter_server_shards, run_updates, shard_reports, worker_rows
+from ddq.services.telemetry import merge_server, run_updates, shard_reports, worker_rows
 from ddq.transport.keys import readable_names, shard_bounds
 from ddq.transport.redis_client import Connection
 from ddq.transport.run_store import ListCursor, RunStore, runs_in
@@ -99,7 +99,7 @@ class RunReader:
                 "finished": info.get("finished"), "run_dir": info.get("run_dir"),
                 "env": config.agent.env, "score": dataclasses.asdict(score_of(config.agent.env)),
                 "mode": config.run.mode, "model": config.agent.model,
-                "workers": config.distributed.workers, "shards": parameter_server_shards(server),
+                "workers": config.distributed.workers, "shards": server["shards"],
                 "total_steps": config.run.total_steps, "target_return": config.run.target_return,
                 "env_steps": self.store.env_steps(), "pushes": self.store.pushes(),
                 "updates": run_updates(server, self.workers() if workers is None else workers)[0],

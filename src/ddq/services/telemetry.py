@@ -58,9 +58,11 @@ def merge_layers(per_shard: list[list[dict]]) -> list[dict]:
 
 def merge_server(reports: list[dict]) -> dict:
     """The parameter server as one: every shard applies every gradient, so counts are the slowest
-    shard's; rejections are each shard's own and add up; staleness judgments add up over shards."""
+    shard's; rejections are each shard's own and add up; staleness judgments add up over shards.
+    `shards`: the parameter server's that report; none in actor-learner or data-parallel, where the
+    learner, or worker 0, reports in shard 0's place (`role` says which; `reports`: 1)."""
     if not reports:
-        return {"shards": 0, "version": 0, "applied": 0, "updates_per_s": 0.0, "dropped_stale": 0,
+        return {"shards": 0, "reports": 0, "version": 0, "applied": 0, "updates_per_s": 0.0, "dropped_stale": 0,
                 "rejected": {}, "rejected_total": 0, "staleness": {}, "layers": [], "learning_rate": None,
                 "mean_loss": None, "mean_max_q": None, "learner": None, "role": None}
     rejected: Counter[str] = Counter()
@@ -74,7 +76,9 @@ def merge_server(reports: list[dict]) -> dict:
     def slowest(key: str) -> float:
         return min(finite_number(r.get(key)) or 0 for r in reports)
 
-    return {"shards": len(reports), "version": int(slowest("version")), "applied": int(slowest("applied")),
+    role = reports[0].get("role") if isinstance(reports[0].get("role"), str) else None
+    return {"shards": 0 if role else len(reports), "reports": len(reports), "version": int(slowest("version")),
+            "applied": int(slowest("applied")),
             "updates_per_s": slowest("updates_per_s"),
             "dropped_stale": int(max(finite_number(r.get("dropped_stale")) or 0 for r in reports)),
             "rejected": dict(rejected), "rejected_total": sum(rejected.values()),
@@ -85,7 +89,7 @@ def merge_server(reports: list[dict]) -> dict:
             "mean_max_q": sum(max_qs) / len(max_qs) if max_qs else None,
             "learner": _learner(reports[0]),
             # who reports in shard 0's place: "learner" (actor-learner), "data-parallel" (its worker 0); None: shards
-            "role": reports[0].get("role") if isinstance(reports[0].get("role"), str) else None}
+            "role": role}
 
 
 LEARNER_FIELDS = ("replay_size", "ingested", "messages", "publications", "trained_steps", "policy_lag", "owed_updates")
@@ -192,17 +196,11 @@ def mean_staleness(histogram: dict[str, int], before: dict[str, int]) -> float |
     return sum(k * n for k, n in counts.items()) / judged if judged > 0 else None
 
 
-def parameter_server_shards(server: dict) -> int:
-    """The parameter-server shards that report (`merge_server`'s): none in data-parallel, which has no
-    server, nor in actor-learner: their worker 0, or their learner, reports where shard 0 would."""
-    return 0 if server["role"] is not None else server["shards"]
-
-
 def run_updates(server: dict, workers: list[dict]) -> tuple[int, float]:
     """The run's updates so far and their rate now: as its weights owner reports them (a shard, the learner,
     data-parallel's worker 0), or before any report the workers' newest weights version and their running
     mean rate."""
-    if server["shards"]:
+    if server["reports"]:
         return server["version"], server["updates_per_s"]
     active = [row for row in workers if row.get("state") == "running"]
     return (int(max((finite_number(row.get("weights_version")) or 0 for row in workers), default=0)),
@@ -210,18 +208,25 @@ def run_updates(server: dict, workers: list[dict]) -> tuple[int, float]:
 
 
 def progress_point(server: dict, workers: list[dict], env_steps: int, started: float,
-                   epsilon: float, now: float | None = None, staleness: float | None = None) -> dict:
+                   epsilon: float, now: float | None = None, staleness: float | None = None,
+                   previous: dict | None = None) -> dict:
     """One point of the run's progress series: throughput, learning and the per-layer update ratios
     (updates: `run_updates`); without workers' losses and max-Q (actor-learner's actors train nothing)
-    they are the learner's. `staleness`: the parameter server's mean since the previous point."""
+    they are the learner's. `staleness`: the parameter server's mean since the previous point. With no
+    worker running (a run's closing point), the env steps a second are the run's since `previous`, the
+    series' last point, and the pushes a second unknown: no worker reports the rates of its last second."""
     now = time.time() if now is None else now
     active = [row for row in workers if row.get("state") == "running"]
     updates, updates_per_s = run_updates(server, workers)
     loss, max_q = _mean(active, "loss"), _mean(active, "mean_max_q")
+    env_steps_per_s: float | None = sum(finite_number(r.get("env_steps_per_s")) or 0.0 for r in active)
+    pushes_per_s: float | None = sum(finite_number(r.get("pushes_per_s")) or 0.0 for r in active)
+    if not active:
+        seconds = now - previous["time"] if previous else 0.0
+        env_steps_per_s = (env_steps - previous["env_steps"]) / seconds if previous and seconds > 0 else None
+        pushes_per_s = None
     return {"time": now, "wall_time_s": now - started, "env_steps": env_steps, "updates": updates,
-            "updates_per_s": updates_per_s,
-            "env_steps_per_s": sum(finite_number(r.get("env_steps_per_s")) or 0.0 for r in active),
-            "pushes_per_s": sum(finite_number(r.get("pushes_per_s")) or 0.0 for r in active),
+            "updates_per_s": updates_per_s, "env_steps_per_s": env_steps_per_s, "pushes_per_s": pushes_per_s,
             "loss": server["mean_loss"] if loss is None else loss,
             "mean_max_q": server.get("mean_max_q") if max_q is None else max_q,
             "epsilon": epsilon, "staleness": staleness, "policy_lag": (server["learner"] or {}).get("policy_lag"),
@@ -268,6 +273,7 @@ class RunReporter:
         self._next = 0.0
         self.workers: list[dict] = []  # the newest worker rows read: what a summary keeps if Redis dies
         self._staleness: dict[str, int] = {}  # the server's staleness histogram at the previous point
+        self._previous: dict | None = None  # the last point appended
 
     def record_progress(self, env_steps: int, epsilon: float, force: bool = False) -> dict | None:
         """Appends a progress point, at most one per `every_s` unless `force`; returns it."""
@@ -280,8 +286,10 @@ class RunReporter:
         # a parameter server's gradients' (actor-learner's learner applies its own: its lag is policy_lag)
         staleness = mean_staleness(server["staleness"], self._staleness) if server["learner"] is None else None
         self._staleness = server["staleness"]
-        point = progress_point(server, self.workers, env_steps, self.info["started"], epsilon, now, staleness)
+        point = progress_point(server, self.workers, env_steps, self.info["started"], epsilon, now, staleness,
+                               self._previous)
         self.store.append("progress", point)
+        self._previous = point
         return point
 
     def record_restarts(self, restarts: dict[str, int]) -> None:
