@@ -114,10 +114,11 @@ def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path, capsy
     assert not (run_dir / "metrics.lost.jsonl").exists() and "moved to" not in second.stderr  # a clean stop's
 
 
-def test_a_resume_after_a_killed_session_sets_aside_its_points_past_the_checkpoint(tmp_path):
+def test_a_resume_after_a_killed_session_sets_aside_its_points_past_the_checkpoint(tmp_path, capsys):
     """A session killed between checkpoints recorded points the checkpoint does not hold: resumed, the
     curve had run on past them and back (env steps 487,778, then 374,977). They go to metrics.lost.jsonl,
-    and TensorBoard hides their scalars."""
+    and TensorBoard hides their scalars. While the session runs, its folder is its own: a resume then is
+    refused in one line, and moves nothing (two runs had written one folder); killed, it holds it no more."""
     run_dir = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *SHORT, "--total-steps", "10000000",
                                 "--checkpoint-every", "4000", "--log-every", "200", "--run-dir", str(run_dir)],
@@ -129,9 +130,17 @@ def test_a_resume_after_a_killed_session_sets_aside_its_points_past_the_checkpoi
                 for p in read_metrics(run_dir) if p["kind"] == "train")):
             assert process.poll() is None and time.monotonic() < deadline, "no points past a checkpoint"
             time.sleep(0.1)
+        capsys.readouterr()
+        refused = [main(["train", "--resume", str(run_dir), "--total-steps", "20000000"]),
+                   main(["train", *SHORT, "--run-dir", str(run_dir)])]  # not "holds a run: --resume it"
+        assert process.poll() is None, "the session ended before the runs beside it were tried"
     finally:
         process.kill()
         process.wait()
+    taken = f"{run_dir}: another run is training in this folder now; wait for it to end"
+    assert refused == [2, 2] and capsys.readouterr().err.splitlines() == [
+        f"ddq: error: --resume {taken} to resume it", f"ddq: error: --run-dir {taken} or choose another --run-dir"]
+    assert not (run_dir / "metrics.lost.jsonl").exists()
     saved_at = torch.load(run_dir / "checkpoint.pt")["counters"]["env_steps"]
     lost = [p for p in read_metrics(run_dir) if p.get("env_steps", 0) > saved_at]
     assert lost

@@ -125,7 +125,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     from ddq.core.settings import build_config
     from ddq.modes.launch import boot_spark
     from ddq.preflight import check_run, password_in_flag_note, unchecked_server_note
-    from ddq.run_folder import has_checkpoint, holds_a_run, resumed_folder
+    from ddq.run_folder import claim, has_checkpoint, holds_a_run, release, resumed_folder
 
     saved, why, redis_url_from = None, None, spelled("redis_url", given_in)  # where the lines say it came from
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
@@ -148,17 +148,21 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         raise ValueError(f"the run used a Redis with a password, which ddq never writes down: give its URL again "
                          f"to resume it (${REDIS_URL_ENV}, which keeps the password off the command line)")
     run_dir = config.run.run_dir or default_run_dir(config.agent.env)
-    if not resume and holds_a_run(run_dir):
-        how = f"continue it with {spelled('resume', given_in)} {run_dir}" if has_checkpoint(run_dir) else \
-            f"it ended before it saved a checkpoint, so it cannot be resumed: empty {run_dir} to start there again"
-        raise ValueError(f"{run_dir} already holds a run: {how}, or choose another {spelled('run_dir', given_in)}")
-    config.run.run_dir = run_dir
-    spark = boot_spark(config)
+    config.run.run_dir, claimed_as, spark = run_dir, spelled("resume" if resume else "run_dir", given_in), None
+    if Path(run_dir).is_dir():  # a run training there now is named first (it holds a run, but not to resume)
+        claim(run_dir, claimed_as, bool(resume))
     try:
+        if not resume and holds_a_run(run_dir):
+            how = f"continue it with {spelled('resume', given_in)} {run_dir}" if has_checkpoint(run_dir) else \
+                f"it ended before it saved a checkpoint, so it cannot be resumed: empty {run_dir} to start there again"
+            raise ValueError(f"{run_dir} already holds a run: {how}, or choose another {spelled('run_dir', given_in)}")
+        spark = boot_spark(config)
         check_run(config, redis_url_from, given_in)
         if saved is not None and resume:
             check_resume(saved, config, resume, given_in)
+        claim(run_dir, claimed_as, bool(resume))  # a new folder's, made now; held until `execute` ends
     except BaseException:
+        release(run_dir)
         if spark is not None:
             spark.kill()
         raise
@@ -267,7 +271,7 @@ def execute(config: TrainConfig, saved: dict[str, Any] | None = None, started_at
     and the exit code it earned: 0 only for a run that finished, 1 when it failed, 128+N when signal N
     stopped it. `spark`: the JVM `prepare` booted."""
     from ddq.modes import run_training
-    from ddq.run_folder import write_summary
+    from ddq.run_folder import release, write_summary
     from ddq.services.plot import NothingToPlot, plot_run
 
     run_dir = str(config.run.run_dir)
@@ -276,13 +280,16 @@ def execute(config: TrainConfig, saved: dict[str, Any] | None = None, started_at
     # stops or the curve and the animation are made, lets them finish too (a second aborts), where Python's
     # default would end the command with no summary
     with StopSignals() as late:
-        summary, exit_code = run_training(config, run_dir, started_at, resume=saved, booted=spark)
         try:
-            summary["learning_curve"] = str(plot_run(run_dir, env_id=config.agent.env))
-        except NothingToPlot:  # a run that ended before its first episode (a failure at the start) has no curve
-            summary["learning_curve"] = None
-        summary["animation"] = animate_run(summary) if animate else None
-        write_summary(run_dir, summary)
+            summary, exit_code = run_training(config, run_dir, started_at, resume=saved, booted=spark)
+            try:
+                summary["learning_curve"] = str(plot_run(run_dir, env_id=config.agent.env))
+            except NothingToPlot:  # a run that ended before its first episode (a failure at the start): no curve
+                summary["learning_curve"] = None
+            summary["animation"] = animate_run(summary) if animate else None
+            write_summary(run_dir, summary)
+        finally:
+            release(run_dir)  # `prepare` claimed the folder
     return summary, exit_code or late.exit_code()
 
 

@@ -1,10 +1,12 @@
 """A run's folder on disk: its metrics log (metrics.jsonl, and the same points' scalars in TensorBoard event
-files beside it), its summary.json, and files written whole or not at all."""
+files beside it), its summary.json, files written whole or not at all, and the claim of the one run that
+trains in it."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import math
 import os
@@ -275,6 +277,40 @@ def resumed_folder(resume: str | Path, run_dir: str | None, resume_flag: str, ru
         raise ValueError(f"{run_dir_flag} {run_dir}: a resumed run goes on in its own folder, {folder}; leave "
                          f"{run_dir_flag} out (to train from its weights elsewhere, copy the folder first)")
     return folder
+
+
+_claims: dict[Path, int] = {}  # this process's claimed run folders: the open folder each holds its lock on
+
+
+def claim(run_dir: str | Path, flag: str, resuming: bool = False) -> None:
+    """Makes `run_dir` and claims it for this process's run until `release`: refused, in one line that names
+    `flag`, while another process's run trains there (two runs in one folder had mixed their points,
+    checkpoints and summaries; a resume of a run still training, the same). The lock is the kernel's
+    (flock), so it goes with the process however that ends, and it leaves no file. A file system that
+    cannot lock folders is not locked."""
+    folder = Path(run_dir).resolve()
+    if folder in _claims:  # this process's run claimed it already
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(handle)
+        instead = "to resume it" if resuming else f"or choose another {flag}"
+        raise ValueError(f"{flag} {run_dir}: another run is training in this folder now; wait for it to end "
+                         f"{instead}") from None
+    except OSError:
+        os.close(handle)
+        return
+    _claims[folder] = handle
+
+
+def release(run_dir: str | Path) -> None:
+    """Ends this process's claim on `run_dir` (`claim`), if it holds one."""
+    handle = _claims.pop(Path(run_dir).resolve(), None)
+    if handle is not None:
+        os.close(handle)  # which releases the lock
 
 
 def holds_a_run(run_dir: str | Path) -> bool:
