@@ -92,6 +92,9 @@ def test_resume_continues_a_run_from_python_and_its_refusals_name_keywords(tmp_p
         ddq.train(resume=run_dir / "best.pt", total_steps=2_000)
     with pytest.raises(ValueError, match=r"^run_dir= .*elsewhere: a resumed run goes on in its own folder"):
         ddq.train(resume=run_dir, run_dir=tmp_path / "elsewhere", total_steps=2_000)
+    (tmp_path / "file.toml").write_text(f'run_dir = "{tmp_path / "elsewhere"}"\n')  # a file's, as a keyword's
+    with pytest.raises(ValueError, match=r"^run_dir in .*file\.toml .*elsewhere: a resumed run goes on in its own"):
+        ddq.train(resume=run_dir, config=tmp_path / "file.toml", total_steps=2_000)
     assert (run_dir / "metrics.jsonl").read_bytes() == points and not (tmp_path / "elsewhere").exists()
     second = ddq.train(resume=run_dir / "checkpoint.pt", run_dir=f"{run_dir}/", total_steps=2_000)  # the same
     assert second.run_dir == run_dir and 2_000 <= second.env_steps < 2_100 and second.stop_reason == "step budget spent"

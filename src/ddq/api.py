@@ -135,8 +135,10 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     if resume:
         from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none (`ddq.core.algorithms`)
 
-        folder = resumed_folder(resume, values.get("run_dir"), spelled("resume", given_in),
-                                spelled("run_dir", given_in))
+        in_file = flat_settings(load_toml(config_file)).get("run_dir") if config_file else None
+        asked, asked_in = ((values["run_dir"], spelled("run_dir", given_in)) if "run_dir" in values else
+                                 (None if in_file is None else str(in_file), f"run_dir in {config_file}"))
+        folder = resumed_folder(resume, asked, spelled("resume", given_in), asked_in)
         saved = ckpt.load_checkpoint(resume)
         config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file,
                               given_in=given_in)
