@@ -185,13 +185,15 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
 def _add_train(commands: Any, full_help: bool) -> None:
     train = commands.add_parser("train",
                                 help="train a DQN agent (serial; downpour, actor-learner or data-parallel on Spark)",
-                                description="Train a DQN agent. Settings: defaults < the env's preset < "
-                                            "--config FILE (TOML) < flags.",
+                                description="Train a DQN agent. Settings: defaults < the env's preset < its "
+                                            "algorithm's preset (resuming: the run's settings) < --config FILE "
+                                            "(TOML) < --solver PROTOTXT < flags.",
                                 epilog=None if full_help else "These are the settings people change most; "
                                 "`ddq train --help-all` lists every one of them, grouped, with its default.")
     train.add_argument("--help-all", action="store_true", help="list every setting, grouped, and exit")
     train.add_argument("--config", help="TOML file of settings (flags override it)")
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR (or in its "
+                       "checkpoint.pt), where it trains on")
     train.add_argument("--solver", metavar="PROTOTXT", help="Caffe solver file whose settings become the "
                                                             "optimizer's (flags still override them)")
     add_config_flags(train, brief=not full_help)
