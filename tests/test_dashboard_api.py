@@ -15,6 +15,7 @@ import ssl
 import subprocess
 import sys
 import time
+import types
 import urllib.error
 import urllib.request
 
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 import redis
 
+import ddq.services.telemetry as telemetry
 from conftest import command_lines_holding
 from ddq.config import settings_document
 from ddq.core.settings import build_config
@@ -129,6 +131,20 @@ def test_a_run_without_a_parameter_server_counts_its_workers_updates(big_run):
     assert app.test_client().get("/api/run").get_json()["evaluation_lag_s"] == 12.3
     workers = app.test_client().get("/api/workers").get_json()
     assert [w["collective_share"] for w in workers] == [3.0 / 12.0, 0.5 / 12.0]
+
+
+def test_a_closing_point_rates_the_runs_last_second_not_the_moment_before_it(big_run, monkeypatch):
+    """A run's closing point comes just after its last regular one, when no worker runs to give its rate: the
+    driver's own count over the last second or more gives it (it said 0; over the last 0.1 s, a spike)."""
+    client, _ = big_run
+    clock = [100.0]
+    monkeypatch.setattr(telemetry, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    reporter = RunReporter(RunStore(client, "closing-1"), {"run": "closing-1"}, shards=0, every_s=1.0)
+    rates = []
+    for now, env_steps in ((100.0, 0), (101.0, 1_000), (101.1, 1_300)):
+        clock[0] = now
+        rates.append(reporter.record_progress(env_steps, 0.5, force=True)["env_steps_per_s"])
+    assert rates[0] is None and rates[1] == pytest.approx(1_000) and rates[2] == pytest.approx(1_300 / 1.1)
 
 
 def test_first_layer_images_are_the_published_weights(api, big_run):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 from ddq.transport.run_store import RunStore, json_object
@@ -213,8 +213,9 @@ def progress_point(server: dict, workers: list[dict], env_steps: int, started: f
     """One point of the run's progress series: throughput, learning and the per-layer update ratios
     (updates: `run_updates`); without workers' losses and max-Q (actor-learner's actors train nothing)
     they are the learner's. `staleness`: the parameter server's mean since the previous point. With no
-    worker running (a run's closing point), the env steps a second are the run's since `previous`, the
-    series' last point, and the pushes a second unknown: no worker reports the rates of its last second."""
+    worker running (a run's closing point), the env steps a second are the run's since `previous`, a point
+    of the series a second or so before, and the pushes a second unknown: no worker reports the rates of
+    its last second."""
     now = time.time() if now is None else now
     active = [row for row in workers if row.get("state") == "running"]
     updates, updates_per_s = run_updates(server, workers)
@@ -273,7 +274,7 @@ class RunReporter:
         self._next = 0.0
         self.workers: list[dict] = []  # the newest worker rows read: what a summary keeps if Redis dies
         self._staleness: dict[str, int] = {}  # the server's staleness histogram at the previous point
-        self._previous: dict | None = None  # the last point appended
+        self._recent: deque[dict] = deque(maxlen=2)  # the last points appended
 
     def record_progress(self, env_steps: int, epsilon: float, force: bool = False) -> dict | None:
         """Appends a progress point, at most one per `every_s` unless `force`; returns it."""
@@ -286,10 +287,13 @@ class RunReporter:
         # a parameter server's gradients' (actor-learner's learner applies its own: its lag is policy_lag)
         staleness = mean_staleness(server["staleness"], self._staleness) if server["learner"] is None else None
         self._staleness = server["staleness"]
+        # a closing point's rate is the run's over its last second or more, not since a point just before
+        previous = next((p for p in reversed(self._recent) if now - p["time"] >= self.every_s), self._recent[0]) \
+            if self._recent else None
         point = progress_point(server, self.workers, env_steps, self.info["started"], epsilon, now, staleness,
-                               self._previous)
+                               previous)
         self.store.append("progress", point)
-        self._previous = point
+        self._recent.append(point)
         return point
 
     def record_restarts(self, restarts: dict[str, int]) -> None:
