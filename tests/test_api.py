@@ -98,3 +98,23 @@ def test_resume_continues_a_run_from_python_and_its_refusals_name_keywords(tmp_p
     assert (run_dir / "metrics.jsonl").read_bytes() == points and not (tmp_path / "elsewhere").exists()
     second = ddq.train(resume=run_dir / "checkpoint.pt", run_dir=f"{run_dir}/", total_steps=2_000)  # the same
     assert second.run_dir == run_dir and 2_000 <= second.env_steps < 2_100 and second.stop_reason == "step budget spent"
+
+
+def test_a_folder_being_prepared_for_a_run_is_refused_to_another_in_the_same_process(tmp_path):
+    """Two calls in one process (threads, a notebook) are two runs: the second is refused, and its refusal
+    leaves the first one's claim standing (it had released it)."""
+    from ddq.api import prepare
+    from ddq.config.sources import PYTHON_CALL
+    from ddq.run_folder import release
+
+    values = {"env": "CartPole-v1", "mode": "serial", "run_dir": str(tmp_path / "run")}
+    prepare(values, given_in=PYTHON_CALL)
+    try:
+        for _ in range(2):
+            with pytest.raises(ValueError, match=r"^run_dir= .*/run: another run is training in this folder now; "
+                                                 r"wait for it to end or choose another run_dir=$"):
+                prepare(values, given_in=PYTHON_CALL)
+    finally:
+        release(tmp_path / "run")
+    prepare(values, given_in=PYTHON_CALL)  # once the first is done with it
+    release(tmp_path / "run")

@@ -235,6 +235,7 @@ def test_a_serial_run_says_which_distributed_settings_it_ignores(tmp_path, capsy
     """`--mode serial --workers 4` had trained one process and said nothing; refusing it would stop a script
     that gives every mode the same flags. One worker, which serial is, goes unmentioned."""
     from ddq.api import prepare
+    from ddq.run_folder import release
 
     monkeypatch.delenv("DDQ_REDIS_URL", raising=False)
     (tmp_path / "run.toml").write_text("shards = 2\n")
@@ -243,8 +244,10 @@ def test_a_serial_run_says_which_distributed_settings_it_ignores(tmp_path, capsy
     lines = capsys.readouterr().err.splitlines()
     assert lines == [f"ddq: warning: serial mode trains in one process: it ignores shards (in {tmp_path / 'run.toml'}, "
                      "line 1), workers (given as --workers), which only distributed runs read"], lines
+    release(tmp_path / "run")  # `prepare` claimed the run's folder, which `execute` would release
     prepare({**values, "workers": 1})
     assert capsys.readouterr().err == ""
+    release(tmp_path / "run")
 
 
 def test_an_algorithm_built_on_another_reads_what_it_inherits(monkeypatch, capsys):

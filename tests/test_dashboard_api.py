@@ -141,10 +141,11 @@ def test_a_closing_point_rates_the_runs_last_second_not_the_moment_before_it(big
     monkeypatch.setattr(telemetry, "time", types.SimpleNamespace(time=lambda: clock[0]))
     reporter = RunReporter(RunStore(client, "closing-1"), {"run": "closing-1"}, shards=0, every_s=1.0)
     rates = []
-    for now, env_steps in ((100.0, 0), (101.0, 1_000), (101.1, 1_300)):
-        clock[0] = now
+    for now, env_steps in ((100.0, 0), (101.0, 1_000), (101.5, 1_200), (101.8, 1_500), (101.9, 1_700)):
+        clock[0] = now  # a log mark's point at 101.5 s, a regular one at 101.8 s, the closing one: each since 100 s
         rates.append(reporter.record_progress(env_steps, 0.5, force=True)["env_steps_per_s"])
-    assert rates[0] is None and rates[1] == pytest.approx(1_000) and rates[2] == pytest.approx(1_300 / 1.1)
+    assert rates[0] is None and rates[1] == pytest.approx(1_000)
+    assert rates[2:] == [pytest.approx(1_200 / 1.5), pytest.approx(1_500 / 1.8), pytest.approx(1_700 / 1.9)]
 
 
 def test_first_layer_images_are_the_published_weights(api, big_run):

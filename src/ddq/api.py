@@ -23,7 +23,7 @@ import numpy as np
 
 from ddq.config import REDIS_URL_ENV, TrainConfig, flat_settings, has_masked_secret, is_distributed, load_toml
 from ddq.config.sources import COMMAND_LINE, PYTHON_CALL, spelled
-from ddq.lifecycle import StopReason, StopSignals, budget_spent
+from ddq.lifecycle import StopReason, StopSignals
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -105,9 +105,10 @@ def train(env: str | None = None, mode: str | None = None, *, algo: str | None =
     if progress is not None:
         values["progress"] = progress
     config_file = None if config is None else str(config)
+    quiet = progress is None and not (config_file and "progress" in flat_settings(load_toml(config_file)))
     prepared, saved, spark = prepare(values, config_file, resume=None if resume is None else str(resume),
-                                     given_in=PYTHON_CALL)
-    if progress is None and not (config_file and "progress" in flat_settings(load_toml(config_file))):
+                                     given_in=PYTHON_CALL)  # which claims the run's folder, until `execute` ends
+    if quiet:
         prepared.run.progress = False  # a library call prints no bar unless asked
     summary, _ = execute(prepared, saved, animate=animate, spark=spark)
     if str(summary.get("stop_reason") or "").startswith(StopReason.FAILURE.value):
@@ -124,8 +125,8 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     Python call's keywords, which the lines name."""
     from ddq.core.settings import build_config
     from ddq.modes.launch import boot_spark
-    from ddq.preflight import check_run, password_in_flag_note, unchecked_server_note
-    from ddq.run_folder import claim, has_checkpoint, holds_a_run, release, resumed_folder
+    from ddq.preflight import check_resume, check_run, claim_words, refuse_a_held_run, run_dir_asked
+    from ddq.run_folder import claim, release, resumed_folder
 
     saved, why, redis_url_from = None, None, spelled("redis_url", given_in)  # where the lines say it came from
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
@@ -135,10 +136,8 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     if resume:
         from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none (`ddq.core.algorithms`)
 
-        in_file = flat_settings(load_toml(config_file)).get("run_dir") if config_file else None
-        asked, asked_in = ((values["run_dir"], spelled("run_dir", given_in)) if "run_dir" in values else
-                                 (None if in_file is None else str(in_file), f"run_dir in {config_file}"))
-        folder = resumed_folder(resume, asked, spelled("resume", given_in), asked_in)
+        asked, asked_in = run_dir_asked(values, config_file, given_in)
+        folder = resumed_folder(resume, asked, spelled("resume", given_in), asked_in or "")
         saved = ckpt.load_checkpoint(resume)
         config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file,
                               given_in=given_in)
@@ -150,30 +149,41 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
         raise ValueError(f"the run used a Redis with a password, which ddq never writes down: give its URL again "
                          f"to resume it (${REDIS_URL_ENV}, which keeps the password off the command line)")
     run_dir = config.run.run_dir or default_run_dir(config.agent.env)
-    config.run.run_dir, claimed_as, spark = run_dir, spelled("resume" if resume else "run_dir", given_in), None
-    if Path(run_dir).is_dir():  # a run training there now is named first (it holds a run, but not to resume)
-        claim(run_dir, claimed_as, bool(resume))
+    config.run.run_dir, spark, claimed = run_dir, None, False
+    named, instead = claim_words(run_dir, resume, values, config_file, given_in)
     try:
-        if not resume and holds_a_run(run_dir):
-            how = f"continue it with {spelled('resume', given_in)} {run_dir}" if has_checkpoint(run_dir) else \
-                f"it ended before it saved a checkpoint, so it cannot be resumed: empty {run_dir} to start there again"
-            raise ValueError(f"{run_dir} already holds a run: {how}, or choose another {spelled('run_dir', given_in)}")
+        if Path(run_dir).is_dir():  # a run training there now is named first (it holds a run, but not to resume)
+            claimed = claim(run_dir, named, instead)
+        refuse_a_held_run(run_dir, resume, given_in)
         spark = boot_spark(config)
         check_run(config, redis_url_from, given_in)
         if saved is not None and resume:
             check_resume(saved, config, resume, given_in)
-        claim(run_dir, claimed_as, bool(resume))  # a new folder's, made now; held until `execute` ends
+        if not claimed:  # a new folder, made now (held until `execute` ends): a run may have filled it meanwhile
+            claimed = claim(run_dir, named, instead)
+            refuse_a_held_run(run_dir, resume, given_in)
+        say_how_it_starts(config, values, config_file, saved, why, redis_url_from, given_in)
     except BaseException:
-        release(run_dir)
+        if claimed:
+            release(run_dir)
         if spark is not None:
             spark.kill()
         raise
-    if why is not None:  # once the settings hold: a mistake is still one line
+    return config, saved, spark
+
+
+def say_how_it_starts(config: TrainConfig, values: dict[str, Any], config_file: str | None,
+                      saved: dict[str, Any] | None, why: str | None, redis_url_from: str, given_in: str) -> None:
+    """The run's first lines, once its settings hold: the mode and algorithm ddq chose and why, the
+    checkpoint it resumes from, and warnings (settings the mode ignores, a Redis URL's risks)."""
+    from ddq.preflight import password_in_flag_note, unchecked_server_note
+
+    if why is not None:
         print(f"ddq: no mode named, so {why}", file=sys.stderr)
     if saved is not None:
-        print(f"ddq: resuming the run in {run_dir} from its checkpoint at {saved['counters']['env_steps']:,} env steps",
-              file=sys.stderr)
-    if not resume and (note := algorithm_note(values, config_file, config)):
+        print(f"ddq: resuming the run in {config.run.run_dir} from its checkpoint at "
+              f"{saved['counters']['env_steps']:,} env steps", file=sys.stderr)
+    if saved is None and (note := algorithm_note(values, config_file, config)):
         print(f"ddq: no algo named, so {note}", file=sys.stderr)
     if note := ignored_settings_note(values, config_file, config, given_in):
         print(f"ddq: warning: {note}", file=sys.stderr)
@@ -182,40 +192,6 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
                      password_in_flag_note(config.distributed.redis_url or "", redis_url_from)):
             if note is not None:
                 print(f"ddq: warning: {note}", file=sys.stderr)
-    return config, saved, spark
-
-
-def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str, given_in: str = COMMAND_LINE) -> None:
-    """Refuses, in one line, a resume that could not continue the run: with its step or episode budget spent
-    (it trained nothing, yet evaluated again and rewrote the summary), in another mode, whose weights live
-    elsewhere (a serial run resumed in downpour had trained on from new ones, and said nothing), or with
-    settings that make another network (a shard refused its snapshot once the run had started, after the
-    run's settings were rewritten). A network from a model file is checked as it loads."""
-    from dataclasses import asdict
-
-    from ddq.core import checkpoint as ckpt
-    from ddq.core.agent import env_spec, q_network
-
-    before, counters, run = ckpt.config_from_checkpoint(saved), saved.get("counters", {}), config.run
-    resuming = f"{spelled('resume', given_in)} {resume}"
-    if config.run.mode != before.run.mode:
-        raise ValueError(f"{resuming}: the run trained in {before.run.mode} mode, which keeps its weights; resume "
-                         f"it in that mode (no {spelled('mode', given_in)}), or start a new run in {config.run.mode} "
-                         "mode")
-    if "model_definition" not in saved:
-        spec = env_spec(config.agent)
-        network = q_network(config.agent, spec.frame_shape, spec.num_actions).state_dict()
-        if {k: v.shape for k, v in network.items()} != {k: v.shape for k, v in saved["q_network"].items()}:
-            now, then = asdict(config.agent), asdict(before.agent)
-            changed = ", ".join(sorted(key for key in now if now[key] != then.get(key)))
-            raise ValueError(f"{resuming}: with {changed} changed, the network is not the run's; resume it "
-                             "with the run's, or start a new run")
-    spent = budget_spent(int(counters.get("env_steps", 0)), run.total_steps, int(counters.get("episodes", 0)),
-                         run.total_episodes)
-    if spent is not None:
-        flag = spelled("total_steps" if spent is StopReason.BUDGET else "total_episodes", given_in)
-        raise ValueError(f"{resuming}: the run has spent its budget ({spent.value}: {counters.get('env_steps')} "
-                         f"env steps, {counters.get('episodes')} episodes); resume it with a larger {flag}")
 
 
 def algorithm_note(values: dict[str, Any], config_file: str | None, config: TrainConfig) -> str | None:

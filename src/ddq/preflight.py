@@ -14,11 +14,21 @@ import difflib
 import os
 import re
 import socket
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ddq.config import REDIS_URL_ENV, TrainConfig, celery_eval_every_s, is_distributed, masked_url
+from ddq.config import (
+    REDIS_URL_ENV,
+    TrainConfig,
+    celery_eval_every_s,
+    flat_settings,
+    is_distributed,
+    load_toml,
+    masked_url,
+)
 from ddq.config.masters import MASTER_URL, is_standalone, standalone_addresses
 from ddq.config.sources import COMMAND_LINE, spelled
+from ddq.run_folder import has_checkpoint, holds_a_run
 from ddq.transport.credentials import split_password
 from ddq.transport.redis_client import StoreAuthenticationError, StoreError, ping
 from ddq.transport.resp import RespError, meet, refused_password
@@ -185,3 +195,68 @@ def check_redis(url: str, setting: str) -> None:
 def _first_line(error: BaseException) -> str:
     text = str(error)
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str, given_in: str = COMMAND_LINE) -> None:
+    """Refuses, in one line, a resume that could not continue the run: with its step or episode budget spent
+    (it trained nothing, yet evaluated again and rewrote the summary), in another mode, whose weights live
+    elsewhere (a serial run resumed in downpour had trained on from new ones, and said nothing), or with
+    settings that make another network (a shard refused its snapshot once the run had started, after the
+    run's settings were rewritten). A network from a model file is checked as it loads."""
+    from dataclasses import asdict
+
+    from ddq.core import checkpoint as ckpt
+    from ddq.core.agent import env_spec, q_network
+    from ddq.lifecycle import StopReason, budget_spent
+
+    before, counters, run = ckpt.config_from_checkpoint(saved), saved.get("counters", {}), config.run
+    resuming = f"{spelled('resume', given_in)} {resume}"
+    if config.run.mode != before.run.mode:
+        raise ValueError(f"{resuming}: the run trained in {before.run.mode} mode, which keeps its weights; resume "
+                         f"it in that mode (no {spelled('mode', given_in)}), or start a new run in {config.run.mode} "
+                         "mode")
+    if "model_definition" not in saved:
+        spec = env_spec(config.agent)
+        network = q_network(config.agent, spec.frame_shape, spec.num_actions).state_dict()
+        if {k: v.shape for k, v in network.items()} != {k: v.shape for k, v in saved["q_network"].items()}:
+            now, then = asdict(config.agent), asdict(before.agent)
+            changed = ", ".join(sorted(key for key in now if now[key] != then.get(key)))
+            raise ValueError(f"{resuming}: with {changed} changed, the network is not the run's; resume it "
+                             "with the run's, or start a new run")
+    spent = budget_spent(int(counters.get("env_steps", 0)), run.total_steps, int(counters.get("episodes", 0)),
+                         run.total_episodes)
+    if spent is not None:
+        flag = spelled("total_steps" if spent is StopReason.BUDGET else "total_episodes", given_in)
+        raise ValueError(f"{resuming}: the run has spent its budget ({spent.value}: {counters.get('env_steps')} "
+                         f"env steps, {counters.get('episodes')} episodes); resume it with a larger {flag}")
+
+
+def run_dir_asked(values: dict[str, Any], config_file: str | None, given_in: str) -> tuple[str | None, str | None]:
+    """The run folder the user named, and where, for the lines: its flag or keyword, `run_dir in FILE`, or
+    (None, None) where they named none."""
+    if "run_dir" in values:
+        return str(values["run_dir"]), spelled("run_dir", given_in)
+    in_file = flat_settings(load_toml(config_file)).get("run_dir") if config_file else None
+    return (None, None) if in_file is None else (str(in_file), f"run_dir in {config_file}")
+
+
+def claim_words(run_dir: str, resume: str | None, values: dict[str, Any], config_file: str | None,
+                given_in: str) -> tuple[str, str]:
+    """How the refusal of a run folder another run trains in names it, and what it offers instead
+    (`ddq.run_folder.claim`)."""
+    if resume:
+        return f"{spelled('resume', given_in)} {run_dir}", "to resume it"
+    _, asked_in = run_dir_asked(values, config_file, given_in)
+    flag = spelled("run_dir", given_in)
+    if asked_in is None:
+        return f"{run_dir} (the default folder)", f"or give a {flag}"
+    return f"{asked_in} {run_dir}", f"or choose another {flag}"
+
+
+def refuse_a_held_run(run_dir: str, resume: str | None, given_in: str) -> None:
+    """Refuses a new run into a folder that holds one (`holds_a_run`), in one line that says what to do."""
+    if resume or not holds_a_run(run_dir):
+        return
+    how = f"continue it with {spelled('resume', given_in)} {run_dir}" if has_checkpoint(run_dir) else \
+        f"it ended before it saved a checkpoint, so it cannot be resumed: empty {run_dir} to start there again"
+    raise ValueError(f"{run_dir} already holds a run: {how}, or choose another {spelled('run_dir', given_in)}")

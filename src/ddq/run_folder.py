@@ -282,28 +282,29 @@ def resumed_folder(resume: str | Path, run_dir: str | None, resume_flag: str, ru
 _claims: dict[Path, int] = {}  # this process's claimed run folders: the open folder each holds its lock on
 
 
-def claim(run_dir: str | Path, flag: str, resuming: bool = False) -> None:
-    """Makes `run_dir` and claims it for this process's run until `release`: refused, in one line that names
-    `flag`, while another process's run trains there (two runs in one folder had mixed their points,
-    checkpoints and summaries; a resume of a run still training, the same). The lock is the kernel's
-    (flock), so it goes with the process however that ends, and it leaves no file. A file system that
-    cannot lock folders is not locked."""
+def claim(run_dir: str | Path, named: str, instead: str) -> bool:
+    """Makes `run_dir` and claims it for this run until `release`; whether it did (a file system that cannot
+    lock folders is not locked). Refused, in one line (`named`: the folder as the user gave it; `instead`:
+    what they may do), while another run trains there, in this process or another: two runs in one folder
+    had mixed their points, checkpoints and summaries. The lock is the kernel's (flock), so it goes with the
+    process however that ends, and it leaves no file."""
     folder = Path(run_dir).resolve()
-    if folder in _claims:  # this process's run claimed it already
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = os.open(folder, os.O_RDONLY)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError as error:
+        raise cannot_write(run_dir, error) from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(handle)
-        instead = "to resume it" if resuming else f"or choose another {flag}"
-        raise ValueError(f"{flag} {run_dir}: another run is training in this folder now; wait for it to end "
-                         f"{instead}") from None
+        raise ValueError(f"{named}: another run is training in this folder now; wait for it to end {instead}") \
+            from None
     except OSError:
         os.close(handle)
-        return
+        return False
     _claims[folder] = handle
+    return True
 
 
 def release(run_dir: str | Path) -> None:

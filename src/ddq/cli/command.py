@@ -186,8 +186,8 @@ def _add_train(commands: Any, full_help: bool) -> None:
     train = commands.add_parser("train",
                                 help="train a DQN agent (serial; downpour, actor-learner or data-parallel on Spark)",
                                 description="Train a DQN agent. Settings: defaults < the env's preset < its "
-                                            "algorithm's preset (resuming: the run's settings) < --config FILE "
-                                            "(TOML) < --solver PROTOTXT < flags.",
+                                            "algorithm's preset < --config FILE (TOML) < --solver PROTOTXT < "
+                                            "flags; a resumed run's settings stand for the first three.",
                                 epilog=None if full_help else "These are the settings people change most; "
                                 "`ddq train --help-all` lists every one of them, grouped, with its default.")
     train.add_argument("--help-all", action="store_true", help="list every setting, grouped, and exit")

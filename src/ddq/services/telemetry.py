@@ -274,7 +274,7 @@ class RunReporter:
         self._next = 0.0
         self.workers: list[dict] = []  # the newest worker rows read: what a summary keeps if Redis dies
         self._staleness: dict[str, int] = {}  # the server's staleness histogram at the previous point
-        self._recent: deque[dict] = deque(maxlen=2)  # the last points appended
+        self._recent: deque[dict] = deque()  # the points of the last second or so
 
     def record_progress(self, env_steps: int, epsilon: float, force: bool = False) -> dict | None:
         """Appends a progress point, at most one per `every_s` unless `force`; returns it."""
@@ -287,13 +287,16 @@ class RunReporter:
         # a parameter server's gradients' (actor-learner's learner applies its own: its lag is policy_lag)
         staleness = mean_staleness(server["staleness"], self._staleness) if server["learner"] is None else None
         self._staleness = server["staleness"]
-        # a closing point's rate is the run's over its last second or more, not since a point just before
-        previous = next((p for p in reversed(self._recent) if now - p["time"] >= self.every_s), self._recent[0]) \
-            if self._recent else None
+        # a closing point's rate is the run's over its last second or more, not since a point just before (a
+        # log mark's, or the last regular one): the newest point that old, else the oldest kept
+        previous = next((p for p in reversed(self._recent) if now - p["time"] >= self.every_s),
+                        self._recent[0] if self._recent else None)
         point = progress_point(server, self.workers, env_steps, self.info["started"], epsilon, now, staleness,
                                previous)
         self.store.append("progress", point)
         self._recent.append(point)
+        while len(self._recent) > 1 and now - self._recent[1]["time"] >= self.every_s:
+            self._recent.popleft()  # keeps the newest point a second old, and those since
         return point
 
     def record_restarts(self, restarts: dict[str, int]) -> None:
