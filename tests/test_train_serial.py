@@ -144,8 +144,15 @@ def test_a_resume_after_a_killed_session_sets_aside_its_points_past_the_checkpoi
     saved_at = torch.load(run_dir / "checkpoint.pt")["counters"]["env_steps"]
     lost = [p for p in read_metrics(run_dir) if p.get("env_steps", 0) > saved_at]
     assert lost
+    best = torch.load(run_dir / "best.pt")  # as if an evaluation past the checkpoint had written it, at 1,234
+    best["counters"]["best_eval_return"] = 1234.0  # (more than CartPole's most, so none replaces it)
+    torch.save(best, run_dir / "best.pt")
     resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", str(saved_at + 1000))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "ddq: best.pt keeps the weights of an evaluation past the checkpoint (a mean return of 1234" \
+        in resumed.stderr  # the summary named best.pt beside the checkpoint's best, and a worse one replaced it
+    assert summary_of(run_dir)["best_eval_return"] == 1234.0
+    assert torch.load(run_dir / "best.pt")["counters"]["best_eval_return"] == 1234.0
     assert f"ddq: {len(lost):,} metrics points past the checkpoint's {saved_at:,} env steps" in resumed.stderr
     set_aside = [json.loads(line) for line in (run_dir / "metrics.lost.jsonl").read_text().splitlines()]
     assert set_aside == lost

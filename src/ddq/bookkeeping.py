@@ -4,6 +4,7 @@ the periodic greedy evaluation that decides whether the target return was reache
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from ddq.config import TrainConfig, without_secrets
 from ddq.core.checkpoint import BEST_NAME
 from ddq.core.evaluate import Evaluation, evaluate
 from ddq.gamesim.spec import Score, score_of
-from ddq.run_folder import RunLog
+from ddq.run_folder import LOST_METRICS, RunLog
 
 
 @dataclass
@@ -41,6 +42,29 @@ class RunCounters:
     def from_dict(cls, saved: dict[str, Any]) -> RunCounters:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in saved.items() if k in known})
+
+
+def resumed_counters(saved: dict[str, Any], run_dir: Path) -> RunCounters:
+    """A resumed run's counters: its checkpoint's, with the best return that of the evaluation best.pt holds.
+    A session killed past its checkpoint may have written best.pt from an evaluation whose point went to
+    metrics.lost.jsonl, at a return the checkpoint never saw: the summary then named best.pt beside another
+    return, and a worse evaluation replaced it. best.pt keeps those weights (the training that made them is
+    lost; the policy was evaluated), and the counters its return."""
+    from ddq.core.checkpoint import load_checkpoint
+
+    counters = RunCounters.from_dict(saved["counters"])
+    if not (run_dir / BEST_NAME).is_file():
+        return counters
+    try:
+        held = load_checkpoint(run_dir / BEST_NAME)["counters"].get("best_eval_return")
+    except (ValueError, KeyError, TypeError):
+        return counters  # not a best.pt ddq wrote: left as it is, and the next best evaluation replaces it
+    if isinstance(held, int | float) and (counters.best_eval_return is None or held > counters.best_eval_return):
+        print(f"ddq: {BEST_NAME} keeps the weights of an evaluation past the checkpoint (a mean return of "
+              f"{held:g}; its point is in {LOST_METRICS}): the run's best return is theirs", file=sys.stderr,
+              flush=True)
+        counters.best_eval_return = float(held)
+    return counters
 
 
 def open_run_log(config: TrainConfig, run_dir: Path, resumed_at: int | None = None) -> RunLog:

@@ -26,7 +26,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ddq.bookkeeping import RunCounters, RunRecord, open_run_log, progress_values, run_summary
+from ddq.bookkeeping import RunCounters, RunRecord, open_run_log, progress_values, resumed_counters, run_summary
 from ddq.config import TrainConfig, encode_settings
 from ddq.core.agent import env_spec, make_learner, resolve_device, seed_everything
 from ddq.core.dqn import next_mark
@@ -90,9 +90,9 @@ class Driver:
         self.state_shape = state_shape(self.env_spec.frame_shape, config.agent.frame_stack)
         self.mirror = WeightsMirror(config, make_learner(config.agent, self.env_spec.frame_shape,
                                                          self.env_spec.num_actions, device), device, self.run_dir)
-        counters = RunCounters.from_dict(resume["counters"]) if resume else RunCounters()
+        log = open_run_log(config, self.run_dir, resume["counters"]["env_steps"] if resume else None)
+        counters = resumed_counters(resume, self.run_dir) if resume else RunCounters()
         # the run's clock: from the command's start, less the earlier sessions of a resumed run
-        log = open_run_log(config, self.run_dir, counters.env_steps if resume else None)
         self.record = RunRecord(config, log, counters, self.started_at - counters.wall_time_s)
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
         self.next_log = next_mark(counters.env_steps, config.run.log_every)  # the next training point's env steps

@@ -25,6 +25,7 @@ from ddq.bookkeeping import (
     open_run_log,
     play_evaluation,
     progress_values,
+    resumed_counters,
     run_summary,
 )
 from ddq.config import TrainConfig
@@ -190,7 +191,7 @@ class SerialTrainer:
 
     def _restore(self, saved: dict[str, Any]) -> None:
         self.learner.load_state_dict(saved["learner"])
-        self.counters = RunCounters.from_dict(saved["counters"])
+        self.counters = resumed_counters(saved, self.run_dir)
         self.rng.bit_generator.state = saved["rng"]["actor"]
         self.replay.rng.bit_generator.state = saved["rng"]["replay"]
         torch.set_rng_state(saved["rng"]["torch"])
