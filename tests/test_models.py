@@ -208,3 +208,17 @@ def test_the_wide_board_net_has_twice_the_channels_and_units():
     conv = [layer for layer in network if isinstance(layer, nn.Conv2d)]
     hidden = [layer for layer in network if isinstance(layer, nn.Linear)]
     assert [layer.out_channels for layer in conv] == [32, 64] and hidden[0].out_features == 256
+
+
+def test_the_model_settings_help_names_every_network_ddq_builds():
+    """`--model`'s help is written in the settings (below the models, which it cannot import): it must not
+    fall behind the networks ddq builds by name."""
+    import dataclasses
+    import re
+
+    from ddq.config import AgentConfig
+    from ddq.models import BUILDERS
+
+    helped = next(f for f in dataclasses.fields(AgentConfig) if f.name == "model").metadata["help"]
+    named = set(re.findall(r"[a-z0-9-]+", helped.split(":", 1)[1]))
+    assert [name for name in BUILDERS if name not in named] == []
