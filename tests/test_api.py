@@ -114,6 +114,9 @@ def test_a_folder_being_prepared_for_a_run_is_refused_to_another_in_the_same_pro
             with pytest.raises(ValueError, match=r"^run_dir= .*/run: another run is training in this folder now; "
                                                  r"wait for it to end or choose another run_dir=$"):
                 prepare(values, given_in=PYTHON_CALL)
+        with pytest.raises(ValueError, match=r"^resume= .*/run: another run is training in this folder now; wait "
+                                             r"for it to end to resume it$"):  # not "no checkpoint": not yet
+            prepare({}, resume=str(tmp_path / "run"), given_in=PYTHON_CALL)
     finally:
         release(tmp_path / "run")
     prepare(values, given_in=PYTHON_CALL)  # once the first is done with it

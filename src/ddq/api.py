@@ -126,46 +126,47 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     from ddq.core.settings import build_config
     from ddq.modes.launch import boot_spark
     from ddq.preflight import check_resume, check_run, claim_words, refuse_a_held_run, run_dir_asked
-    from ddq.run_folder import claim, release, resumed_folder
+    from ddq.run_folder import FolderClaim, resumed_folder
 
     saved, why, redis_url_from = None, None, spelled("redis_url", given_in)  # where the lines say it came from
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
         values, redis_url_from = {**values, "redis_url": os.environ[REDIS_URL_ENV]}, f"${REDIS_URL_ENV}"
     elif "redis_url" not in values and config_file:  # a file's, if it names one: not on a command line
         redis_url_from = f"redis_url in {config_file}"
-    if resume:
-        from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none (`ddq.core.algorithms`)
-
-        asked, asked_in = run_dir_asked(values, config_file, given_in)
-        folder = resumed_folder(resume, asked, spelled("resume", given_in), asked_in or "")
-        saved = ckpt.load_checkpoint(resume)
-        config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved), solver_file=solver_file,
-                              given_in=given_in)
-        config.run.run_dir = str(folder)
-    else:
-        values, why = with_measured_mode(values, config_file)
-        config = build_config(values, config_file, solver_file=solver_file, given_in=given_in)
-    if has_masked_secret(config.distributed.redis_url):
-        raise ValueError(f"the run used a Redis with a password, which ddq never writes down: give its URL again "
-                         f"to resume it (${REDIS_URL_ENV}, which keeps the password off the command line)")
-    run_dir = config.run.run_dir or default_run_dir(config.agent.env)
-    config.run.run_dir, spark, claimed = run_dir, None, False
-    named, instead = claim_words(run_dir, resume, values, config_file, given_in)
+    spark, held = None, FolderClaim()  # the run folder, once this call claimed it
     try:
-        if Path(run_dir).is_dir():  # a run training there now is named first (it holds a run, but not to resume)
-            claimed = claim(run_dir, named, instead)
+        if resume:
+            from ddq.core import checkpoint as ckpt  # torch: a new run's settings load none
+
+            asked, asked_in = run_dir_asked(values, config_file, given_in)
+            folder = resumed_folder(resume, asked, spelled("resume", given_in), asked_in or "")
+            if folder.is_dir():  # a run training there now is named first (its checkpoint may be yet to come)
+                held.take(folder, *claim_words(str(folder), resume, values, config_file, given_in))
+            saved = ckpt.load_checkpoint(resume)
+            config = build_config(values, config_file, base=ckpt.config_from_checkpoint(saved),
+                                  solver_file=solver_file, given_in=given_in)
+            config.run.run_dir = str(folder)
+        else:
+            values, why = with_measured_mode(values, config_file)
+            config = build_config(values, config_file, solver_file=solver_file, given_in=given_in)
+        if has_masked_secret(config.distributed.redis_url):
+            raise ValueError(f"the run used a Redis with a password, which ddq never writes down: give its URL "
+                             f"again to resume it (${REDIS_URL_ENV}, which keeps the password off the command line)")
+        run_dir = config.run.run_dir = config.run.run_dir or default_run_dir(config.agent.env)
+        named, instead = claim_words(run_dir, resume, values, config_file, given_in)
+        if Path(run_dir).is_dir():  # a run training there now is named first (it holds a run, not one to resume)
+            held.take(run_dir, named, instead)
         refuse_a_held_run(run_dir, resume, given_in)
         spark = boot_spark(config)
         check_run(config, redis_url_from, given_in)
         if saved is not None and resume:
             check_resume(saved, config, resume, given_in)
-        if not claimed:  # a new folder, made now (held until `execute` ends): a run may have filled it meanwhile
-            claimed = claim(run_dir, named, instead)
+        if not held.tried:  # a new folder, made now (held until `execute` ends): a run may have filled it meanwhile
+            held.take(run_dir, named, instead)
             refuse_a_held_run(run_dir, resume, given_in)
         say_how_it_starts(config, values, config_file, saved, why, redis_url_from, given_in)
     except BaseException:
-        if claimed:
-            release(run_dir)
+        held.release()
         if spark is not None:
             spark.kill()
         raise

@@ -307,6 +307,24 @@ def claim(run_dir: str | Path, named: str, instead: str) -> bool:
     return True
 
 
+class FolderClaim:
+    """One call's claim on a run folder (`claim`): tried at most once, and released only if it was taken."""
+
+    def __init__(self) -> None:
+        self.tried = False
+        self.folder: str | Path | None = None
+
+    def take(self, run_dir: str | Path, named: str, instead: str) -> None:
+        if not self.tried:
+            self.tried = True
+            self.folder = run_dir if claim(run_dir, named, instead) else None
+
+    def release(self) -> None:
+        if self.folder is not None:
+            release(self.folder)
+            self.folder = None
+
+
 def release(run_dir: str | Path) -> None:
     """Ends this process's claim on `run_dir` (`claim`), if it holds one."""
     handle = _claims.pop(Path(run_dir).resolve(), None)
