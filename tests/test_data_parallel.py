@@ -40,6 +40,9 @@ def test_two_workers_learn_cartpole_as_one_and_apply_every_update(tmp_path):
     assert summary["reached_target"] and summary["steps_to_target"] <= 60_000, summary["stop_reason"]
     assert {w["weights_version"] for w in summary["workers"]} == {summary["updates"]}
     assert {w["pushes"] for w in summary["workers"]} == {summary["updates"]} and summary["lost"] == []
+    shown = json.loads(done.stdout)  # the summary printed, for a person: the workers' rows are in summary.json
+    assert "workers" not in shown and shown["updates"] == summary["updates"]
+    assert f"every setting and each worker's row, is in {run_dir / 'summary.json'}" in done.stderr
     # what each worker spent in the all-reduces, waiting for the other included, a share of its time
     assert all(0 < w["collective_s"] < w["wall_time_s"] for w in summary["workers"]), summary["workers"]
     assert 0 < summary["evaluation_lag_s"] < summary["wall_time_s"], summary  # the driver's evaluations of its points

@@ -24,12 +24,14 @@ def cmd_train(args: argparse.Namespace) -> int:
                   if k not in ("func", "config", "resume", "command", "started_at", "solver")}
     config, saved, spark = prepare(cli_values, args.config, args.solver, args.resume)
     summary, exit_code = execute(config, saved, args.started_at, spark=spark)
-    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    # for a person at the end of a run: every worker's row (25 lines each) would push its results off the screen
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("config", "workers")}, indent=2))
     if skipped := summary.get("evaluation_points_skipped"):  # a distributed run's workers outran its evaluator
         print(f"ddq: {skipped} of the evaluation points (every {config.run.eval_every:,} env steps) went unplayed: "
               "the workers passed them before the evaluator was free, and it evaluated newer weights instead",
               file=sys.stderr)
-    print(f"ddq: the same summary, with every setting, is in {Path(str(config.run.run_dir)) / 'summary.json'}",
+    rows = " and each worker's row" if summary.get("workers") else ""
+    print(f"ddq: the same summary, with every setting{rows}, is in {Path(str(config.run.run_dir)) / 'summary.json'}",
           file=sys.stderr)
     return exit_code  # 0 only for a run that finished: 1 when it failed, 128+N when a signal stopped it
 
