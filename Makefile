@@ -22,7 +22,10 @@ $(STAMP): pyproject.toml
 	@echo "ddq: installed; in a new shell, run ddq as $(BIN)/ddq (or: source $(BIN)/activate)"
 
 run: $(STAMP)
-	rm -rf runs/snake  # each `make run` is a fresh run
+	@# each `make run` is a fresh run, but not over one that trains there now (its lock: ddq's, util-linux's flock)
+	@! command -v flock >/dev/null || [ ! -d runs/snake ] || flock --nonblock runs/snake true || { echo \
+	  "make run: a run is training in runs/snake now; stop it first (Ctrl-C in its shell)" >&2; exit 2; }
+	rm -rf runs/snake
 	$(BIN)/ddq train --mode data-parallel --workers 2 --env ddq/Snake-v0 --config configs/smart-snake.toml --run-dir runs/snake
 
 test: lint chromium redis-server
