@@ -1,11 +1,13 @@
-"""Checks a run's resolved settings before anything starts: the env, the model, the device, Redis, Spark.
+"""Checks a run's resolved settings before anything starts: the env, the model, the device, Redis, Spark, the
+checkpoint a resume continues from, and the run's folder.
 
 `ddq train` calls `check_run` after the settings are merged and before it
 creates a run folder or starts a process, so a mistake costs one line and
 leaves nothing behind. Types and ranges are the settings' own rules
 (`ddq.config`); what is checked here needs the world: an env id Gymnasium
 knows, a network that fits the env's observations, a GPU that is there, a
-Redis that answers, a Spark master URL of a known kind.
+Redis that answers, a Spark master URL of a known kind, a checkpoint the
+run can go on from, a folder that holds no other run.
 """
 
 from __future__ import annotations
