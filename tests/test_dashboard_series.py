@@ -135,9 +135,10 @@ def test_progress_point_sums_running_workers_only():
     assert point["updates"] == 7 and point["layer_ratios"] == {"w": pytest.approx(1e-3)}
 
 
-def test_a_closing_point_takes_the_runs_rate_since_the_last_point():
-    """No worker runs at a run's closing point: its env steps a second are the run's since the previous
-    point (not 0, a drop at every run's end), its pushes a second unknown."""
+def test_a_closing_point_takes_the_runs_rate_since_the_point_it_is_given():
+    """No worker runs at a run's closing point: its env steps a second are the run's since `previous` (not 0,
+    a drop at every run's end), its pushes a second unknown; with no point before it, unknown too. Which
+    point the reporter gives it: test_dashboard_api's closing-point test."""
     finished = [{"state": "finished", "env_steps_per_s": 99.0, "pushes_per_s": 99.0}]
     previous = {"time": 150.0, "env_steps": 1000}
     point = progress_point(merge_server([]), finished, env_steps=1600, started=100.0, epsilon=0.3, now=152.0,
