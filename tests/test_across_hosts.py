@@ -30,7 +30,7 @@ from ddq.benchmarks.spark_cluster import (
 )
 from ddq.benchmarks.testhosts import TestHosts, deps_only_python, executor_environment
 from ddq.modes.driver import JOB_CANCEL_WAIT_S
-from ddq.modes.spark_start import SPARK_STOP_WAIT_S
+from ddq.spark.start import SPARK_STOP_WAIT_S
 from hosts import skip_unless_root
 
 pytestmark = [skip_unless_root, pytest.mark.slow]

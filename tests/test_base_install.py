@@ -54,7 +54,7 @@ def test_a_base_install_trains_cartpole_to_exit_0(base_venv, tmp_path, mode):
                              "--total-steps", "2000", "--eval-every", "1000", "--eval-episodes", "2", "--no-progress",
                              "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=600, cwd=tmp_path,
                             env=dict(os.environ, XDG_CACHE_HOME="/proc/no-cache"))  # a cache folder it cannot
-    # make: its local master's JVM starts without Spark's class archive (ddq.modes.jvm_archive), as promised
+    # make: its local master's JVM starts without Spark's class archive (ddq.spark.jvm_archive), as promised
     assert result.returncode == 0, result.stderr[-3000:]
     assert (run_dir / "summary.json").is_file() and (run_dir / "checkpoint.pt").is_file()
     assert list(run_dir.glob("events.out.tfevents.*")) and (run_dir / "best.pt").is_file()  # tensorboard is a base dependency

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from ddq.modes.spark_tasks import gpu_for
+from ddq.spark.tasks import gpu_for
 from ddq.transport.collective import Collective, every_rank_has_its_own_gpu
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_client import connect

@@ -311,8 +311,8 @@ def test_spark_workers_whose_python_lacks_ddq_end_the_run_in_one_line_that_says_
 def master_without_workers(tmp_path) -> Iterator[str]:
     """A Spark standalone master on loopback with no worker daemon: a job sent to it never gets a core."""
     from ddq.benchmarks.spark_cluster import SPARK_CLASS, SPARK_HOME
-    from ddq.modes.spark import LOCAL_JVM_OPTIONS
     from ddq.processes import spawn, stop
+    from ddq.spark.context import LOCAL_JVM_OPTIONS
     from ddq.transport.redis_server import free_port
 
     port, log = free_port(), tmp_path / "master.log"

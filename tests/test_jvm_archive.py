@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ddq.benchmarks.procfs import processes_mentioning
-from ddq.modes import jvm_archive
-from ddq.modes.spark import local_master
-from ddq.modes.spark_start import SparkStarting
+from ddq.spark import jvm_archive
+from ddq.spark.context import local_master
+from ddq.spark.start import SparkStarting
 
 
 @pytest.fixture

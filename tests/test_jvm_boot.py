@@ -1,4 +1,4 @@
-"""A booting JVM's output (`ddq.modes.jvm_boot.HeldOutput`), with real child processes writing to its pipe: held
+"""A booting JVM's output (`ddq.spark.jvm_boot.HeldOutput`), with real child processes writing to its pipe: held
 until the run folder exists, never left unread (a full pipe would stop the JVM), and a full disk loses the log,
 not the run. `BootingJvm` with a Python child standing in for the JVM pyspark launches: killed and reaped, or
 its failed launch raised where the gateway is asked for, its output kept. (Booting and killing a real JVM:
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from pyspark import java_gateway
 
-from ddq.modes.jvm_boot import BootingJvm, HeldOutput
+from ddq.spark.jvm_boot import BootingJvm, HeldOutput
 
 MORE_THAN_A_PIPE = 300_000  # a Linux pipe holds 64 KiB: a writer past that waits for a reader
 

@@ -16,8 +16,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 CORE = ("ddq.core", "ddq.gamesim", "ddq.models", "ddq.config")
-ABOVE_THE_CORE = ("ddq.param_server", "ddq.workers", "ddq.modes", "ddq.services", "ddq.dashboard", "ddq.cli",
-                  "ddq.transport", "ddq.lifecycle", "ddq.benchmarks", "pyspark", "celery", "flask", "redis")
+ABOVE_THE_CORE = ("ddq.param_server", "ddq.workers", "ddq.modes", "ddq.spark", "ddq.services", "ddq.dashboard",
+                  "ddq.cli", "ddq.transport", "ddq.lifecycle", "ddq.benchmarks", "pyspark", "celery", "flask", "redis")
 
 
 def module_name(path: Path) -> str:
@@ -59,6 +59,7 @@ ROWS = [
     ("ddq.cli",),
     ("ddq.api", "ddq.benchmarks", "ddq.flags"),
     ("ddq.modes",),
+    ("ddq.spark",),
     ("ddq.dashboard",),
     ("ddq.services",),
     ("ddq.workers", "ddq.learner_server", "ddq.param_server", "ddq.preflight", "ddq.shipping", "ddq.bookkeeping"),

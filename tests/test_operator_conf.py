@@ -1,4 +1,4 @@
-"""Which settings an operator's Spark properties files name (`ddq.modes.operator_conf`): the files
+"""Which settings an operator's Spark properties files name (`ddq.spark.operator_conf`): the files
 spark-submit will read, given PYSPARK_SUBMIT_ARGS, read as java.util.Properties reads them. (A real JVM
 keeping an operator's launch setting: tests/test_spark_settings.py.)"""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddq.modes.operator_conf import operator_settings, properties_files
+from ddq.spark.operator_conf import operator_settings, properties_files
 
 
 def test_a_properties_files_keys_as_java_reads_them(tmp_path, monkeypatch):

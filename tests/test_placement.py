@@ -3,9 +3,9 @@
 import pytest
 
 from ddq.core.settings import build_config
-from ddq.modes import placement as placement_module
-from ddq.modes.placement import LOOPBACK, placement
-from ddq.modes.spark import executor_wait
+from ddq.spark import placement as placement_module
+from ddq.spark.context import executor_wait
+from ddq.spark.placement import LOOPBACK, placement
 
 TOWARD_MASTER = "198.18.74.1"
 

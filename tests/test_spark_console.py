@@ -13,7 +13,7 @@ CALL_A_JVM_THAT_HANGS_UP = textwrap.dedent("""
     from py4j.java_gateway import GatewayClient, GatewayParameters
     from py4j.protocol import ERROR
     if sys.argv[1] == "quiet":
-        from ddq.modes.spark import quiet_py4j
+        from ddq.spark.context import quiet_py4j
         quiet_py4j()
     peer = socket.create_server(("127.0.0.1", 0))
 

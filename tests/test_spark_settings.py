@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ddq.modes.spark import TASK_KILL_TIMEOUT, ddq_spark_defaults, local_master
-from ddq.modes.spark_start import SparkStarting
+from ddq.spark.context import TASK_KILL_TIMEOUT, ddq_spark_defaults, local_master
+from ddq.spark.start import SparkStarting
 
 pytestmark = pytest.mark.slow  # each test starts a JVM
 
@@ -50,7 +50,7 @@ def test_an_operators_spark_defaults_conf_keeps_the_settings_ddq_would_give_the_
     try:
         settings = starting.result().getConf()
         assert settings.get("spark.driver.defaultJavaOptions") == "-Dddq.operator=kept"
-        assert settings.get("spark.python.daemon.module") == "ddq.modes.spark_daemon"
+        assert settings.get("spark.python.daemon.module") == "ddq.spark.daemon"
         jvm = starting.context._gateway.proc.pid
         assert b"-Dddq.operator=kept" in Path(f"/proc/{jvm}/cmdline").read_bytes().split(b"\0")
     finally:

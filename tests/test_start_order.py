@@ -1,6 +1,6 @@
 """A run's start: reading its settings loads no torch (`ddq train --help` and a refused setting take a
 second, not four), a distributed run on a local master boots Spark's JVM before its checks import torch
-(`ddq.modes.jvm_boot`), and it starts Spark before it imports its wiring, so that Spark's JVM and
+(`ddq.spark.jvm_boot`), and it starts Spark before it imports its wiring, so that Spark's JVM and
 executors start while the driver builds the rest (`ddq.modes.launch`). Each check runs in a fresh
 interpreter, where nothing has imported torch yet."""
 

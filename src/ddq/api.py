@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import gymnasium as gym
     import torch
 
-    from ddq.modes.jvm_boot import BootingJvm
+    from ddq.spark.jvm_boot import BootingJvm
 
 
 class TrainingFailed(RuntimeError):
@@ -233,7 +233,7 @@ def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple
     """`values`, with the mode measured best here when neither they nor the config file name one, and
     the reason for it (None when one was named): the run's first line."""
     from ddq.config.measured import measured_mode
-    from ddq.modes.spark import launched_by_spark_submit
+    from ddq.spark.context import launched_by_spark_submit
 
     in_file = flat_settings(load_toml(config_file)) if config_file else {}
     if "mode" in values or "mode" in in_file:

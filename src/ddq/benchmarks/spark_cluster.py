@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ddq.benchmarks.testhosts import TestHosts
-from ddq.modes.spark import LOCAL_JVM_OPTIONS
+from ddq.spark.context import LOCAL_JVM_OPTIONS
 
 SPARK_HOME = Path(str(getattr(importlib.util.find_spec("pyspark"), "origin", ""))).parent  # found, not imported
 SPARK_CLASS = str(SPARK_HOME / "bin" / "spark-class")

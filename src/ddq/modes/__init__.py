@@ -13,7 +13,7 @@ from ddq.config import is_distributed
 if TYPE_CHECKING:
     from ddq.config import TrainConfig
     from ddq.modes.driver import Wiring
-    from ddq.modes.jvm_boot import BootingJvm
+    from ddq.spark.jvm_boot import BootingJvm
 
 
 def run_training(config: TrainConfig, run_dir: str | Path, started_at: float | None = None,

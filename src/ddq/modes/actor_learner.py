@@ -17,8 +17,8 @@ from ddq.config import TrainConfig
 from ddq.core.agent import epsilon_schedule
 from ddq.modes.driver import Wiring
 from ddq.modes.evaluators import PointEvaluator
-from ddq.modes.spark_tasks import actor_task
 from ddq.modes.weights_service import LearnerProcess
+from ddq.spark.tasks import actor_task
 
 
 def actor_learner(config: TrainConfig, resumed_env_steps: int = 0) -> Wiring:

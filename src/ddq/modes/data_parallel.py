@@ -24,8 +24,8 @@ from ddq.core.dqn import LinearSchedule
 from ddq.models import FlatParameters
 from ddq.modes.driver import Wiring
 from ddq.modes.evaluators import PointEvaluator
-from ddq.modes.spark_tasks import data_parallel_task
 from ddq.modes.weights_service import SERVING_TIMEOUT_S, ServiceContext
+from ddq.spark.tasks import data_parallel_task
 from ddq.transport.learner_channel import LearnerChannel
 from ddq.transport.weights_publisher import weights_messages
 from ddq.transport.wire import layout_bytes

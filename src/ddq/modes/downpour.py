@@ -15,8 +15,8 @@ from ddq.config import TrainConfig
 from ddq.core.agent import epsilon_schedule
 from ddq.modes.driver import Wiring
 from ddq.modes.evaluators import InlineEvaluator
-from ddq.modes.spark_tasks import barista_task
 from ddq.modes.weights_service import ShardFleet
+from ddq.spark.tasks import barista_task
 
 
 def downpour(config: TrainConfig) -> Wiring:

@@ -35,8 +35,6 @@ from ddq.lifecycle import StopReason, StopSignals, budget_spent, stop_reason
 from ddq.modes.evaluators import EvaluatorFactory, WeightsMirror
 from ddq.modes.launch import Launch
 from ddq.modes.run_services import RunServices
-from ddq.modes.spark import SparkJob, SparkJobFailed, SparkTask
-from ddq.modes.spark_start import SparkStarting
 from ddq.modes.weights_service import ServiceContext, WeightsService
 from ddq.processes import ProcessFailed, Supervisor
 from ddq.services.archive import save_telemetry
@@ -48,6 +46,8 @@ from ddq.services.telemetry import (
     shard_reports,
     worker_rows,
 )
+from ddq.spark.context import SparkJob, SparkJobFailed, SparkTask
+from ddq.spark.start import SparkStarting
 from ddq.transport.credentials import split_password
 from ddq.transport.redis_client import StoreError, snapshot_failed
 from ddq.transport.run_store import RunStore

@@ -2,7 +2,7 @@
 its Redis password, and Spark starting on a thread of the driver. Spark's JVM, its executors and their
 Python workers then start while the driver builds its wiring, its network and its services, instead of
 after. On the local master ddq picks, the JVM boots earlier still, while the settings are checked
-(`boot_spark`, `ddq.modes.jvm_boot`): those checks build the network, which imports torch, before anything
+(`boot_spark`, `ddq.spark.jvm_boot`): those checks build the network, which imports torch, before anything
 else may start."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import TrainConfig, is_distributed
-from ddq.modes.jvm_boot import BootingJvm
-from ddq.modes.placement import Placement, placement
-from ddq.modes.spark import launched_by_spark_submit, local_master, prepare_environment, quiet_py4j, spark_conf
-from ddq.modes.spark_start import SparkStarting
 from ddq.shipping import package_zip
+from ddq.spark.context import launched_by_spark_submit, local_master, prepare_environment, quiet_py4j, spark_conf
+from ddq.spark.jvm_boot import BootingJvm
+from ddq.spark.placement import Placement, placement
+from ddq.spark.start import SparkStarting
 from ddq.transport.credentials import run_password
 
 APP_PREFIX = "ddq-"  # Spark's application name: this, then the run's id
@@ -52,7 +52,7 @@ def spark_driver(config: TrainConfig, submitted: bool) -> SparkDriver:
 
 def boot_spark(config: TrainConfig) -> BootingJvm | None:
     """Spark's JVM for a distributed run on the local master ddq picks, launched now, on a thread, while the
-    settings are checked (`ddq.modes.jvm_boot`); None for serial runs, a named master (a cluster's, or a
+    settings are checked (`ddq.spark.jvm_boot`); None for serial runs, a named master (a cluster's, or a
     local one not checked yet), spark-submit's JVM and a `--listen` address (not checked yet, and the JVM's
     environment would carry it). The caller kills it when a check fails, or hands it to `launch`."""
     d = config.distributed

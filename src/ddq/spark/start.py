@@ -14,9 +14,7 @@ from typing import Any
 
 from ddq.config import DistributedConfig
 from ddq.config.masters import is_local
-from ddq.modes.jvm_archive import java_options, writing_to
-from ddq.modes.jvm_boot import BootingJvm
-from ddq.modes.spark import (
+from ddq.spark.context import (
     SparkJobFailed,
     prepare_environment,
     python_error,
@@ -25,6 +23,8 @@ from ddq.modes.spark import (
     start_context,
     task_slots,
 )
+from ddq.spark.jvm_archive import java_options, writing_to
+from ddq.spark.jvm_boot import BootingJvm
 
 SPARK_STOP_WAIT_S = 15.0
 JVM_ARCHIVE_WAIT_S = 60.0  # a first run's JVM writing its class-data archive as it exits took 7 s on 2 cores
@@ -42,7 +42,7 @@ def warm_workers(context: Any, workers: int) -> None:
 
 
 def _import_a_worker(_rows: Iterator) -> Iterator[int]:
-    import ddq.modes.spark_daemon  # noqa: F401  (what every task imports; free in a worker forked from it)
+    import ddq.spark.daemon  # noqa: F401  (what every task imports; free in a worker forked from it)
 
     yield 0
 
@@ -184,7 +184,7 @@ def forget_gateway(context: Any) -> None:
 def end_stopped_jvm(jvm: Any, writing_archive: bool) -> None:
     """Closes the standard input of the JVM whose Spark stopped, which makes it exit (pyspark's gateway
     watches it) now rather than when this process does: a second run in this process starts a JVM of its
-    own (`forget_gateway`). Where it writes its class-data archive (`ddq.modes.jvm_archive`), waits for it:
+    own (`forget_gateway`). Where it writes its class-data archive (`ddq.spark.jvm_archive`), waits for it:
     a first run's JVM takes seconds to, and would still be writing after `ddq train` ended. Killed if it
     has not ended within JVM_ARCHIVE_WAIT_S. Otherwise it exits in the background, within a second or two."""
     with contextlib.suppress(OSError, ValueError):

@@ -1,5 +1,5 @@
 """Spark for the distributed modes, on the driver: its SparkContext, and the job that runs the workers' tasks
-(`ddq.modes.spark_tasks`)."""
+(`ddq.spark.tasks`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config.masters import is_local, is_standalone
-from ddq.modes.jvm_archive import java_options, jvm_options, note_class_path
-from ddq.modes.jvm_boot import BootingJvm, launch_jvm
-from ddq.modes.operator_conf import operator_settings
+from ddq.spark.jvm_archive import java_options, jvm_options, note_class_path
+from ddq.spark.jvm_boot import BootingJvm, launch_jvm
+from ddq.spark.operator_conf import operator_settings
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
 TASK_RETRIES = 4
@@ -37,7 +37,7 @@ LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 
-SparkTask = Callable[[int, Iterator, str, str, str, int], Iterator[dict]]  # one of ddq.modes.spark_tasks'
+SparkTask = Callable[[int, Iterator, str, str, str, int], Iterator[dict]]  # one of ddq.spark.tasks'
 
 
 class SparkJobFailed(RuntimeError):
@@ -143,7 +143,7 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
         # (a JVM spark-submit started already runs: no option reaches it, so no archive is looked for)
         sharing = "" if launched_by_spark_submit() else jvm_options()
         launch_defaults = {"spark.driver.defaultJavaOptions": f"{LOCAL_JVM_OPTIONS} {sharing}".rstrip(),
-                           "spark.python.daemon.module": "ddq.modes.spark_daemon"}
+                           "spark.python.daemon.module": "ddq.spark.daemon"}
         operators = operator_settings()  # what spark-defaults.conf names: a --conf of ddq's would override it
         for key, value in launch_defaults.items():
             if key not in operators:
@@ -157,7 +157,7 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
 def start_context(conf: Any, log_path: Path | None, password: str | None = None, workers: int = 1,
                   booted: BootingJvm | None = None) -> Any:
     """Starts the JVM (its output into `log_path`, when given and ddq starts it), or takes the one `booted`
-    for `conf` (`ddq.modes.jvm_boot`), and the context on it, once a cluster's executors offer a task slot
+    for `conf` (`ddq.spark.jvm_boot`), and the context on it, once a cluster's executors offer a task slot
     for each of the run's `workers` (`executor_wait`). The run's Redis `password` reaches the executors in
     their launch environment, when `password_route` allows: set after the JVM started, as what the JVM
     starts with is on its command line."""

@@ -5,7 +5,7 @@ torch: most of a second in which the JVM that Spark's context needs could boot o
 master's JVM reaches nothing beyond this host until its context is made, so a distributed run that names
 no master launches it (pyspark's `launch_gateway`) on a thread as the checks begin, holds what it prints
 until the run folder exists, and ends it when a check fails: the mistake is still one line, and no
-process is left. The context is made once the checks pass (`ddq.modes.spark_start.SparkStarting`). A two-worker
+process is left. The context is made once the checks pass (`ddq.spark.start.SparkStarting`). A two-worker
 LunarLander-v3 run's Python workers were then warm 3.4-3.7 s after the command against 4.2-4.4 s, and its
 first update came about 0.8 s sooner (2026-11-29, 2 cores); booting the context too gained nothing more
 there, as the JVM and the checks then share the cores for longer. A cluster master is reached only after
@@ -22,12 +22,12 @@ import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ddq.modes.jvm_archive import java_options, writing_to
 from ddq.processes import stop
 from ddq.run_folder import cannot_write
+from ddq.spark.jvm_archive import java_options, writing_to
 
 # How long this process, as it exits, waits for the rest of the JVM's output: the JVM exits within a second
-# or two of its run's end (`ddq.modes.spark_start.end_stopped_jvm`), mostly while the run writes its summary.
+# or two of its run's end (`ddq.spark.start.end_stopped_jvm`), mostly while the run writes its summary.
 OUTPUT_TAIL_WAIT_S = 3.0
 JVM_END_WAIT_S = 5.0  # how long a JVM told to end (SIGTERM) may take before it is killed
 

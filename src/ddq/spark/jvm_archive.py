@@ -152,7 +152,7 @@ def jvm_options() -> str:
 
 
 def java_options(conf: Any) -> str:
-    """The options ddq gives the JVM it starts (`ddq.modes.spark.spark_conf`), from its SparkConf."""
+    """The options ddq gives the JVM it starts (`ddq.spark.context.spark_conf`), from its SparkConf."""
     return str(conf.get("spark.driver.defaultJavaOptions", ""))
 
 

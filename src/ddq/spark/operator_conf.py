@@ -5,7 +5,7 @@ must be on the command line `launch_gateway` builds, and spark-submit lets a `--
 properties file says. The context's configuration cannot be asked before the JVM exists, so ddq reads the
 files spark-submit will read (`properties_files`) and leaves those settings to them. (A `--conf` in
 `PYSPARK_SUBMIT_ARGS` follows ddq's on the command line, so it wins without this; settings made once the JVM
-runs are left to the operator's in `ddq.modes.spark`.)
+runs are left to the operator's in `ddq.spark.context`.)
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import shlex
 from pathlib import Path
 
-from ddq.modes.jvm_archive import spark_conf_folder
+from ddq.spark.jvm_archive import spark_conf_folder
 
 # a properties line: its key, then blanks, "=" or ":" (java.util.Properties' separators), then the value
 PROPERTY = re.compile(r"^[ \t\f]*([^ \t\f=:#!][^ \t\f=:]*)[ \t\f]*[=: \t\f]")
