@@ -363,3 +363,56 @@ def test_a_cluster_that_gives_the_workers_no_core_ends_the_run_at_its_stall_time
             "ddq: error: the run cannot go on: Spark started no worker within stall_timeout (6 s): no executor "
             "took a task (are the workers' hosts up, with a free core each?)"]
     assert summary["env_steps"] == 0 and left_running(run_dir, text) == []
+
+
+@pytest.fixture
+def silent_resource_manager(tmp_path) -> Iterator[tuple[Path, list]]:
+    """A YARN configuration whose resource manager is a loopback socket that takes connections and never
+    answers (Hadoop's RPC client then waits for good: no timeout by default); the connections it took."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    taken: list[socket.socket] = []
+
+    def take() -> None:
+        with contextlib.suppress(OSError):  # closed as the test ends
+            while True:
+                taken.append(listener.accept()[0])
+
+    threading.Thread(target=take, daemon=True).start()
+    conf = tmp_path / "hadoop-conf"
+    conf.mkdir()
+    (conf / "yarn-site.xml").write_text(
+        "<configuration><property><name>yarn.resourcemanager.address</name>"
+        f"<value>127.0.0.1:{listener.getsockname()[1]}</value></property></configuration>\n")
+    try:
+        yield conf, taken
+    finally:
+        listener.close()
+        for connection in taken:
+            connection.close()
+
+
+def test_a_yarn_master_that_never_answers_ends_the_run_at_its_stall_timeout(tmp_path, silent_resource_manager):
+    """Spark's context waits on YARN's resource manager for as long as it stays silent, and the driver had
+    waited with it, past any signal but a second: the JVM ddq started is now ended `stall_timeout` s after it
+    was up, and the run with it, in one line."""
+    conf, taken = silent_resource_manager
+    run_dir, log = tmp_path / "run", tmp_path / "train.log"
+    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, "--spark-master", "yarn",
+                                "--stall-timeout", "8", "--total-steps", "2000", "--run-dir", str(run_dir)],
+                               stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1", HADOOP_CONF_DIR=str(conf)))
+    try:
+        code, _ = finish(process, log, timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = log.read_text()
+    assert code == 1 and taken, text[-3000:]  # Spark reached the resource manager, which never answered
+    assert [line for line in text.splitlines() if line.startswith("ddq: error:")] == [
+        "ddq: error: the run cannot go on: Spark made no context within stall_timeout (8 s): the master yarn did "
+        "not take the application (its resource manager up and reachable? its queue accepting it?)"]
+    assert summary_of(run_dir)["env_steps"] == 0 and left_running(run_dir, text) == []

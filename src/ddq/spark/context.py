@@ -154,15 +154,9 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
             .set("spark.task.maxFailures", str(TASK_RETRIES)).set("spark.python.worker.reuse", "true"))
 
 
-def start_context(conf: Any, log_path: Path | None, password: str | None = None, workers: int = 1,
-                  booted: BootingJvm | None = None) -> Any:
-    """Starts the JVM (its output into `log_path`, when given and ddq starts it), or takes the one `booted`
-    for `conf` (`ddq.spark.jvm_boot`), and the context on it, once a cluster's executors offer a task slot
-    for each of the run's `workers` (`executor_wait`). The run's Redis `password` reaches the executors in
-    their launch environment, when `password_route` allows: set after the JVM started, as what the JVM
-    starts with is on its command line."""
-    from pyspark import SparkContext
-
+def jvm_gateway(conf: Any, log_path: Path | None, booted: BootingJvm | None = None) -> Any:
+    """The py4j gateway to the JVM a context for `conf` runs on: the one `booted` for it (`ddq.spark.jvm_boot`),
+    spark-submit's, or one ddq starts now (its output into `log_path`, when given)."""
     if booted is not None:
         gateway = booted.gateway(log_path)
     elif log_path is None or launched_by_spark_submit():  # spark-submit's JVM exists already, with its own stderr
@@ -172,6 +166,16 @@ def start_context(conf: Any, log_path: Path | None, password: str | None = None,
             gateway = launch_jvm(conf, log)
     if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's: the class path an archive it writes needs
         note_class_path(java_options(conf), gateway.proc.pid)
+    return gateway
+
+
+def start_context(conf: Any, gateway: Any, password: str | None = None, workers: int = 1) -> Any:
+    """The context for `conf` on `gateway`'s JVM (`jvm_gateway`), once a cluster's executors offer a task slot
+    for each of the run's `workers` (`executor_wait`). The run's Redis `password` reaches the executors in
+    their launch environment, when `password_route` allows: set after the JVM started, as what the JVM
+    starts with is on its command line."""
+    from pyspark import SparkContext
+
     settings = gateway.jvm.org.apache.spark.SparkConf(True)  # conf, spark-submit's and spark-defaults.conf's
     master = settings.get("spark.master", "local[*]")
     if password is not None:

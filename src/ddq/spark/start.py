@@ -16,6 +16,7 @@ from ddq.config import DistributedConfig
 from ddq.config.masters import is_local
 from ddq.spark.context import (
     SparkJobFailed,
+    jvm_gateway,
     prepare_environment,
     python_error,
     quiet_py4j,
@@ -72,6 +73,8 @@ class SparkStarting:
         else:  # the conf its JVM was launched with, `app` included (the class-data archive it writes is named there)
             self.conf = booted.conf
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
+        self.gateway: Any = None  # the JVM's, once it is there
+        self.jvm_up: float | None = None  # when it was (time.monotonic())
         self.context: Any = None
         self.stopped = False
         self.abandoned = threading.Event()  # the driver no longer waits for it: no warm-up to start
@@ -83,7 +86,9 @@ class SparkStarting:
 
     def _start(self, log_path: Path | None, workers: int, ship: Callable[[Any], None]) -> None:
         try:
-            self.context = start_context(self.conf, log_path, self.password, workers, self.booted)
+            self.gateway = jvm_gateway(self.conf, log_path, self.booted)
+            self.jvm_up = time.monotonic()
+            self.context = start_context(self.conf, self.gateway, self.password, workers)
             slots = task_slots(self.context)
             if slots < workers:
                 print(f"ddq: Spark's executors offer {slots} of the {workers} task slots the workers need (after "
@@ -98,16 +103,20 @@ class SparkStarting:
 
     def result(self, stopped: Callable[[], bool] = lambda: False, timeout: float = START_WAIT_S) -> Any | None:
         """The context, once made and its Python workers warmed (an error in that is raised here); None once
-        `stopped()` (a signal of the user's) ends the run first. SparkJobFailed when no task of the warm-up
-        has started `timeout` s after the context was made (Spark's own wait for executors is over by then):
-        a cluster whose executors never take a task leaves Spark waiting for good (it repeats that the job
-        "has not accepted any resources"). A slow start that is under way (executors unpacking an archive,
-        importing torch) is waited for."""
+        `stopped()` (a signal of the user's) ends the run first. SparkJobFailed when Spark has made no context
+        `timeout` s after its JVM was up (a YARN resource manager that never answers, a queue that never
+        accepts the application: Spark waits for good), or no task of the warm-up has started `timeout` s
+        after the context was made (Spark's own wait for executors is over by then: a cluster whose
+        executors never take a task leaves Spark repeating that the job "has not accepted any resources").
+        A slow start that is under way (executors unpacking an archive, importing torch) is waited for."""
         idle_since: float | None = None  # since when the context has been there and no task of its has started
         while self.thread.is_alive():
             if stopped():
                 self._abandon()
                 return None
+            if self.context is None and self.jvm_up is not None and time.monotonic() - self.jvm_up > timeout:
+                self._abandon()
+                raise SparkJobFailed(f"Spark made no context within stall_timeout ({timeout:g} s): {self._why_late()}")
             if self.context is not None and not self._a_task_started():
                 idle_since = idle_since or time.monotonic()
                 if time.monotonic() - idle_since > timeout:
@@ -120,6 +129,13 @@ class SparkStarting:
         if self.error is not None:
             raise self.error
         return self.context
+
+    def _why_late(self) -> str:
+        master = self.conf.get("spark.master")  # None: spark-submit's, which its JVM has
+        if is_local(master):
+            return "this machine made Spark's context slower than that: give a larger stall_timeout"
+        return (f"the master {master or 'spark-submit was given'} did not take the application (its resource "
+                f"manager up and reachable? its queue accepting it?)")
 
     def _a_task_started(self) -> bool:
         """Whether a task of the context's has started, to run, end or fail (Spark's status tracker; true once
@@ -135,11 +151,16 @@ class SparkStarting:
         return self.task_started
 
     def _abandon(self) -> None:
-        """No warm-up starts from now on, and the one running is cancelled (its thread then ends)."""
+        """No warm-up starts from now on, and the one running is cancelled (its thread then ends). A context
+        still being made waits on its master, perhaps for good: the JVM ddq started for it is killed, which
+        ends the wait (one of spark-submit's is spark-submit's to end, as this process exits)."""
         self.abandoned.set()
         if self.context is not None:
             with contextlib.suppress(Exception):  # a context being stopped, or gone
                 self.context.cancelAllJobs()
+        elif self.gateway is not None and getattr(self.gateway, "proc", None) is not None:
+            self.gateway.proc.kill()
+            self.gateway.proc.wait()
 
     def stop(self) -> None:
         """Stops the context, waiting at most SPARK_STOP_WAIT_S: with its executors unreachable (a driver cut
