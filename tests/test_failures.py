@@ -307,6 +307,21 @@ def test_spark_workers_whose_python_lacks_ddq_end_the_run_in_one_line_that_says_
     assert left_running(run_dir, result.stderr) == []
 
 
+@contextlib.contextmanager
+def starting_spark(log: Path, *flags: str, **environment: str) -> Iterator[subprocess.Popen]:
+    """`ddq train` with RUN and `flags`, its stderr into `log`, `environment` added to its own; killed if the
+    test ends before it does."""
+    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, *flags], stdout=subprocess.PIPE,
+                               stderr=log.open("w"), text=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1", **environment))
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 @pytest.fixture
 def master_without_workers(tmp_path) -> Iterator[str]:
     """A Spark standalone master on loopback with no worker daemon: a job sent to it never gets a core."""
@@ -340,19 +355,12 @@ def test_a_cluster_that_gives_the_workers_no_core_ends_the_run_at_its_stall_time
     (conf / "spark-defaults.conf").write_text("spark.scheduler.maxRegisteredResourcesWaitingTime 1s\n")
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
     stall = "6" if ending == "stall_timeout" else "300"
-    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, "--spark-master", master_without_workers,
-                                "--stall-timeout", stall, "--total-steps", "2000", "--run-dir", str(run_dir)],
-                               stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1", SPARK_CONF_DIR=str(conf)))
-    try:
+    with starting_spark(log, "--spark-master", master_without_workers, "--stall-timeout", stall, "--total-steps",
+                        "2000", "--run-dir", str(run_dir), SPARK_CONF_DIR=str(conf)) as process:
         if ending == "SIGINT":
             wait_for(lambda: "offer 0 of the 2 task slots" in log.read_text(), process)  # the context is made
             process.send_signal(signal.SIGINT)
         code, _ = finish(process, log, timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     text = log.read_text()
     summary = summary_of(run_dir)
     if ending == "SIGINT":
@@ -400,16 +408,9 @@ def test_a_yarn_master_that_never_answers_ends_the_run_at_its_stall_timeout(tmp_
     was up, and the run with it, in one line."""
     conf, taken = silent_resource_manager
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
-    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, "--spark-master", "yarn",
-                                "--stall-timeout", "8", "--total-steps", "2000", "--run-dir", str(run_dir)],
-                               stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1", HADOOP_CONF_DIR=str(conf)))
-    try:
+    with starting_spark(log, "--spark-master", "yarn", "--stall-timeout", "8", "--total-steps", "2000",
+                        "--run-dir", str(run_dir), HADOOP_CONF_DIR=str(conf)) as process:
         code, _ = finish(process, log, timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     text = log.read_text()
     assert code == 1 and taken, text[-3000:]  # Spark reached the resource manager, which never answered
     assert [line for line in text.splitlines() if line.startswith("ddq: error:")] == [
