@@ -101,6 +101,31 @@ def test_a_listening_redis_passes_over_a_redis_server_without_tls_earlier_on_pat
     assert redis_server_binary() == str(without_tls)
 
 
+@pytest.mark.parametrize("listening", [False, True], ids=["tcp", "tls"])
+def test_a_port_taken_between_its_choice_and_the_servers_bind_is_chosen_again(listening, monkeypatch):
+    """Another process binds the port ddq found free before redis-server does (here a listener of the test's,
+    handed out as the first free port): the server starts on a port chosen again. A port the caller named
+    and another process holds is a failure, with the server's own words."""
+    import socket
+
+    import ddq.transport.redis_server as redis_server
+
+    host = ADDRESS if listening else "127.0.0.1"
+    with socket.create_server((host, 0)) as taken:
+        held = taken.getsockname()[1]
+        handed = iter([held])
+        monkeypatch.setattr(redis_server, "free_port", lambda address="127.0.0.1": next(handed, None)
+                            or free_port(address))
+        options = dict(listen=ADDRESS, run="port") if listening else dict(tcp=True)
+        with EmbeddedRedis(**options) as server:
+            port = server.listen_port if listening else server.port
+            assert port != held and connect(server.remote_url).ping()
+            assert server.log_path.read_text().count("Address already in use") == 1
+        if listening:
+            with pytest.raises(RuntimeError, match="Address already in use"):
+                EmbeddedRedis(listen=ADDRESS, run="port", listen_port=held)
+
+
 def test_listen_must_be_an_address_of_this_host():
     check_listen(ADDRESS)
     with pytest.raises(SettingError, match="--listen 192.0.2.1: not an address of this host"):

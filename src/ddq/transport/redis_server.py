@@ -27,6 +27,7 @@ ACL_USER = "ddq"
 SNAPSHOT_EVERY_S = 2  # a persistent server writes its snapshot this often (when anything changed)
 SNAPSHOT_NAME = "redis.rdb"
 RESTART_TIMEOUT_S = 60.0
+PORT_TRIES = 3  # starts on a port ddq chose, each found free and then taken by another process
 # What the run's user may send: the commands ddq (this package) and Celery (kombu's Redis transport, Celery's
 # Redis result backend) send, read from their code and checked against a real run's INFO commandstats; none
 # that reach the host (CONFIG, SAVE, BGSAVE, DEBUG, MODULE, SHUTDOWN, REPLICAOF, ACL) or wipe the store
@@ -142,10 +143,9 @@ class EmbeddedRedis:
         if rdb is not None:
             shutil.copyfile(rdb, self.folder / "dump.rdb")
         self.socket_path = self.folder / "redis.sock"
-        self.port = free_port() if tcp else 0
         self.log_path = Path(log_dir or self.folder) / "redis.log"
         self.timeout, self.persist = timeout, persist
-        settings = {"port": str(self.port), "bind": "127.0.0.1", "unixsocket": str(self.socket_path),
+        settings = {"bind": "127.0.0.1", "unixsocket": str(self.socket_path),
                     "unixsocketperm": "700", "save": '""', "appendonly": "no", "dir": str(self.folder),
                     "protected-mode": "yes", "proto-max-bulk-len": str(512 * 2**20)}
         if persist is not None:
@@ -161,14 +161,36 @@ class EmbeddedRedis:
         self.listen_port = listen_port
         if listen:
             settings.update(self._listening(listen, advertise or listen, run))
-        self._settings = "".join(f"{key} {value}\n" for key, value in settings.items())
-        self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
         atexit.register(self.stop)
-        try:
-            self._wait_until_ready(timeout)
-        except RuntimeError:
-            self.stop()
-            raise
+        self._start(settings, tcp, (listen, advertise or listen) if listen else None, timeout)
+
+    def _start(self, settings: dict[str, str], tcp: bool, listening: tuple[str, str] | None,
+               timeout: float) -> None:
+        """Starts the server with `settings` and its ports. A port found free may be taken by another process
+        before the server binds it: one ddq chose is then chosen again, up to PORT_TRIES times (a port the
+        caller named stays; so does a restarted server's, which its clients know)."""
+        choosing = tcp or listening is not None and self.listen_port is None
+        named_port = self.listen_port
+        for attempt in range(1, PORT_TRIES + 1):
+            self.port = free_port() if tcp else 0
+            settings["port"] = str(self.port)
+            if listening is not None:
+                listen, advertise = listening
+                self.listen_port = named_port or free_port(listen)
+                settings.update({"port": "0", "tls-port": str(self.listen_port)})
+                self.remote = (f"rediss://{ACL_USER}:{self._password}@{_host(advertise)}:{self.listen_port}/0"
+                               f"?ssl_ca_data={quote(self.ca_pem)}")
+            self._settings = "".join(f"{key} {value}\n" for key, value in settings.items())
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
+            try:
+                self._wait_until_ready(timeout)
+                return
+            except RuntimeError:
+                stop(self.process)
+                if not (choosing and attempt < PORT_TRIES and self._port_was_taken(logged)):
+                    self.stop()
+                    raise
 
     def restart(self) -> subprocess.Popen:
         """Starts the server again, after it died, with the same settings (address, password, certificates),
@@ -185,15 +207,19 @@ class EmbeddedRedis:
         """The settings of a server for other hosts: TLS on `listen` (plain TCP off), the default user off,
         one user with a password generated now; clients trust the run's CA, which the remote URL carries."""
         certificates = make_server_certificates(self.folder / "tls", sorted({advertise, "127.0.0.1"}), run)
+        self.ca_pem = certificates.ca_pem
         self._password = self._password or secrets.token_urlsafe(32)
-        tls_port = self.listen_port = self.listen_port or free_port(listen)
-        self.remote = (f"rediss://{ACL_USER}:{self._password}@{_host(advertise)}:{tls_port}/0"
-                       f"?ssl_ca_data={quote(certificates.ca_pem)}")
-        return {"port": "0", "bind": listen, "tls-port": str(tls_port), "tls-cert-file": str(certificates.cert_file),
+        return {"bind": listen, "tls-cert-file": str(certificates.cert_file),
                 "tls-key-file": str(certificates.key_file), "tls-ca-cert-file": str(certificates.ca_file),
                 "tls-auth-clients": "no", "protected-mode": "no",
                 "user default": "off",
                 f"user {ACL_USER}": f"on >{self._password} ~* &* -@all " + " ".join(f"+{c}" for c in RUN_COMMANDS)}
+
+    def _port_was_taken(self, logged: int) -> bool:
+        """Whether the server's log, from byte `logged` on (this attempt's), says its port was in use."""
+        with open(self.log_path, "rb") as log:
+            log.seek(logged)
+            return b"Address already in use" in log.read()
 
     @property
     def url(self) -> str:
@@ -231,7 +257,7 @@ class EmbeddedRedis:
                 with self.client(socket_timeout=1, retry=OutageRetry(0)) as client:
                     if client.ping():
                         return
-            except (redis.ConnectionError, FileNotFoundError):
+            except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):  # (a port another process holds)
                 time.sleep(0.02)
         raise RuntimeError(f"redis-server did not answer within {timeout:.0f} s (log: {self.log_path})")
 
