@@ -311,9 +311,9 @@ def test_spark_workers_whose_python_lacks_ddq_end_the_run_in_one_line_that_says_
 def starting_spark(log: Path, *flags: str, **environment: str) -> Iterator[subprocess.Popen]:
     """`ddq train` with RUN and `flags`, its stderr into `log`, `environment` added to its own; killed if the
     test ends before it does."""
-    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, *flags], stdout=subprocess.PIPE,
-                               stderr=log.open("w"), text=True,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1", **environment))
+    with log.open("w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "ddq", "train", *RUN, *flags], stdout=subprocess.PIPE,
+                                   stderr=stderr, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1", **environment))
     try:
         yield process
     finally:
@@ -354,7 +354,7 @@ def test_a_cluster_that_gives_the_workers_no_core_ends_the_run_at_its_stall_time
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text("spark.scheduler.maxRegisteredResourcesWaitingTime 1s\n")
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
-    stall = "6" if ending == "stall_timeout" else "300"
+    stall = "8" if ending == "stall_timeout" else "300"
     with starting_spark(log, "--spark-master", master_without_workers, "--stall-timeout", stall, "--total-steps",
                         "2000", "--run-dir", str(run_dir), SPARK_CONF_DIR=str(conf)) as process:
         if ending == "SIGINT":
@@ -368,7 +368,7 @@ def test_a_cluster_that_gives_the_workers_no_core_ends_the_run_at_its_stall_time
     else:
         assert code == 1, text[-3000:]
         assert [line for line in text.splitlines() if line.startswith("ddq: error:")] == [
-            "ddq: error: the run cannot go on: Spark started no worker within stall_timeout (6 s): no executor "
+            "ddq: error: the run cannot go on: Spark started no worker within stall_timeout (8 s): no executor "
             "took a task (are the workers' hosts up, with a free core each?)"]
     assert summary["env_steps"] == 0 and left_running(run_dir, text) == []
 
@@ -384,11 +384,12 @@ def silent_resource_manager(tmp_path) -> Iterator[tuple[Path, list]]:
     taken: list[socket.socket] = []
 
     def take() -> None:
-        with contextlib.suppress(OSError):  # closed as the test ends
+        with contextlib.suppress(OSError):  # shut down as the test ends
             while True:
                 taken.append(listener.accept()[0])
 
-    threading.Thread(target=take, daemon=True).start()
+    taking = threading.Thread(target=take, daemon=True)
+    taking.start()
     conf = tmp_path / "hadoop-conf"
     conf.mkdir()
     (conf / "yarn-site.xml").write_text(
@@ -397,6 +398,8 @@ def silent_resource_manager(tmp_path) -> Iterator[tuple[Path, list]]:
     try:
         yield conf, taken
     finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone does not)
+        taking.join()
         listener.close()
         for connection in taken:
             connection.close()
@@ -405,15 +408,21 @@ def silent_resource_manager(tmp_path) -> Iterator[tuple[Path, list]]:
 def test_a_yarn_master_that_never_answers_ends_the_run_at_its_stall_timeout(tmp_path, silent_resource_manager):
     """Spark's context waits on YARN's resource manager for as long as it stays silent, and the driver had
     waited with it, past any signal but a second: the JVM ddq started is now ended `stall_timeout` s after it
-    was up, and the run with it, in one line."""
+    was up and Spark's own wait for executors (1 s, an operator's spark-defaults.conf), and the run with it,
+    in one line."""
     conf, taken = silent_resource_manager
+    spark_conf = tmp_path / "spark-conf"
+    spark_conf.mkdir()
+    (spark_conf / "spark-defaults.conf").write_text("spark.scheduler.maxRegisteredResourcesWaitingTime 1s\n")
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
-    with starting_spark(log, "--spark-master", "yarn", "--stall-timeout", "8", "--total-steps", "2000",
-                        "--run-dir", str(run_dir), HADOOP_CONF_DIR=str(conf)) as process:
+    with starting_spark(log, "--spark-master", "yarn", "--listen", "127.0.0.1", "--stall-timeout", "10",
+                        "--total-steps", "2000", "--run-dir", str(run_dir), HADOOP_CONF_DIR=str(conf),
+                        SPARK_CONF_DIR=str(spark_conf)) as process:
         code, _ = finish(process, log, timeout=120)
     text = log.read_text()
     assert code == 1 and taken, text[-3000:]  # Spark reached the resource manager, which never answered
     assert [line for line in text.splitlines() if line.startswith("ddq: error:")] == [
-        "ddq: error: the run cannot go on: Spark made no context within stall_timeout (8 s): the master yarn did "
-        "not take the application (its resource manager up and reachable? its queue accepting it?)"]
+        "ddq: error: the run cannot go on: Spark made no context within stall_timeout (10 s) after Spark's own wait "
+        "for executors (1 s): the master yarn did not take the application, or its executors did not register "
+        "(its resource manager up and reachable? its queue accepting it, or busy: a larger stall_timeout?)"]
     assert summary_of(run_dir)["env_steps"] == 0 and left_running(run_dir, text) == []

@@ -15,7 +15,7 @@ from typing import Any
 
 from ddq.config.masters import is_local, is_standalone
 from ddq.spark.jvm_archive import java_options, jvm_options, note_class_path
-from ddq.spark.jvm_boot import BootingJvm, launch_jvm
+from ddq.spark.jvm_boot import BootingJvm, end_unused_jvm, launch_jvm
 from ddq.spark.operator_conf import operator_settings
 from ddq.transport.credentials import PASSWORD_VARIABLE, executor_url
 
@@ -169,11 +169,13 @@ def jvm_gateway(conf: Any, log_path: Path | None, booted: BootingJvm | None = No
     return gateway
 
 
-def start_context(conf: Any, gateway: Any, password: str | None = None, workers: int = 1) -> Any:
+def start_context(conf: Any, gateway: Any, made: Callable[[Any], None], password: str | None = None,
+                  workers: int = 1) -> Any:
     """The context for `conf` on `gateway`'s JVM (`jvm_gateway`), once a cluster's executors offer a task slot
-    for each of the run's `workers` (`executor_wait`). The run's Redis `password` reaches the executors in
-    their launch environment, when `password_route` allows: set after the JVM started, as what the JVM
-    starts with is on its command line."""
+    for each of the run's `workers` (`executor_wait`); `made(context)` is told of it before anything else
+    reaches its JVM. The run's Redis `password` reaches the executors in their launch environment, when
+    `password_route` allows: set after the JVM started, as what the JVM starts with is on its command line.
+    A JVM of ddq's is ended when no context is made on it (one of spark-submit's is spark-submit's)."""
     from pyspark import SparkContext
 
     settings = gateway.jvm.org.apache.spark.SparkConf(True)  # conf, spark-submit's and spark-defaults.conf's
@@ -192,13 +194,38 @@ def start_context(conf: Any, gateway: Any, password: str | None = None, workers:
         context = SparkContext(conf=conf, gateway=gateway)
     except BaseException:
         if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's, which no context will stop
-            gateway.proc.kill()
-            gateway.proc.wait()
+            end_unused_jvm(gateway.proc, conf)
+        forget_gateway(gateway)
         raise
+    made(context)
     if not is_local(master):  # executors have it from their launch; each task's function need not
         context.environment.pop(PASSWORD_VARIABLE, None)
     context.setLogLevel("ERROR")
     return context
+
+
+def master_and_wait(gateway: Any) -> tuple[str, float]:
+    """The master `gateway`'s JVM was given (by ddq, spark-submit or spark-defaults.conf), and how long making a
+    context there may wait for a cluster's executors to register (its
+    spark.scheduler.maxRegisteredResourcesWaitingTime; none on a local master), in seconds."""
+    settings = gateway.jvm.org.apache.spark.SparkConf(True)
+    master = str(settings.get("spark.master", "local[*]"))
+    if is_local(master):
+        return master, 0.0
+    wait = settings.get("spark.scheduler.maxRegisteredResourcesWaitingTime", "30s")
+    return master, float(gateway.jvm.org.apache.spark.network.util.JavaUtils.timeStringAsMs(wait)) / 1000
+
+
+def forget_gateway(gateway: Any) -> None:
+    """pyspark keeps a process's first gateway for every later context, even one made on a gateway of its own:
+    forgotten once its context stops, or once none could be made on it, a later run in this process
+    (`ddq.train` called again) starts on its own JVM, not on one that ended."""
+    from pyspark import SparkContext
+
+    with SparkContext._lock:
+        if SparkContext._gateway is gateway:
+            SparkContext._gateway = None
+            SparkContext._jvm = None
 
 
 def ddq_spark_defaults(master: str, workers: int, task_cpus: int) -> dict[str, str]:

@@ -153,9 +153,15 @@ class BootingJvm:
             return
         with contextlib.suppress(Exception):  # its py4j connection, which nothing used
             self.launched.close()
-        # SIGTERM, not SIGKILL: its shutdown hook removes the temporary folder Spark's launcher made (killed, it
-        # left an empty spark-* folder at every mistake). It then writes its class-data archive too, of a JVM
-        # that made no context: dropped, not left for a later run to find
-        stop(self.launched.proc, JVM_END_WAIT_S)
-        if (archive := writing_to(java_options(self.conf))) is not None:
-            Path(archive).unlink(missing_ok=True)
+        end_unused_jvm(self.launched.proc, self.conf)
+
+
+def end_unused_jvm(jvm: Any, conf: Any) -> None:
+    """Ends the JVM process `jvm`, launched for `conf`, that made no context: SIGTERM, not SIGKILL, as its
+    shutdown hook removes the temporary folder Spark's launcher made (killed, it left an empty spark-* folder
+    at every mistake). It then writes its class-data archive too, of a JVM that made no context: dropped,
+    with the class path noted beside it, not left for a later run to find."""
+    stop(jvm, JVM_END_WAIT_S)
+    if (archive := writing_to(java_options(conf))) is not None:
+        for written in (Path(archive), Path(f"{archive}.classpath")):
+            written.unlink(missing_ok=True)

@@ -16,7 +16,9 @@ from ddq.config import DistributedConfig
 from ddq.config.masters import is_local
 from ddq.spark.context import (
     SparkJobFailed,
+    forget_gateway,
     jvm_gateway,
+    master_and_wait,
     prepare_environment,
     python_error,
     quiet_py4j,
@@ -25,7 +27,7 @@ from ddq.spark.context import (
     task_slots,
 )
 from ddq.spark.jvm_archive import java_options, writing_to
-from ddq.spark.jvm_boot import BootingJvm
+from ddq.spark.jvm_boot import BootingJvm, end_unused_jvm
 
 SPARK_STOP_WAIT_S = 15.0
 JVM_ARCHIVE_WAIT_S = 60.0  # a first run's JVM writing its class-data archive as it exits took 7 s on 2 cores
@@ -75,7 +77,10 @@ class SparkStarting:
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
         self.gateway: Any = None  # the JVM's, once it is there
         self.jvm_up: float | None = None  # when it was (time.monotonic())
+        self.master = master or "spark-submit's"  # the one the JVM names, once it is up
+        self.registration_s = 0.0  # how long Spark may wait for a cluster's executors as it makes the context
         self.context: Any = None
+        self.lock = threading.Lock()  # the context's arrival, against `_abandon`'s choice to end its JVM
         self.stopped = False
         self.abandoned = threading.Event()  # the driver no longer waits for it: no warm-up to start
         self.task_started = False
@@ -86,9 +91,16 @@ class SparkStarting:
 
     def _start(self, log_path: Path | None, workers: int, ship: Callable[[Any], None]) -> None:
         try:
-            self.gateway = jvm_gateway(self.conf, log_path, self.booted)
+            gateway = jvm_gateway(self.conf, log_path, self.booted)
+            self.master, self.registration_s = master_and_wait(gateway)
             self.jvm_up = time.monotonic()
-            self.context = start_context(self.conf, self.gateway, self.password, workers)
+            with self.lock:
+                self.gateway = gateway
+                abandoned = self.abandoned.is_set()
+            if abandoned:  # before a context waits on its master: the JVM goes now
+                self._end_unused_jvm()
+                return
+            start_context(self.conf, gateway, self._made, self.password, workers)
             slots = task_slots(self.context)
             if slots < workers:
                 print(f"ddq: Spark's executors offer {slots} of the {workers} task slots the workers need (after "
@@ -104,19 +116,21 @@ class SparkStarting:
     def result(self, stopped: Callable[[], bool] = lambda: False, timeout: float = START_WAIT_S) -> Any | None:
         """The context, once made and its Python workers warmed (an error in that is raised here); None once
         `stopped()` (a signal of the user's) ends the run first. SparkJobFailed when Spark has made no context
-        `timeout` s after its JVM was up (a YARN resource manager that never answers, a queue that never
-        accepts the application: Spark waits for good), or no task of the warm-up has started `timeout` s
-        after the context was made (Spark's own wait for executors is over by then: a cluster whose
-        executors never take a task leaves Spark repeating that the job "has not accepted any resources").
-        A slow start that is under way (executors unpacking an archive, importing torch) is waited for."""
+        `timeout` s after its JVM was up and its own wait for a cluster's executors (a YARN resource manager
+        that never answers, a queue that never accepts the application: Spark waits for good), or no task of
+        the warm-up has started `timeout` s after the context was made (Spark's own wait for executors is
+        over by then: a cluster whose executors never take a task leaves Spark repeating that the job "has
+        not accepted any resources"). A slow start under way (executors unpacking an archive, importing
+        torch) is waited for."""
         idle_since: float | None = None  # since when the context has been there and no task of its has started
         while self.thread.is_alive():
             if stopped():
                 self._abandon()
                 return None
-            if self.context is None and self.jvm_up is not None and time.monotonic() - self.jvm_up > timeout:
+            if self.context is None and self.jvm_up is not None \
+                    and time.monotonic() - self.jvm_up > timeout + self.registration_s:
                 self._abandon()
-                raise SparkJobFailed(f"Spark made no context within stall_timeout ({timeout:g} s): {self._why_late()}")
+                raise SparkJobFailed(f"Spark made no context within stall_timeout ({timeout:g} s){self._why_late()}")
             if self.context is not None and not self._a_task_started():
                 idle_since = idle_since or time.monotonic()
                 if time.monotonic() - idle_since > timeout:
@@ -131,11 +145,16 @@ class SparkStarting:
         return self.context
 
     def _why_late(self) -> str:
-        master = self.conf.get("spark.master")  # None: spark-submit's, which its JVM has
-        if is_local(master):
-            return "this machine made Spark's context slower than that: give a larger stall_timeout"
-        return (f"the master {master or 'spark-submit was given'} did not take the application (its resource "
-                f"manager up and reachable? its queue accepting it?)")
+        if is_local(self.master):
+            return ": this machine made Spark's context slower than that: give a larger stall_timeout"
+        return (f" after Spark's own wait for executors ({self.registration_s:g} s): the master {self.master} did not "
+                f"take the application, or its executors did not register (its resource manager up and reachable? "
+                f"its queue accepting it, or busy: a larger stall_timeout?)")
+
+    def _made(self, context: Any) -> None:
+        """Takes the context as soon as it exists: from then on, `_abandon` leaves its JVM to `stop`."""
+        with self.lock:
+            self.context = context
 
     def _a_task_started(self) -> bool:
         """Whether a task of the context's has started, to run, end or fail (Spark's status tracker; true once
@@ -152,15 +171,21 @@ class SparkStarting:
 
     def _abandon(self) -> None:
         """No warm-up starts from now on, and the one running is cancelled (its thread then ends). A context
-        still being made waits on its master, perhaps for good: the JVM ddq started for it is killed, which
+        still being made waits on its master, perhaps for good: the JVM ddq started for it is ended, which
         ends the wait (one of spark-submit's is spark-submit's to end, as this process exits)."""
-        self.abandoned.set()
-        if self.context is not None:
+        with self.lock:
+            self.abandoned.set()
+            context = self.context
+        if context is not None:
             with contextlib.suppress(Exception):  # a context being stopped, or gone
-                self.context.cancelAllJobs()
-        elif self.gateway is not None and getattr(self.gateway, "proc", None) is not None:
-            self.gateway.proc.kill()
-            self.gateway.proc.wait()
+                context.cancelAllJobs()
+        else:
+            self._end_unused_jvm()
+
+    def _end_unused_jvm(self) -> None:
+        if getattr(self.gateway, "proc", None) is not None:
+            end_unused_jvm(self.gateway.proc, self.conf)
+            forget_gateway(self.gateway)
 
     def stop(self) -> None:
         """Stops the context, waiting at most SPARK_STOP_WAIT_S: with its executors unreachable (a driver cut
@@ -169,15 +194,17 @@ class SparkStarting:
         runs Spark's own stop again in its shutdown hook, and a chaos run found one alive minutes after its
         driver ended. A JVM of spark-submit's is spark-submit's to end. Called again, does nothing."""
         self._abandon()  # (a start still under way: the driver is done waiting for it)
-        self.thread.join(SPARK_STOP_WAIT_S)
+        spark_submits = self.gateway is not None and getattr(self.gateway, "proc", None) is None
+        if self.context is not None or not spark_submits:  # spark-submit's JVM may never make its context
+            self.thread.join(SPARK_STOP_WAIT_S)
         if self.context is None or self.stopped:
             return
         self.stopped = True
         stopping = threading.Thread(target=stop_quietly, args=(self.context,), name="spark-stop", daemon=True)
         stopping.start()
         stopping.join(SPARK_STOP_WAIT_S)
-        jvm = getattr(getattr(self.context, "_gateway", None), "proc", None)  # None: spark-submit's JVM
-        forget_gateway(self.context)
+        jvm = getattr(self.gateway, "proc", None)  # None: spark-submit's JVM
+        forget_gateway(self.gateway)
         if not stopping.is_alive():
             if jvm is not None:
                 end_stopped_jvm(jvm, self.writes_archive)
@@ -188,18 +215,6 @@ class SparkStarting:
         print(f"ddq: Spark did not stop within {SPARK_STOP_WAIT_S:.0f} s (its executors unreachable?); "
               f"{'its JVM was killed' if jvm is not None else 'leaving it to spark-submit'}",
               file=sys.stderr, flush=True)
-
-
-def forget_gateway(context: Any) -> None:
-    """pyspark keeps a process's first gateway for every later context, even one made on a gateway of its own
-    (`start_context`'s): forgotten once its context stops, a later run in this process (`ddq.train` called
-    again) starts on its own JVM, not on one that ended."""
-    from pyspark import SparkContext
-
-    with SparkContext._lock:
-        if SparkContext._gateway is getattr(context, "_gateway", None):
-            SparkContext._gateway = None
-            SparkContext._jvm = None
 
 
 def end_stopped_jvm(jvm: Any, writing_archive: bool) -> None:
