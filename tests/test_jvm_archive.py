@@ -101,11 +101,18 @@ def test_a_class_path_with_a_folder_of_files_shares_nothing(cache, tmp_path, mon
 
 def test_an_archive_whose_virtual_environment_is_gone_is_removed_at_the_next_start(cache, tmp_path):
     """Every virtual environment's pyspark keys an archive of its own (70 MB): a deleted one's had stayed in the
-    cache for good. Those whose noted java, pyspark or Spark home is gone go; the others stay."""
+    cache for good. Those whose noted java, pyspark or Spark home is gone go; the others stay. So does an
+    archive written and never adopted (its clone deleted after its last run) whose class path is gone."""
     cache.mkdir(parents=True)
     kept, orphan = cache / "spark-jvm-kept.jsa", cache / "spark-jvm-orphan.jsa"
     for archive, pyspark in ((kept, tmp_path), (orphan, tmp_path / "deleted-venv" / "pyspark")):
         archive.write_bytes(b"an archive")
         jvm_archive.sources_note(archive).write_text(f"{tmp_path}\n{pyspark}\n{tmp_path}")
+    (tmp_path / "jars").mkdir()  # (a class path's conf folder may be missing: Spark names one that is not there)
+    for written, pyspark in (("spark-jvm-kept.1.writing", tmp_path), ("spark-jvm-lost.2.writing", tmp_path / "gone")):
+        (cache / written).write_bytes(b"an archive that a JVM finished as it exited")  # never adopted
+        (cache / f"{written}.classpath").write_text(f"{pyspark}/conf:{pyspark}/jars/*")
     jvm_archive.remove_orphans(cache)
-    assert sorted(path.name for path in cache.iterdir()) == ["spark-jvm-kept.jsa", "spark-jvm-kept.sources"]
+    assert sorted(path.name for path in cache.iterdir()) == [
+        "spark-jvm-kept.1.writing", "spark-jvm-kept.1.writing.classpath", "spark-jvm-kept.jsa",
+        "spark-jvm-kept.sources"]

@@ -118,11 +118,20 @@ def note_sources(archive: Path, java: str) -> None:
 
 def remove_orphans(folder: Path) -> None:
     """Removes the archives whose java, pyspark or Spark home is gone (a deleted virtual environment's, 70 MB
-    each, had stayed for good), by the paths noted beside each."""
+    each, had stayed for good), by the paths noted beside each; and the archives written but never adopted
+    whose noted class path is all gone (a JVM's last, in a clone deleted before its next run; Spark's conf
+    folder on it may never have been there), unless a live process still writes one."""
     for note in folder.glob("spark-jvm-*.sources"):
         with contextlib.suppress(OSError):
             if not all(Path(path).exists() for path in note.read_text().splitlines()):
                 note.with_suffix(".jsa").unlink(missing_ok=True)
+                note.unlink()
+    for note in folder.glob("spark-jvm-*.writing.classpath"):
+        written = note.with_suffix("")
+        with contextlib.suppress(OSError):
+            entries = [entry.removesuffix("*") for entry in note.read_text().split(os.pathsep)]
+            if not any(Path(entry).exists() for entry in entries) and not being_written(written):
+                written.unlink(missing_ok=True)
                 note.unlink()
 
 
