@@ -354,7 +354,7 @@ def test_a_cluster_that_gives_the_workers_no_core_ends_the_run_at_its_stall_time
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text("spark.scheduler.maxRegisteredResourcesWaitingTime 1s\n")
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
-    stall = "8" if ending == "stall_timeout" else "300"
+    stall = "6" if ending == "stall_timeout" else "300"
     with starting_spark(log, "--spark-master", master_without_workers, "--stall-timeout", stall, "--total-steps",
                         "2000", "--run-dir", str(run_dir), SPARK_CONF_DIR=str(conf)) as process:
         if ending == "SIGINT":
@@ -368,7 +368,7 @@ def test_a_cluster_that_gives_the_workers_no_core_ends_the_run_at_its_stall_time
     else:
         assert code == 1, text[-3000:]
         assert [line for line in text.splitlines() if line.startswith("ddq: error:")] == [
-            "ddq: error: the run cannot go on: Spark started no worker within stall_timeout (8 s): no executor "
+            "ddq: error: the run cannot go on: Spark started no worker within stall_timeout (6 s): no executor "
             "took a task (are the workers' hosts up, with a free core each?)"]
     assert summary["env_steps"] == 0 and left_running(run_dir, text) == []
 
@@ -415,14 +415,14 @@ def test_a_yarn_master_that_never_answers_ends_the_run_at_its_stall_timeout(tmp_
     spark_conf.mkdir()
     (spark_conf / "spark-defaults.conf").write_text("spark.scheduler.maxRegisteredResourcesWaitingTime 1s\n")
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
-    with starting_spark(log, "--spark-master", "yarn", "--listen", "127.0.0.1", "--stall-timeout", "10",
+    with starting_spark(log, "--spark-master", "yarn", "--listen", "127.0.0.1", "--stall-timeout", "6",
                         "--total-steps", "2000", "--run-dir", str(run_dir), HADOOP_CONF_DIR=str(conf),
                         SPARK_CONF_DIR=str(spark_conf)) as process:
         code, _ = finish(process, log, timeout=120)
     text = log.read_text()
     assert code == 1 and taken, text[-3000:]  # Spark reached the resource manager, which never answered
     assert [line for line in text.splitlines() if line.startswith("ddq: error:")] == [
-        "ddq: error: the run cannot go on: Spark made no context within stall_timeout (10 s) after Spark's own wait "
+        "ddq: error: the run cannot go on: Spark made no context within stall_timeout (6 s) after Spark's own wait "
         "for executors (1 s): the master yarn did not take the application, or its executors did not register "
         "(its resource manager up and reachable? its queue accepting it, or busy: a larger stall_timeout?)"]
     assert summary_of(run_dir)["env_steps"] == 0 and left_running(run_dir, text) == []
