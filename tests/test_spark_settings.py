@@ -55,3 +55,21 @@ def test_an_operators_spark_defaults_conf_keeps_the_settings_ddq_would_give_the_
         assert b"-Dddq.operator=kept" in Path(f"/proc/{jvm}/cmdline").read_bytes().split(b"\0")
     finally:
         starting.stop()
+
+
+def test_settings_the_jvm_refuses_as_it_starts_end_the_start_in_its_own_words(tmp_path, monkeypatch):
+    """An operator's PYSPARK_SUBMIT_ARGS that spark-submit refuses: pyspark says only that the JVM exited
+    before it sent its port; the JVM's own line, from what it printed this time (a resumed run's log holds
+    earlier sessions'), is the one that says why."""
+    from ddq.spark.context import SparkJobFailed
+
+    log = tmp_path / "spark.log"
+    log.write_text("Error: an earlier session's line\n")
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--no-such-option pyspark-shell")
+    starting = SparkStarting(local_master(1), "refused", log, "127.0.0.1", None, 1, lambda context: None)
+    try:
+        with pytest.raises(SparkJobFailed) as failed:
+            starting.result()
+    finally:
+        starting.stop()
+    assert str(failed.value) == "Spark's JVM ended as it started: Error: Unrecognized option: --no-such-option"

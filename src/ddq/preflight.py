@@ -122,11 +122,15 @@ def check_listen(address: str, given_in: str = COMMAND_LINE) -> None:
 
 
 def check_spark_master(master: str, given_in: str = COMMAND_LINE) -> None:
-    """A master URL of a kind Spark knows; a standalone master (spark://HOST:PORT) must accept a connection."""
+    """A master URL of a kind Spark knows; a standalone master (spark://HOST:PORT) must accept a connection, and
+    YARN's configuration must be named (Spark's own rule, which its JVM enforces only once the run has begun)."""
     flag = spelled("spark_master", given_in)
     if not MASTER_URL.match(master):
         raise SettingError(f"{flag} {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
                            "yarn or k8s://URL")
+    if master == "yarn" and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
+        raise SettingError(f"{flag} yarn: Spark finds the cluster through its configuration: set HADOOP_CONF_DIR "
+                           "or YARN_CONF_DIR to the folder that holds its yarn-site.xml")
     if is_standalone(master):
         for address in standalone_addresses(master):
             host, _, port = address.rpartition(":")

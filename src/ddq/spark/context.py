@@ -156,17 +156,38 @@ def spark_conf(master: str | None, app: str, driver_host: str | None, bind: str 
 
 def jvm_gateway(conf: Any, log_path: Path | None, booted: BootingJvm | None = None) -> Any:
     """The py4j gateway to the JVM a context for `conf` runs on: the one `booted` for it (`ddq.spark.jvm_boot`),
-    spark-submit's, or one ddq starts now (its output into `log_path`, when given)."""
-    if booted is not None:
-        gateway = booted.gateway(log_path)
-    elif log_path is None or launched_by_spark_submit():  # spark-submit's JVM exists already, with its own stderr
-        gateway = launch_jvm(conf)
-    else:
-        with open(log_path, "ab") as log:
-            gateway = launch_jvm(conf, log)
+    spark-submit's, or one ddq starts now (its output into `log_path`, when given). SparkJobFailed, in the
+    JVM's own words where its log has them, when it ends before it answers."""
+    logged = log_path.stat().st_size if log_path is not None and log_path.exists() else 0  # a resumed run's
+    try:
+        if booted is not None:
+            gateway = booted.gateway(log_path)
+        elif log_path is None or launched_by_spark_submit():  # spark-submit's JVM exists already, with its stderr
+            gateway = launch_jvm(conf)
+        else:
+            with open(log_path, "ab") as log:
+                gateway = launch_jvm(conf, log)
+    except Exception as error:  # pyspark's own words say only that the JVM exited
+        raise SparkJobFailed(f"Spark's JVM ended as it started: {jvm_error(log_path, logged) or error}") from error
     if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's: the class path an archive it writes needs
         note_class_path(java_options(conf), gateway.proc.pid)
     return gateway
+
+
+def jvm_error(log_path: Path | None, start: int) -> str | None:
+    """The last error the JVM printed into `log_path` from byte `start` on: an exception's line without its
+    thread ("org.apache.spark.SparkException: ..."), or spark-submit's "Error: ..."."""
+    if log_path is None:
+        return None
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(start)
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return None
+    said = re.findall(r'^(?:Exception in thread "[^"]*" )?((?:\w+\.)+\w+(?:Exception|Error)\b.*|Error: .*)$', text,
+                      re.MULTILINE)
+    return said[-1] if said else None
 
 
 def start_context(conf: Any, gateway: Any, made: Callable[[Any], None], password: str | None = None,
