@@ -57,6 +57,8 @@ CASES = [
     (["train", "--spark-master", "spark://127.0.0.1:1"], "--spark-master spark://127.0.0.1:1: no Spark master accepts"),
     (["train", "--spark-master", "yarn"], "--spark-master yarn: Spark finds the cluster through its configuration: "
                                           "set HADOOP_CONF_DIR or YARN_CONF_DIR"),
+    (["train", "--spark-master", "k8s://127.0.0.1:1"], "--spark-master k8s://127.0.0.1:1: no Kubernetes API server "
+                                                       "accepts connections there"),
     (["train", "--config", "missing.toml"], "--config missing.toml: No such file or directory"),
     (["evaluate", "text.pt"], "text.pt is not a ddq checkpoint (torch cannot read it"),
     (["evaluate", "."], "no checkpoint at checkpoint.pt"),

@@ -426,3 +426,38 @@ def test_a_yarn_master_that_never_answers_ends_the_run_at_its_stall_timeout(tmp_
         "for executors (1 s): the master yarn did not take the application, or its executors did not register "
         "(its resource manager up and reachable? its queue accepting it, or busy: a larger stall_timeout?)"]
     assert summary_of(run_dir)["env_steps"] == 0 and left_running(run_dir, text) == []
+
+
+def test_a_master_that_refuses_the_context_ends_the_start_in_the_jvms_words(tmp_path):
+    """A Kubernetes API server that closes every connection: Spark's context fails in the JVM, and the start
+    ends in one line with the exception the JVM threw and its cause (py4j's own said "Py4JJavaError"), its
+    JVM ended."""
+    import socket
+    import threading
+
+    from ddq.spark.context import SparkJobFailed
+    from ddq.spark.start import SparkStarting
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def close_each() -> None:
+        with contextlib.suppress(OSError):  # shut down as the test ends
+            while True:
+                listener.accept()[0].close()
+
+    closing = threading.Thread(target=close_each, daemon=True)
+    closing.start()
+    try:
+        starting = SparkStarting(f"k8s://https://127.0.0.1:{listener.getsockname()[1]}", "refused",
+                                 tmp_path / "spark.log", "127.0.0.1", None, 1, lambda context: None)
+        try:
+            with pytest.raises(SparkJobFailed, match="^Spark could not make its context: io.fabric8.kubernetes.client."
+                                                     "KubernetesClientException: .* \\(caused by "):
+                starting.result()
+        finally:
+            starting.stop()
+        assert starting.gateway.proc.poll() is not None
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        closing.join()
+        listener.close()

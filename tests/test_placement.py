@@ -48,3 +48,12 @@ def test_a_clusters_tasks_wait_for_a_slot_per_worker_and_a_local_masters_need_no
     assert executor_wait("spark://h0:7077", 3, 2) == {"spark.scheduler.minRegisteredResourcesRatio": "1.0",
                                                       "spark.cores.max": "6"}
     assert executor_wait("yarn", 3, 1) == {"spark.scheduler.minRegisteredResourcesRatio": "1.0"}
+
+
+def test_a_kubernetes_master_names_its_api_server_as_spark_reads_it():
+    from ddq.config.masters import kubernetes_address
+
+    assert kubernetes_address("k8s://10.0.0.1:6443") == ("10.0.0.1", 6443)  # no scheme: https
+    assert kubernetes_address("k8s://https://api.example") == ("api.example", 443)
+    assert kubernetes_address("k8s://http://127.0.0.1") == ("127.0.0.1", 80)
+    assert kubernetes_address("k8s://https://h:port") is None and kubernetes_address("k8s://") is None

@@ -28,7 +28,14 @@ from ddq.config import (
     load_toml,
     masked_url,
 )
-from ddq.config.masters import MASTER_URL, is_standalone, standalone_addresses
+from ddq.config.masters import (
+    MASTER_URL,
+    is_kubernetes,
+    is_standalone,
+    is_yarn,
+    kubernetes_address,
+    standalone_addresses,
+)
 from ddq.config.sources import COMMAND_LINE, spelled
 from ddq.run_folder import has_checkpoint, holds_a_run
 from ddq.transport.credentials import split_password
@@ -122,13 +129,14 @@ def check_listen(address: str, given_in: str = COMMAND_LINE) -> None:
 
 
 def check_spark_master(master: str, given_in: str = COMMAND_LINE) -> None:
-    """A master URL of a kind Spark knows; a standalone master (spark://HOST:PORT) must accept a connection, and
-    YARN's configuration must be named (Spark's own rule, which its JVM enforces only once the run has begun)."""
+    """A master URL of a kind Spark knows; a standalone master (spark://HOST:PORT) and a Kubernetes API server
+    (k8s://URL) must accept a connection, and YARN's configuration must be named (Spark's own rule, which its
+    JVM enforces only once the run has begun)."""
     flag = spelled("spark_master", given_in)
     if not MASTER_URL.match(master):
         raise SettingError(f"{flag} {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
                            "yarn or k8s://URL")
-    if master == "yarn" and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
+    if is_yarn(master) and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
         raise SettingError(f"{flag} yarn: Spark finds the cluster through its configuration: set HADOOP_CONF_DIR "
                            "or YARN_CONF_DIR to the folder that holds its yarn-site.xml")
     if is_standalone(master):
@@ -140,6 +148,14 @@ def check_spark_master(master: str, given_in: str = COMMAND_LINE) -> None:
             except (OSError, ValueError):
                 continue
         raise SettingError(f"{flag} {master}: no Spark master accepts connections there")
+    if is_kubernetes(master):
+        server = kubernetes_address(master)
+        try:
+            if server is None:
+                raise ValueError
+            socket.create_connection(server, timeout=REDIS_TIMEOUT_S).close()
+        except (OSError, ValueError):
+            raise SettingError(f"{flag} {master}: no Kubernetes API server accepts connections there") from None
 
 
 def shown_url(url: str) -> str:

@@ -4,9 +4,11 @@ own executors), a standalone cluster's (spark://), or another cluster manager's 
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 MASTER_URL = re.compile(r"^(local(\[(\d+|\*)(,\s*\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
 STANDALONE = "spark://"
+KUBERNETES = "k8s://"
 
 
 def is_local(master: str | None) -> bool:
@@ -24,6 +26,26 @@ def is_standalone(master: str) -> bool:
     return master.startswith(STANDALONE)
 
 
+def is_yarn(master: str) -> bool:
+    return master == "yarn"
+
+
+def is_kubernetes(master: str) -> bool:
+    return master.startswith(KUBERNETES)
+
+
 def standalone_addresses(master: str) -> list[str]:
     """HOST:PORT of each standalone master a spark:// URL names (one with standbys names several)."""
     return master[len(STANDALONE):].split(",")
+
+
+def kubernetes_address(master: str) -> tuple[str, int] | None:
+    """The host and port of the API server a k8s:// URL names (Spark reads k8s://HOST:PORT as https), or None
+    for a URL without a host or with a port that is not a number."""
+    server = master[len(KUBERNETES):]
+    parts = urlsplit(server if "://" in server else f"https://{server}")
+    try:
+        port = parts.port or (80 if parts.scheme == "http" else 443)
+    except ValueError:  # a port that is not a number
+        return None
+    return (parts.hostname, port) if parts.hostname else None

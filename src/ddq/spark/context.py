@@ -213,16 +213,34 @@ def start_context(conf: Any, gateway: Any, made: Callable[[Any], None], password
             conf.set(key, value)
     try:
         context = SparkContext(conf=conf, gateway=gateway)
-    except BaseException:
+    except BaseException as error:
+        refused = java_refusal(error)  # read while its JVM is there to say it
         if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's, which no context will stop
             end_unused_jvm(gateway.proc, conf)
         forget_gateway(gateway)
+        if refused is not None:
+            raise SparkJobFailed(f"Spark could not make its context: {refused}") from error
         raise
     made(context)
     if not is_local(master):  # executors have it from their launch; each task's function need not
         context.environment.pop(PASSWORD_VARIABLE, None)
     context.setLogLevel("ERROR")
     return context
+
+
+def java_refusal(error: BaseException) -> str | None:
+    """An exception the JVM threw, as one line: its own words and its first cause's (a Kubernetes client's
+    "An error has occurred." says why only there); None for an error of another kind."""
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    if not isinstance(error, Py4JJavaError):
+        return None
+    try:
+        thrown = error.java_exception
+        cause = thrown.getCause()
+        return str(thrown.toString()) + ("" if cause is None else f" (caused by {cause.toString()})")
+    except Py4JError:  # its JVM gone meanwhile
+        return python_error(str(error))
 
 
 def master_and_wait(gateway: Any) -> tuple[str, float]:
