@@ -55,8 +55,8 @@ CASES = [
      "--redis-url redis://***@127.0.0.1:1/0?password=***: a password in its user part and another in its query"),
     (["train", "--spark-master", "localhost"], "--spark-master 'localhost' is not a Spark master URL"),
     (["train", "--spark-master", "spark://127.0.0.1:1"], "--spark-master spark://127.0.0.1:1: no Spark master accepts"),
-    (["train", "--spark-master", "yarn"], "--spark-master yarn: Spark finds the cluster through its configuration: "
-                                          "set HADOOP_CONF_DIR or YARN_CONF_DIR"),
+    (["train", "--spark-master", "k8s://https://h:port"], "--spark-master 'k8s://https://h:port' names no Kubernetes "
+                                                          "API server"),
     (["train", "--spark-master", "k8s://127.0.0.1:1"], "--spark-master k8s://127.0.0.1:1: no Kubernetes API server "
                                                        "accepts connections there"),
     (["train", "--config", "missing.toml"], "--config missing.toml: No such file or directory"),
@@ -80,8 +80,6 @@ CASES = [
 def test_bad_input_is_one_line_and_exit_2_before_anything_starts(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DDQ_REDIS_URL", raising=False)
-    for variable in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
-        monkeypatch.delenv(variable, raising=False)
     for name, (text, _) in TOML_CASES.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "text.pt").write_text("not a checkpoint\n")

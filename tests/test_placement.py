@@ -57,3 +57,17 @@ def test_a_kubernetes_master_names_its_api_server_as_spark_reads_it():
     assert kubernetes_address("k8s://https://api.example") == ("api.example", 443)
     assert kubernetes_address("k8s://http://127.0.0.1") == ("127.0.0.1", 80)
     assert kubernetes_address("k8s://https://h:port") is None and kubernetes_address("k8s://") is None
+    assert kubernetes_address("k8s://https://[::1") is None  # (urlsplit's ValueError)
+
+
+def test_the_driver_takes_the_route_toward_the_host_a_master_names():
+    """A standalone cluster's first master, a Kubernetes API server (its URL's https was once read as the
+    host), and none for YARN, whose URL names none."""
+    from ddq.config.masters import master_host
+    from ddq.spark.placement import address_toward
+
+    assert master_host("spark://10.0.0.5:7077,10.0.0.6:7077") == "10.0.0.5"
+    assert master_host("spark://[::1]:7077") == "::1"
+    assert master_host("k8s://https://api.example:6443") == "api.example"
+    assert master_host("yarn") is None and master_host("local[2]") is None
+    assert address_toward("k8s://https://127.0.0.1:6443") == address_toward("spark://127.0.0.1:7077")  # this host's

@@ -32,7 +32,6 @@ from ddq.config.masters import (
     MASTER_URL,
     is_kubernetes,
     is_standalone,
-    is_yarn,
     kubernetes_address,
     standalone_addresses,
 )
@@ -130,15 +129,12 @@ def check_listen(address: str, given_in: str = COMMAND_LINE) -> None:
 
 def check_spark_master(master: str, given_in: str = COMMAND_LINE) -> None:
     """A master URL of a kind Spark knows; a standalone master (spark://HOST:PORT) and a Kubernetes API server
-    (k8s://URL) must accept a connection, and YARN's configuration must be named (Spark's own rule, which its
-    JVM enforces only once the run has begun)."""
+    (k8s://URL) must accept a connection. (YARN's configuration may be named in spark-env.sh, which Spark's
+    launcher reads: its JVM says so if none is.)"""
     flag = spelled("spark_master", given_in)
     if not MASTER_URL.match(master):
         raise SettingError(f"{flag} {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
                            "yarn or k8s://URL")
-    if is_yarn(master) and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
-        raise SettingError(f"{flag} yarn: Spark finds the cluster through its configuration: set HADOOP_CONF_DIR "
-                           "or YARN_CONF_DIR to the folder that holds its yarn-site.xml")
     if is_standalone(master):
         for address in standalone_addresses(master):
             host, _, port = address.rpartition(":")
@@ -150,11 +146,11 @@ def check_spark_master(master: str, given_in: str = COMMAND_LINE) -> None:
         raise SettingError(f"{flag} {master}: no Spark master accepts connections there")
     if is_kubernetes(master):
         server = kubernetes_address(master)
+        if server is None:
+            raise SettingError(f"{flag} {master!r} names no Kubernetes API server: use k8s://https://HOST:PORT")
         try:
-            if server is None:
-                raise ValueError
             socket.create_connection(server, timeout=REDIS_TIMEOUT_S).close()
-        except (OSError, ValueError):
+        except OSError:
             raise SettingError(f"{flag} {master}: no Kubernetes API server accepts connections there") from None
 
 

@@ -26,10 +26,6 @@ def is_standalone(master: str) -> bool:
     return master.startswith(STANDALONE)
 
 
-def is_yarn(master: str) -> bool:
-    return master == "yarn"
-
-
 def is_kubernetes(master: str) -> bool:
     return master.startswith(KUBERNETES)
 
@@ -41,11 +37,23 @@ def standalone_addresses(master: str) -> list[str]:
 
 def kubernetes_address(master: str) -> tuple[str, int] | None:
     """The host and port of the API server a k8s:// URL names (Spark reads k8s://HOST:PORT as https), or None
-    for a URL without a host or with a port that is not a number."""
+    for a URL without a host, or one that does not parse (a port that is not a number, an unclosed bracket)."""
     server = master[len(KUBERNETES):]
-    parts = urlsplit(server if "://" in server else f"https://{server}")
     try:
+        parts = urlsplit(server if "://" in server else f"https://{server}")
         port = parts.port or (80 if parts.scheme == "http" else 443)
-    except ValueError:  # a port that is not a number
+    except ValueError:
         return None
     return (parts.hostname, port) if parts.hostname else None
+
+
+def master_host(master: str) -> str | None:
+    """The host a cluster master's URL names (a standalone cluster's first master, a Kubernetes API server), or
+    None for one that names none (yarn, local)."""
+    if is_standalone(master):
+        host = standalone_addresses(master)[0].rpartition(":")[0]
+        return host.strip("[]") or None
+    if is_kubernetes(master):
+        server = kubernetes_address(master)
+        return server[0] if server else None
+    return None

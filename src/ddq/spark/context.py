@@ -175,8 +175,9 @@ def jvm_gateway(conf: Any, log_path: Path | None, booted: BootingJvm | None = No
 
 
 def jvm_error(log_path: Path | None, start: int) -> str | None:
-    """The last error the JVM printed into `log_path` from byte `start` on: an exception's line without its
-    thread ("org.apache.spark.SparkException: ..."), or spark-submit's "Error: ..."."""
+    """The error the JVM ended with, from what it printed into `log_path` from byte `start` on: an uncaught
+    exception's line without its thread ("org.apache.spark.SparkException: ..."), or spark-submit's "Error:
+    ...", the last of them; else the last exception line it logged (a warning's, perhaps)."""
     if log_path is None:
         return None
     try:
@@ -185,9 +186,11 @@ def jvm_error(log_path: Path | None, start: int) -> str | None:
             text = log.read().decode(errors="replace")
     except OSError:
         return None
-    said = re.findall(r'^(?:Exception in thread "[^"]*" )?((?:\w+\.)+\w+(?:Exception|Error)\b.*|Error: .*)$', text,
-                      re.MULTILINE)
-    return said[-1] if said else None
+    ended = re.findall(r'^(?:Exception in thread "[^"]*" (.*)|(Error: .*))$', text, re.MULTILINE)
+    if ended:
+        return "".join(ended[-1])
+    logged = re.findall(r"^((?:\w+\.)+\w+(?:Exception|Error)\b.*)$", text, re.MULTILINE)
+    return logged[-1] if logged else None
 
 
 def start_context(conf: Any, gateway: Any, made: Callable[[Any], None], password: str | None = None,
@@ -214,7 +217,7 @@ def start_context(conf: Any, gateway: Any, made: Callable[[Any], None], password
     try:
         context = SparkContext(conf=conf, gateway=gateway)
     except BaseException as error:
-        refused = java_refusal(error)  # read while its JVM is there to say it
+        refused = java_refusal(error)  # read while its JVM is there to say it (never raises)
         if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's, which no context will stop
             end_unused_jvm(gateway.proc, conf)
         forget_gateway(gateway)
@@ -229,18 +232,19 @@ def start_context(conf: Any, gateway: Any, made: Callable[[Any], None], password
 
 
 def java_refusal(error: BaseException) -> str | None:
-    """An exception the JVM threw, as one line: its own words and its first cause's (a Kubernetes client's
-    "An error has occurred." says why only there); None for an error of another kind."""
-    from py4j.protocol import Py4JError, Py4JJavaError
+    """An exception the JVM threw, as one line: the first line of its own words and of its first cause's (a
+    Kubernetes client's "An error has occurred." says why only there); None for an error of another kind."""
+    from py4j.protocol import Py4JJavaError
 
     if not isinstance(error, Py4JJavaError):
         return None
     try:
         thrown = error.java_exception
         cause = thrown.getCause()
-        return str(thrown.toString()) + ("" if cause is None else f" (caused by {cause.toString()})")
-    except Py4JError:  # its JVM gone meanwhile
-        return python_error(str(error))
+        words = str(thrown.toString()).splitlines()[0]
+        return words + ("" if cause is None else f" (caused by {str(cause.toString()).splitlines()[0]})")
+    except Exception:  # its JVM gone meanwhile (py4j's own text would ask it for the stack trace)
+        return str(error.errmsg)
 
 
 def master_and_wait(gateway: Any) -> tuple[str, float]:

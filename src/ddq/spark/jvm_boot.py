@@ -141,6 +141,7 @@ class BootingJvm:
         except OSError as error:
             print(f"ddq: {cannot_write(str(log_path), error)}: Spark's log is lost", file=sys.stderr, flush=True)
         if self.error is not None:
+            self.output.thread.join(OUTPUT_TAIL_WAIT_S)  # the JVM's last words, which say why, in the log first
             raise self.error
         return self.launched
 

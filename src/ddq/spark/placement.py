@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from ddq.config import TrainConfig
-from ddq.config.masters import is_cluster
+from ddq.config.masters import is_cluster, master_host
 
 LOOPBACK = "127.0.0.1"
 ANY_ADDRESS = ("0.0.0.0", "::")
@@ -33,10 +32,10 @@ class Placement:
 def address_toward(master: str) -> str:
     """This host's address on the route to the Spark master (no packet is sent: a UDP socket's connect only
     picks the route); for a master without a host (yarn), this host name's address."""
-    host = urlsplit(master.replace("spark://", "tcp://", 1)).hostname if "://" in master else None
+    host = master_host(master)
     if host:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((host.split(",")[0], 7077))
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 7077))
             return str(probe.getsockname()[0])
     return socket.gethostbyname(socket.gethostname())
 

@@ -162,15 +162,19 @@ class EmbeddedRedis:
         if listen:
             settings.update(self._listening(listen, advertise or listen, run))
         atexit.register(self.stop)
-        self._start(settings, tcp, (listen, advertise or listen) if listen else None, timeout)
+        try:
+            self._start(settings, tcp, (listen, advertise or listen) if listen else None, timeout)
+        except BaseException:  # (no redis-server to run, too)
+            self.stop()
+            raise
 
     def _start(self, settings: dict[str, str], tcp: bool, listening: tuple[str, str] | None,
                timeout: float) -> None:
         """Starts the server with `settings` and its ports. A port found free may be taken by another process
         before the server binds it: one ddq chose is then chosen again, up to PORT_TRIES times (a port the
         caller named stays; so does a restarted server's, which its clients know)."""
-        choosing = tcp or listening is not None and self.listen_port is None
         named_port = self.listen_port
+        choosing = named_port is None if listening is not None else tcp
         for attempt in range(1, PORT_TRIES + 1):
             self.port = free_port() if tcp else 0
             settings["port"] = str(self.port)
@@ -189,7 +193,6 @@ class EmbeddedRedis:
             except RuntimeError:
                 stop(self.process)
                 if not (choosing and attempt < PORT_TRIES and self._port_was_taken(logged)):
-                    self.stop()
                     raise
 
     def restart(self) -> subprocess.Popen:
@@ -224,8 +227,11 @@ class EmbeddedRedis:
     @property
     def url(self) -> str:
         """The URL of processes on this host (a unix socket, or 127.0.0.1 when `tcp`)."""
-        if self.port:
-            return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://127.0.0.1:{self.port}/0" if self.port else self._socket_url
+
+    @property
+    def _socket_url(self) -> str:
+        """Its private unix socket's URL: only this server answers there."""
         if self._password:
             return f"unix://{self.socket_path}?db=0&username={ACL_USER}&password={self._password}"
         return f"unix://{self.socket_path}?db=0"
@@ -253,19 +259,20 @@ class EmbeddedRedis:
                                        "DDQ_REDIS_SERVER to a redis-server built with TLS")
                 raise RuntimeError(f"redis-server exited with code {self.process.returncode} before it answered "
                                    f"(log: {self.log_path}); its log ends:\n{log}")
-            try:
-                with self.client(socket_timeout=1, retry=OutageRetry(0)) as client:
+            try:  # over the private socket: a port another process took may answer too (a Redis of its own)
+                with connect_redis(self._socket_url, socket_timeout=1, retry=OutageRetry(0)) as client:
                     if client.ping():
                         return
-            except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):  # (a port another process holds)
+            except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):
                 time.sleep(0.02)
         raise RuntimeError(f"redis-server did not answer within {timeout:.0f} s (log: {self.log_path})")
 
     def stop(self) -> None:
         """Stops the server and removes its folder and snapshots (a finished run keeps its telemetry in its
-        own file, `ddq.services.archive`)."""
-        if self.process.poll() is None:
-            stop(self.process)
+        own file, `ddq.services.archive`). (A server that never started has no process.)"""
+        process = getattr(self, "process", None)
+        if process is not None and process.poll() is None:
+            stop(process)
         shutil.rmtree(self.folder, ignore_errors=True)
         if self.persist is not None:
             shutil.rmtree(self.persist, ignore_errors=True)
