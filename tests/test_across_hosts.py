@@ -81,8 +81,11 @@ def test_a_run_across_hosts_reaches_cartpole_475(cluster, mode, seed):
     cut one's spend 150,000 without it (2026-11-29), so it has 200,000."""
     name = f"cartpole-{mode}"
     budget = 200_000 if mode == "downpour" else 60_000
+    # the executors' Python is the one spark-defaults.conf names (`Cluster`), as Spark's rule puts it above
+    # $PYSPARK_PYTHON, here one left from another job: pyspark reads only the variable, and ddq once ran it
+    left_over = {"PYSPARK_PYTHON": "/nonexistent/python-of-another-job"} if mode == "data-parallel" else None
     driver = cluster.start_training(name, "--mode", mode, "--seed", str(seed), "--target-return", "475",
-                                    "--total-steps", str(budget))
+                                    "--total-steps", str(budget), env=left_over)
     if mode == "downpour":
         wait_for_worker_steps(cluster, name, 1, 1500)  # worker 1: the task on h1 or h2, whichever Spark chose
         cluster.hosts.link_down("h1")

@@ -35,7 +35,8 @@ class Cluster:
     """Test hosts with a Spark standalone master on h0 and a worker daemon (of `cores`, 1 unless told) on each
     of `workers`, a ddq worker per core. Spark authenticates and encrypts its channels with a secret of the
     cluster's (its operator's spark-defaults.conf, which every host and the driver read), so ddq sends the
-    run's Redis password to the executors."""
+    run's Redis password to the executors. The same file names the executors' Python (`python`), as
+    docs/cluster.md tells an operator to."""
 
     def __init__(self, hosts: TestHosts, python: Path, workers: tuple[str, ...] = ("h1", "h2"), cores: int = 1,
                  pin: dict[str, int] | None = None):
@@ -53,6 +54,7 @@ class Cluster:
         # test's 1 GB archive took 139 s with the light JIT, 86-96 without), so that test asks for it.
         defaults.write_text(f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(16)}\n"
                             "spark.network.crypto.enabled true\n"
+                            f"spark.pyspark.python {python}\n"
                             f"spark.driver.defaultJavaOptions {LOCAL_JVM_OPTIONS}\n"
                             f"spark.executor.defaultJavaOptions {LOCAL_JVM_OPTIONS}\n")
 
@@ -108,8 +110,7 @@ class Cluster:
                                        "--no-progress", "--no-dashboard", "--no-celery", "--run-dir", f"/tmp/{name}",
                                        *flags],
                                 self.hosts.folder / f"{name}.log",
-                                {"PYSPARK_PYTHON": str(self.python), "PYTHONUNBUFFERED": "1",
-                                 "SPARK_CONF_DIR": str(self.conf_dir), **(env or {})})
+                                {"PYTHONUNBUFFERED": "1", "SPARK_CONF_DIR": str(self.conf_dir), **(env or {})})
 
     def finish(self, name: str, driver: subprocess.Popen, timeout: float = 500) -> tuple[int, dict, str]:
         """(exit code, summary, log) of the run `start_training` started."""

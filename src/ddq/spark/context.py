@@ -216,6 +216,8 @@ def start_context(conf: Any, gateway: Any, made: Callable[[Any], None], password
             conf.set(key, value)
     try:
         context = SparkContext(conf=conf, gateway=gateway)
+        if not is_local(master):  # a local master's workers run this Python (`prepare_environment`)
+            context.pythonExec = executors_python(settings) or context.pythonExec
     except BaseException as error:
         refused = java_refusal(error)  # read while its JVM is there to say it (never raises)
         if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's, which no context will stop
@@ -229,6 +231,15 @@ def start_context(conf: Any, gateway: Any, made: Callable[[Any], None], password
         context.environment.pop(PASSWORD_VARIABLE, None)
     context.setLogLevel("ERROR")
     return context
+
+
+def executors_python(settings: Any) -> str | None:
+    """The Python the JVM's `settings` name for the executors (spark.pyspark.python), if any. Spark's rule puts
+    it above $PYSPARK_PYTHON, but pyspark reads only the variable, which spark-submit sets from the setting: a
+    driver started as `ddq train --spark-master` with it in spark-defaults.conf shipped the archive it names
+    and ran the executors' `python3` (without ddq's dependencies)."""
+    python = settings.get("spark.pyspark.python", "")
+    return str(python) if python else None
 
 
 def java_refusal(error: BaseException) -> str | None:
