@@ -68,7 +68,8 @@ def executor_url(url: str) -> str:
         raise MissingPasswordError(
             f"the run's Redis wants a password, which Spark did not pass to this executor "
             f"({socket.gethostname()}): turn on spark.authenticate and spark.network.crypto.enabled, or set "
-            f"{PASSWORD_VARIABLE} or {PASSWORD_FILE_VARIABLE} on the executors' hosts (docs/cluster.md)")
+            f"{PASSWORD_VARIABLE} or {PASSWORD_FILE_VARIABLE} on the executors' hosts and the same for ddq train "
+            f"(docs/cluster.md, \"Before the first run\")")
     return url.replace(PLACEHOLDER, quote(password, safe=""))
 
 
