@@ -71,3 +71,23 @@ def test_the_driver_takes_the_route_toward_the_host_a_master_names():
     assert master_host("k8s://https://api.example:6443") == "api.example"
     assert master_host("yarn") is None and master_host("local[2]") is None
     assert address_toward("k8s://https://127.0.0.1:6443") == address_toward("spark://127.0.0.1:7077")  # this host's
+
+
+@pytest.mark.parametrize("master, toward, warned", [
+    ("yarn", "127.0.1.1", True),  # this host's name, as Debian's /etc/hosts resolves it
+    ("k8s://https://127.0.0.1:6443", "127.0.0.1", True),  # kind's or minikube's API server: no pod reaches it
+    ("yarn", TOWARD_MASTER, False),
+    ("spark://127.0.0.1:7077", "127.0.0.1", False),  # a standalone master on this host: its workers are too
+    ("local[2]", "127.0.0.1", False),
+])
+def test_a_yarn_or_kubernetes_run_told_a_loopback_address_is_warned_before_it_starts(monkeypatch, master, toward,
+                                                                                     warned):
+    monkeypatch.setattr(placement_module, "address_toward", lambda _: toward)
+    config = build_config({"env": "CartPole-v1", "mode": "downpour", "spark_master": master})
+    note = placement_module.unreachable_note(config)
+    assert (note is not None) == warned, note
+    if warned:
+        assert note.startswith(f"--spark-master {master}: this host's address toward it is {toward}, a loopback")
+        assert "give --listen ADDRESS" in note
+    named = build_config({"env": "CartPole-v1", "mode": "downpour", "spark_master": master, "listen": "10.0.0.5"})
+    assert placement_module.unreachable_note(named) is None  # an address named: the operator's choice

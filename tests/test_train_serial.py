@@ -37,6 +37,7 @@ def test_train_help_is_short_and_help_all_lists_every_setting_grouped_with_defau
     brief, full = run_ddq("train", "--help"), run_ddq("train", "--help-all")
     assert brief.returncode == full.returncode == 0
     assert "--lr LR" in brief.stdout and "--epsilon-steps" not in brief.stdout and "--help-all" in brief.stdout
+    assert "--spark-master" in brief.stdout  # the one cluster setting a first run across hosts needs
     for group, section in (("run", "run"), ("environment", "agent"), ("network", "agent"), ("algorithm", "agent"),
                            ("optimizer", "agent.optim"), ("exploration", "agent"), ("evaluation", "run"),
                            ("cluster", "distributed"), ("parameter server", "distributed.server"),

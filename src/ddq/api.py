@@ -178,6 +178,7 @@ def say_how_it_starts(config: TrainConfig, values: dict[str, Any], config_file: 
     """The run's first lines, once its settings hold: the mode and algorithm ddq chose and why, the
     checkpoint it resumes from, and warnings (settings the mode ignores, a Redis URL's risks)."""
     from ddq.preflight import password_in_flag_note, unchecked_server_note
+    from ddq.spark.placement import unreachable_note
 
     if why is not None:
         print(f"ddq: no mode named, so {why}", file=sys.stderr)
@@ -190,7 +191,8 @@ def say_how_it_starts(config: TrainConfig, values: dict[str, Any], config_file: 
         print(f"ddq: warning: {note}", file=sys.stderr)
     if is_distributed(config.run.mode):
         for note in (unchecked_server_note(config.distributed.redis_url or "", redis_url_from),
-                     password_in_flag_note(config.distributed.redis_url or "", redis_url_from)):
+                     password_in_flag_note(config.distributed.redis_url or "", redis_url_from),
+                     unreachable_note(config)):
             if note is not None:
                 print(f"ddq: warning: {note}", file=sys.stderr)
 

@@ -149,10 +149,10 @@ class DistributedConfig:
     """How a distributed run spreads: workers, Spark, Redis, the parameter server and actor-learner's rules."""
 
     workers: int = setting(2, "cluster", "Barista workers (Spark tasks) in distributed modes", True)
-    spark_master: str | None = setting(None, "cluster", "Spark master URL (default local[WORKERS])")
+    spark_master: str | None = setting(None, "cluster", "Spark master URL: local[N] (this host), spark://HOST:PORT (a standalone cluster), yarn or k8s://https://HOST:PORT; with a cluster master the run's private Redis serves the executors over TLS (see --listen; docs/cluster.md) (default local[WORKERS])", True)
     redis_url: str | None = setting(None, "cluster", "Redis to use: redis://, rediss://, unix:// (default: a private redis-server ddq starts)")
     listen: str | None = setting(None, "cluster", "an address of this host where Spark's driver and the run's private Redis serve executors on other hosts; the Redis then speaks only TLS, with a certificate authority and a password made for the run (default: this host only; with a cluster master and no redis_url, the address that reaches the master)")
-    redis_port: int | None = setting(None, "cluster", "with --listen, the TLS port the run's private Redis serves other hosts on (default: a free one; fixed, a firewall can let the executors in)")
+    redis_port: int | None = setting(None, "cluster", "with --listen or a cluster master, the TLS port the run's private Redis serves other hosts on (default: a free one; fixed, a firewall can let the executors in)")
     stall_timeout: float = setting(300.0, "cluster", "seconds without a new env step from any worker after which the run ends, resumable: the driver lost its workers (a cut network), the cluster has no executor free, or its master never takes the application")
     server: ServerConfig = section(ServerConfig, "parameter server")
     publish_every: int = setting(10, "actor-learner", "learner updates between weight publications (actor-learner's learner, data-parallel's worker 0; --sync: once a round)")

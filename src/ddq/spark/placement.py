@@ -10,11 +10,12 @@ password made for the run; unless the run names its own Redis), and the job carr
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from dataclasses import dataclass
 
 from ddq.config import TrainConfig
-from ddq.config.masters import is_cluster, master_host
+from ddq.config.masters import is_cluster, is_standalone, master_host
 
 LOOPBACK = "127.0.0.1"
 ANY_ADDRESS = ("0.0.0.0", "::")
@@ -52,3 +53,20 @@ def placement(config: TrainConfig, spark_submit: bool) -> Placement:
     listen = d.listen or (advertise if remote_master else None)
     return Placement(cluster, None if d.redis_url else listen, advertise, d.listen or advertise,
                      cluster and not spark_submit)
+
+
+def unreachable_note(config: TrainConfig) -> str | None:
+    """A warning for a YARN or Kubernetes master whose executors would be told a loopback address for Spark's
+    driver and the run's Redis: a YARN master names no host to route toward, and a host's own name often
+    resolves to 127.0.1.1 (Debian's /etc/hosts); a Kubernetes API server on this host (kind, minikube) is
+    reached over loopback, which no pod reaches. A standalone master reached over loopback has its workers on
+    this host too. None where --listen names an address, or for any other master."""
+    d = config.distributed
+    if not is_cluster(d.spark_master) or is_standalone(str(d.spark_master)) or d.listen not in (None, *ANY_ADDRESS):
+        return None
+    advertised = placement(config, spark_submit=False).advertise
+    if not ipaddress.ip_address(advertised).is_loopback:
+        return None
+    return (f"--spark-master {d.spark_master}: this host's address toward it is {advertised}, a loopback address, "
+            "so executors on other hosts will not reach Spark's driver or the run's Redis; give --listen ADDRESS, "
+            "an address of this host they reach")
