@@ -318,3 +318,64 @@ def test_a_listening_run_celery_worker_logs_in_and_evaluates(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def documented_acl_line(password: str) -> str:
+    """docs/cluster.md's ACL line for a Redis of the operator's, with `password`."""
+    text = (Path(__file__).parents[1] / "docs" / "cluster.md").read_text()
+    line = next(line.strip() for line in text.splitlines() if line.strip().startswith("user ddq on >PASSWORD "))
+    return line.replace(">PASSWORD", f">{password}")
+
+
+@pytest.mark.slow
+def test_a_run_with_celery_needs_nothing_beyond_the_acl_line_cluster_md_gives(tmp_path):
+    """An operator's Redis whose only user is docs/cluster.md's: a downpour run trains through it until
+    Celery's first evaluation is in, ends on Ctrl-C, and Redis refused nothing it sent (its ACL LOG)."""
+    from ddq.transport.redis_server import RUN_COMMANDS, redis_server_binary
+
+    password, port = "acl-line-test-password", free_port()
+    granted = [word[1:] for word in documented_acl_line(password).split() if word.startswith("+")]
+    assert granted == list(RUN_COMMANDS)  # the doc's commands are those ddq's own Redis gives its run's user
+    conf = tmp_path / "redis.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndir {tmp_path}\n"
+                    f"{documented_acl_line(password)}\nuser admin on >admin-{password} ~* &* +@all\n"
+                    "user default off\n")
+    conf.chmod(0o600)
+    server = subprocess.Popen([redis_server_binary(), str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir, log = tmp_path / "run", tmp_path / "train.log"
+    process = None
+    try:
+        admin = redis.Redis(port=port, username="admin", password=f"admin-{password}")
+        deadline = time.monotonic() + 30
+        while not _answers(admin):
+            assert server.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.1)
+        url = f"redis://ddq:{password}@127.0.0.1:{port}/0"
+        process = subprocess.Popen([sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "1",
+                                    "--env", "CartPole-v1", "--total-steps", "10000000", "--snapshot-every", "20",
+                                    "--eval-episodes", "2", "--no-dashboard", "--no-progress", "--run-dir",
+                                    str(run_dir)], stdout=subprocess.DEVNULL, stderr=log.open("w"),
+                                   env=dict(os.environ, DDQ_EVAL_EVERY_S="1", DDQ_REDIS_URL=url))
+        deadline = time.monotonic() + 240
+        while not (run := re.search(r"run id (\S+)", log.read_text())) or not any(
+                json.loads(raw)["source"] == "celery" for raw in admin.lrange(f"ddq:{run.group(1)}:evaluations", 0, -1)):
+            assert process.poll() is None and time.monotonic() < deadline, \
+                (log.read_text()[-2000:], admin.acl_log())
+            time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=180) == 130, log.read_text()[-3000:]
+        assert summary_of(run_dir)["stop_reason"] == "stopped by the user"
+        assert admin.acl_log() == [], admin.acl_log()  # nothing ddq or Celery sent was refused
+        admin.close()
+    finally:
+        for started in (process, server):
+            if started is not None and started.poll() is None:
+                started.kill()
+                started.wait()
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False

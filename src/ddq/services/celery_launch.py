@@ -9,6 +9,11 @@ from pathlib import Path
 from ddq.config import REDIS_URL_ENV
 from ddq.processes import spawn
 
+# A run's one worker has no other to gossip with, greet as it starts (mingle: a broadcast, then a wait for
+# replies) or send heartbeats to: without them it needs no broadcast queues or event channels in the run's
+# Redis, which an operator's ACL then need not open (docs/cluster.md's line)
+ALONE = ("--without-gossip", "--without-mingle", "--without-heartbeat")
+
 
 def start_celery_worker(redis_url: str, run: str, run_dir: Path, settings_file: Path) -> subprocess.Popen:
     """`celery -A ddq.services.tasks worker --beat` for this run: periodic greedy evaluation in its own
@@ -17,4 +22,4 @@ def start_celery_worker(redis_url: str, run: str, run_dir: Path, settings_file: 
     env = {REDIS_URL_ENV: redis_url, "DDQ_RUN": run, "DDQ_SETTINGS": str(settings_file.resolve()),
            "DDQ_RUN_DIR": str(folder)}
     return spawn([sys.executable, "-m", "celery", "-A", "ddq.services.tasks", "worker", "--beat", "--pool", "solo",
-                  "--loglevel", "WARNING"], folder / "celery.log", env=env, cwd=folder, background=True)
+                  "--loglevel", "WARNING", *ALONE], folder / "celery.log", env=env, cwd=folder, background=True)
