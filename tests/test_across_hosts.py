@@ -150,6 +150,8 @@ def test_spark_submit_with_what_ddq_package_writes_under_latency_on_every_redis_
                      {**cluster.spark_env("h0"), "DDQ_REDIS_URL": url})
     code, summary, log = cluster.finish(name, submit)
     assert code == 0, log[-4000:]
+    # the printed command's spark.log.level: the context's first three INFO lines, where a start printed 100
+    assert sum(" INFO " in line for line in log.splitlines()) < 10, log[-4000:]
     assert summary["mode"] == "downpour" and summary["env_steps"] >= 2000 and summary["stop_reason"] == "step budget spent"
     assert summary["updates"] == sum(w["pushes"] for w in summary["workers"]) > 0  # none lost, none twice
     assert url.split("@")[0].split(":")[-1] not in log  # the password stayed out of the log

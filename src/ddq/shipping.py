@@ -12,8 +12,13 @@ same Python (version and path) on the executors' hosts as where it was made.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import sys
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -80,12 +85,32 @@ def environment_archive(prefix: Path, folder: Path, compress_level: int = 4) -> 
     check_environment(prefix)
     folder.mkdir(parents=True, exist_ok=True)
     output = folder / ENV_ARCHIVE
+    print(f"ddq package: packing {prefix} into {output} (venv-pack; most of a minute with torch)",
+          file=sys.stderr, flush=True)
     try:
-        venv_pack.pack(prefix=str(prefix), output=str(output), compress_level=compress_level, force=True,
-                       verbose=False, filters=[("exclude", pattern) for pattern in LEFT_OUT])
+        with temporary_files_in(folder) as scratch:
+            venv_pack.pack(prefix=str(prefix), output=str(scratch / ENV_ARCHIVE), compress_level=compress_level,
+                           verbose=False, filters=[("exclude", pattern) for pattern in LEFT_OUT])
+            os.replace(scratch / ENV_ARCHIVE, output)
     except (venv_pack.VenvPackException, OSError) as error:
         raise PackagingError(f"venv-pack could not write {output}: {str(error).splitlines()[0]}") from error
     return output
+
+
+@contextlib.contextmanager
+def temporary_files_in(folder: Path) -> Iterator[Path]:
+    """A scratch folder in `folder` that Python's temporary files go to meanwhile, removed as the block ends,
+    however it ends. venv-pack writes its archive to a temporary file, then moves it: from /tmp that move is a
+    copy, which a Ctrl-C left half written under the archive's name, and a Ctrl-C while it packed left the
+    temporary file (up to a gigabyte) in /tmp. Here the move is a rename, and the archive takes its name by
+    another only when whole (this process does nothing else meanwhile: `tempfile.tempdir` is its own)."""
+    scratch = Path(tempfile.mkdtemp(prefix=".ddq-package-", dir=folder))
+    before, tempfile.tempdir = tempfile.tempdir, str(scratch)
+    try:
+        yield scratch
+    finally:
+        tempfile.tempdir = before
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def write_package(folder: Path, environment: Path | None, compress_level: int = 4) -> list[str]:
@@ -95,7 +120,10 @@ def write_package(folder: Path, environment: Path | None, compress_level: int = 
         check_environment(environment)
     package_zip(folder)
     shutil.copy(Path(__file__).parent / "spark_submit.py", folder / SUBMIT_SCRIPT)
-    command = ["spark-submit", "--master", "URL", "--py-files", str(folder / "ddq.zip")]
+    # Spark's INFO lines (a hundred at each start under spark-submit, where `ddq train` keeps them in spark.log)
+    # would bury ddq's own: spark.log.level sets the level as the context starts (Spark 3.5+)
+    command = ["spark-submit", "--master", "URL", "--conf", "spark.log.level=WARN",
+               "--py-files", str(folder / "ddq.zip")]
     if environment is not None:
         environment_archive(environment, folder, compress_level)
         command += ["--archives", f"{folder / ENV_ARCHIVE}#environment",

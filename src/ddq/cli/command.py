@@ -87,6 +87,7 @@ def cmd_package(args: argparse.Namespace) -> int:
         print("ddq package: --env and --no-env contradict each other: give one", file=sys.stderr)
         return 2
     environment = None if args.no_env else Path(args.env or sys.prefix)
+    exit_on_sigterm()  # a stopped packing removes its temporary archive too
     try:
         command = write_package(Path(args.folder), environment, args.compress_level)
     except PackagingError as error:
