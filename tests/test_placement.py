@@ -91,3 +91,19 @@ def test_a_yarn_or_kubernetes_run_told_a_loopback_address_is_warned_before_it_st
         assert "give --listen ADDRESS" in note
     named = build_config({"env": "CartPole-v1", "mode": "downpour", "spark_master": master, "listen": "10.0.0.5"})
     assert placement_module.unreachable_note(named) is None  # an address named: the operator's choice
+
+
+def test_the_loopback_warning_says_what_applies_and_never_stops_a_run(monkeypatch):
+    def warned(**settings):
+        return placement_module.unreachable_note(build_config({"env": "CartPole-v1", "mode": "downpour",
+                                                               "spark_master": "yarn", **settings}))
+
+    monkeypatch.setattr(placement_module, "address_toward", lambda _: "127.0.1.1")
+    assert "(--listen 0.0.0.0 listens everywhere, but executors are told this address)" in warned(listen="0.0.0.0")
+    assert "will not reach Spark's driver;" in warned(redis_url="redis://redis.example:6379/0")  # theirs: by its URL
+
+    def unresolved(_master):
+        raise OSError("[Errno -2] Name or service not known")  # this host's own name resolves to nothing
+
+    monkeypatch.setattr(placement_module, "address_toward", unresolved)
+    assert warned() is None  # the run's start says why, as before

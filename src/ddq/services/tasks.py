@@ -4,7 +4,9 @@ Broker and result backend are the run's Redis; tasks and results travel as
 JSON only. It is configured from the environment, so it also works by hand:
 
     DDQ_REDIS_URL=unix:///tmp/redis.sock DDQ_RUN=demo DDQ_SETTINGS=runs/demo/config.json \\
-        celery -A ddq.services.tasks worker --beat --pool solo
+        celery -A ddq.services.tasks worker --beat --pool solo --without-gossip --without-mingle --without-heartbeat
+
+(the last three as `ddq train` starts its own: `ddq.services.celery_launch.ALONE` says why)
 
 DDQ_SETTINGS is the settings file every distributed run writes into its
 folder (`config.json`, read with `ddq.config.read_settings`: no preset is

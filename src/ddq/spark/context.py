@@ -214,10 +214,10 @@ def start_context(conf: Any, gateway: Any, made: Callable[[Any], None], password
     for key, value in ddq_spark_defaults(master, workers, int(settings.get("spark.task.cpus", "1"))).items():
         if not settings.contains(key):  # an operator's spark-defaults.conf, PYSPARK_SUBMIT_ARGS or spark-submit's wins
             conf.set(key, value)
+    python = None if is_local(master) else executors_python(settings)  # a local master's: this one's
     try:
         context = SparkContext(conf=conf, gateway=gateway)
-        if not is_local(master):  # a local master's workers run this Python (`prepare_environment`)
-            context.pythonExec = executors_python(settings) or context.pythonExec
+        context.pythonExec = python or context.pythonExec
     except BaseException as error:
         refused = java_refusal(error)  # read while its JVM is there to say it (never raises)
         if getattr(gateway, "proc", None) is not None:  # a JVM of ddq's, which no context will stop
@@ -320,7 +320,7 @@ def password_route(master: str, authenticated: bool, encrypted: bool) -> str | N
     return (f"Spark's channel to its executors is not authenticated and encrypted (spark.authenticate, "
             f"spark.network.crypto.enabled): anything that reaches this driver's ports may join the job as an "
             f"executor, and the Redis password is not sent to them: each executor's host needs "
-            f"{PASSWORD_VARIABLE} or {PASSWORD_VARIABLE}_FILE (docs/operations.md, Security)")
+            f"{PASSWORD_VARIABLE} or {PASSWORD_VARIABLE}_FILE (docs/cluster.md, \"Before the first run\")")
 
 
 def quiet_py4j() -> None:

@@ -56,17 +56,23 @@ def placement(config: TrainConfig, spark_submit: bool) -> Placement:
 
 
 def unreachable_note(config: TrainConfig) -> str | None:
-    """A warning for a YARN or Kubernetes master whose executors would be told a loopback address for Spark's
-    driver and the run's Redis: a YARN master names no host to route toward, and a host's own name often
-    resolves to 127.0.1.1 (Debian's /etc/hosts); a Kubernetes API server on this host (kind, minikube) is
-    reached over loopback, which no pod reaches. A standalone master reached over loopback has its workers on
-    this host too. None where --listen names an address, or for any other master."""
+    """A warning for a cluster manager's master (YARN, Kubernetes, Mesos) whose executors would be told a
+    loopback address for Spark's driver and the run's private Redis: a YARN master names no host to route
+    toward, and a host's own name often resolves to 127.0.1.1 (Debian's /etc/hosts); a Kubernetes API server
+    on this host (kind, minikube) is reached over loopback, which no pod reaches. A standalone master reached
+    over loopback has its workers on this host too. None where --listen names an address, for any other
+    master, or where the address cannot be found now (the run's start then says why)."""
     d = config.distributed
     if not is_cluster(d.spark_master) or is_standalone(str(d.spark_master)) or d.listen not in (None, *ANY_ADDRESS):
         return None
-    advertised = placement(config, spark_submit=False).advertise
+    try:
+        advertised = placement(config, spark_submit=False).advertise
+    except OSError:  # this host's name resolves to nothing, or the master's host to no address of its family
+        return None
     if not ipaddress.ip_address(advertised).is_loopback:
         return None
+    parts = "Spark's driver" if d.redis_url else "Spark's driver or the run's Redis"
+    given = f" (--listen {d.listen} listens everywhere, but executors are told this address)" if d.listen else ""
     return (f"--spark-master {d.spark_master}: this host's address toward it is {advertised}, a loopback address, "
-            "so executors on other hosts will not reach Spark's driver or the run's Redis; give --listen ADDRESS, "
-            "an address of this host they reach")
+            f"so executors on other hosts will not reach {parts}{given}; give --listen ADDRESS, an address of "
+            "this host they reach")
