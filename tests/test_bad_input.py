@@ -31,6 +31,9 @@ TOML_CASES = {
 CASES = [
     (["train", "--workers", "0"], "workers must be positive, got 0 (given as --workers)"),
     (["train", "--lr", "-1"], "lr must be positive, got -1.0 (given as --lr)"),  # it named lr_stepsize too
+    (["train", "--lr", "nan"], "lr must be positive, got nan (given as --lr)"),  # a float flag takes nan and inf
+    (["train", "--target-return", "nan"], "target_return must be a finite number (or none), got nan (given as "
+                                          "--target-return)"),
     (["train", "--total-episodes", "0"], "total_episodes must be positive (or none), got 0 (given as --total-episodes)"),
     (["train", "--mode", "serial", "--gamma", "1.5"], "gamma must be between 0 and 1, got 1.5 (given as --gamma)"),
     (["train", "--env", "Foo-v9"], "--env 'Foo-v9': Environment `Foo` doesn't exist"),
@@ -73,6 +76,10 @@ CASES = [
     (["bench", "train", "--set", "bogus=1"], "unknown setting 'bogus' in --set;"),
     (["bench", "train", "--set", "gamma=1.5"], "gamma must be between 0 and 1, got 1.5 (in --set)"),
     (["bench", "chaos", "--minutes", "0"], "--minutes and --fault-every must be positive, got 0 and 30"),
+    # the serial run once failed first, its taskset naming no core, the line blaming `ddq train`
+    (["bench", "scaling", "--workers", "0"], "--workers 0: each distributed run needs at least 1 worker"),
+    (["bench", "scaling", "--target", "CartPole-v1=nan"], "--target CartPole-v1=nan: a return no run reaches"),
+    (["bench", "scaling", "--target", "CartPole-v1"], "--target CartPole-v1: give ENV=RETURN"),
 ] + [(["train", "--config", name], message) for name, (_, message) in TOML_CASES.items()]
 
 

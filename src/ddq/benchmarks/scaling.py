@@ -188,14 +188,16 @@ def configuration_name(mode: str, workers: int, on_hosts: bool = False) -> str:
 
 def set_target(given: str) -> str:
     """Sets a task's target from `ENV=RETURN` (the bench's --target), for this process; returns the env."""
-    env, _, value = given.partition("=")
-    if env not in TASKS or TASKS[env].fixed_time:
+    env, equals, value = given.partition("=")
+    if env not in TASKS or TASKS[env].fixed_time or not equals:
         targeted = ", ".join(name for name, task in TASKS.items() if not task.fixed_time)
         raise ValueError(f"--target {given}: give ENV=RETURN for a task with a target ({targeted})")
     try:
         target = float(value)
     except ValueError:
         raise ValueError(f"--target {given}: {value!r} is not a return (a number)") from None
+    if not math.isfinite(target):
+        raise ValueError(f"--target {given}: a return no run reaches (give a finite number)")
     TASKS[env] = dataclasses.replace(TASKS[env], target=target)
     return env
 

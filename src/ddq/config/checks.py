@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
 def positive(config: Any, *names: str) -> None:
+    """Each of `names` above 0 and finite (nan and inf, which float flags take, compare as no number should)."""
     for name in names:
-        if getattr(config, name) <= 0:
+        if not 0 < getattr(config, name) < math.inf:
             raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
+
+
+def finite_or_none(config: Any, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) is not None and not math.isfinite(getattr(config, name)):
+            raise ValueError(f"{name} must be a finite number (or none), got {getattr(config, name)}")
 
 
 def fraction(config: Any, *names: str) -> None:
@@ -19,5 +27,5 @@ def fraction(config: Any, *names: str) -> None:
 
 def positive_or_none(config: Any, *names: str) -> None:
     for name in names:
-        if getattr(config, name) is not None and getattr(config, name) <= 0:
+        if getattr(config, name) is not None and not 0 < getattr(config, name) < math.inf:
             raise ValueError(f"{name} must be positive (or none), got {getattr(config, name)}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddq.config.checks import fraction, positive, positive_or_none
+from ddq.config.checks import finite_or_none, fraction, positive, positive_or_none
 from ddq.config.optimizer import OptimizerConfig
 from ddq.gamesim import DEFAULT_ENV_ID
 from ddq.gamesim.envs import EnvOptions
@@ -97,8 +97,8 @@ class AgentConfig:
 class RunConfig:
     """One run: its mode, budgets, output folder, evaluations and checkpoints."""
 
-    mode: str = setting("downpour", "run", f"training mode: {', '.join(MODES)} (default: the one measured best "
-                        "to a target here: serial on one machine, where data-parallel takes 3x as long on a task of seconds; data-parallel with a "
+    mode: str = setting("downpour", "run", f"training mode: {', '.join(MODES)} (default: one measured no slower "
+                        "than serial to any target here: serial on one machine, where data-parallel takes 3x as long on a task of seconds; data-parallel with a "
                         "setting only distributed runs read, or a standalone cluster master; downpour or actor-learner with a setting only that "
                         "one reads; downpour on another cluster master, or spark-submit with no --spark-master)", True)
     total_steps: int = setting(200_000, "run", "env steps to train for", True)
@@ -120,6 +120,7 @@ class RunConfig:
         positive(self, "total_steps", "eval_episodes", "eval_every", "log_every", "checkpoint_every")
         fraction(self, "eval_epsilon")
         positive_or_none(self, "time_budget_s", "total_episodes")
+        finite_or_none(self, "target_return")  # nan: never reached, and said nowhere
 
 
 @dataclass
