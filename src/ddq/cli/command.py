@@ -182,7 +182,21 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     _add_dashboard(commands)
     _add_tools(commands)
     add_bench_commands(commands)
+    describe_commands(parser)
     return parser
+
+
+def describe_commands(parser: argparse.ArgumentParser) -> None:
+    """Opens each command's own --help with the line its parent's list gives it, where it has no description
+    of its own: argparse shows a command's `help` only in that list, so `ddq package --help` began with its
+    usage and "folder: where to write them"."""
+    for action in parser._actions:  # argparse keeps its subcommands only in these private fields
+        if isinstance(action, argparse._SubParsersAction):
+            said = {choice.dest: choice.help or "" for choice in action._choices_actions}
+            for name, command in action.choices.items():
+                if command.description is None and (line := said.get(name, "")):
+                    command.description = f"{line[0].upper()}{line[1:]}."
+                describe_commands(command)
 
 
 def _add_train(commands: Any, full_help: bool) -> None:
@@ -227,7 +241,8 @@ def _add_tools(commands: Any) -> None:
     """The commands for a run's results and its parts: the dummy client, evaluate, models, package, plot."""
     dummy = commands.add_parser("dummy-client", help="drive a Barista by hand: step, status, shutdown")
     dummy.add_argument("url", help="the Barista's URL, as `barista serve` printed it")
-    dummy.add_argument("action", choices=("step", "status", "shutdown"))
+    dummy.add_argument("action", choices=("step", "status", "shutdown"),
+                       help="step: play --steps env steps; status: the Barista's counters; shutdown: end it")
     dummy.add_argument("--steps", type=in_range(int, 1), default=100, help="env steps for `step` (default 100)")
     dummy.add_argument("--timeout", type=float, default=600, help="seconds to wait for the answer")
     dummy.set_defaults(func=cmd_dummy_client)
@@ -253,7 +268,7 @@ def _add_tools(commands: Any) -> None:
 
     package = commands.add_parser("package", help="write what spark-submit needs: ddq.zip (--py-files), "
                                                     "ddq_submit.py and a Python environment archive (--archives)")
-    package.add_argument("folder", help="where to write them")
+    package.add_argument("folder", help="the folder to write ddq.zip, ddq_submit.py and ddq-env.tar.gz into")
     package.add_argument("--env", metavar="PREFIX", help="the virtual environment, with ddq's dependencies, "
                                                          "that executors run (default: this one)")
     package.add_argument("--no-env", action="store_true", help="no environment archive: the executors' hosts "
