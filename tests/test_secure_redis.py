@@ -297,27 +297,40 @@ def test_a_listening_run_celery_worker_logs_in_and_evaluates(tmp_path):
     user and password, so background evaluations silently stopped). The run goes on until Celery's first
     evaluation is in its Redis, then Ctrl-C ends it."""
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
-    process = subprocess.Popen([sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "1", "--env",
-                                "CartPole-v1", "--listen", ADDRESS, "--total-steps", "10000000", "--snapshot-every",
-                                "20", "--eval-episodes", "2", "--no-dashboard", "--no-progress", "--run-dir",
-                                str(run_dir)], stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True,
-                               env=dict(os.environ, DDQ_EVAL_EVERY_S="1"))
+    process = training_with_celery(run_dir, log, "--listen", ADDRESS)
     try:
         client = connect(url_of_run(process, run_dir, log))
-        run = re.search(r"run id (\S+)", log.read_text()).group(1)
-        deadline = time.monotonic() + 240
-        while not any(json.loads(raw)["source"] == "celery" for raw in client.lrange(f"ddq:{run}:evaluations", 0, -1)):
-            assert process.poll() is None and time.monotonic() < deadline, \
-                (log.read_text()[-2000:], (run_dir / "celery.log").read_text()[-3000:])
-            time.sleep(0.5)
+        ctrl_c_once_celery_evaluated(process, run_dir, log, client)
         client.close()
-        process.send_signal(signal.SIGINT)  # stops the run cleanly: 130, as for any command Ctrl-C ends
-        assert process.wait(timeout=180) == 130, log.read_text()[-3000:]
-        assert summary_of(run_dir)["stop_reason"] == "stopped by the user"
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def training_with_celery(run_dir: Path, log: Path, *flags: str, **environment: str) -> subprocess.Popen:
+    """A downpour CartPole run with `flags` and `environment`, its Celery worker evaluating every second, for
+    longer than any test waits; its stderr into `log`."""
+    return subprocess.Popen([sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "1", "--env",
+                             "CartPole-v1", "--total-steps", "10000000", "--snapshot-every", "20", "--eval-episodes",
+                             "2", "--no-dashboard", "--no-progress", "--run-dir", str(run_dir), *flags],
+                            stdout=subprocess.DEVNULL, stderr=log.open("w"),
+                            env=dict(os.environ, DDQ_EVAL_EVERY_S="1", **environment))
+
+
+def ctrl_c_once_celery_evaluated(process: subprocess.Popen, run_dir: Path, log: Path, client: redis.Redis) -> None:
+    """Waits (240 s at most) until Celery's first evaluation is in the run's Redis (read through `client`),
+    then stops the run with Ctrl-C, which ends it cleanly: 130, as for any command Ctrl-C ends."""
+    deadline = time.monotonic() + 240
+    while not (run := re.search(r"run id (\S+)", log.read_text())) or not any(
+            json.loads(raw)["source"] == "celery" for raw in client.lrange(f"ddq:{run.group(1)}:evaluations", 0, -1)):
+        celery_log = run_dir / "celery.log"
+        assert process.poll() is None and time.monotonic() < deadline, \
+            (log.read_text()[-2000:], celery_log.read_text()[-3000:] if celery_log.exists() else "")
+        time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=180) == 130, log.read_text()[-3000:]
+    assert summary_of(run_dir)["stop_reason"] == "stopped by the user"
 
 
 def documented_acl_line(password: str) -> str:
@@ -351,21 +364,8 @@ def test_a_run_with_celery_needs_nothing_beyond_the_acl_line_cluster_md_gives(tm
         while not _answers(admin):
             assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "redis.log").read_text()
             time.sleep(0.1)
-        url = f"redis://ddq:{password}@127.0.0.1:{port}/0"
-        process = subprocess.Popen([sys.executable, "-m", "ddq", "train", "--mode", "downpour", "--workers", "1",
-                                    "--env", "CartPole-v1", "--total-steps", "10000000", "--snapshot-every", "20",
-                                    "--eval-episodes", "2", "--no-dashboard", "--no-progress", "--run-dir",
-                                    str(run_dir)], stdout=subprocess.DEVNULL, stderr=log.open("w"),
-                                   env=dict(os.environ, DDQ_EVAL_EVERY_S="1", DDQ_REDIS_URL=url))
-        deadline = time.monotonic() + 240
-        while not (run := re.search(r"run id (\S+)", log.read_text())) or not any(
-                json.loads(raw)["source"] == "celery" for raw in admin.lrange(f"ddq:{run.group(1)}:evaluations", 0, -1)):
-            assert process.poll() is None and time.monotonic() < deadline, \
-                (log.read_text()[-2000:], admin.acl_log())
-            time.sleep(0.5)
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=180) == 130, log.read_text()[-3000:]
-        assert summary_of(run_dir)["stop_reason"] == "stopped by the user"
+        process = training_with_celery(run_dir, log, DDQ_REDIS_URL=f"redis://ddq:{password}@127.0.0.1:{port}/0")
+        ctrl_c_once_celery_evaluated(process, run_dir, log, admin)
         # nothing ddq or Celery sent was refused, but redis-py's CLIENT SETINFO, which Redis 7.2+ logs (cluster.md)
         refused = [entry for entry in admin.acl_log(count=100) if entry["object"] != "client|setinfo"]
         assert refused == [], refused

@@ -49,21 +49,11 @@ def test_train_help_is_short_and_help_all_lists_every_setting_grouped_with_defau
 def test_every_commands_help_opens_with_what_it_does():
     """`ddq package --help` began with its usage and "folder: where to write them": a command's `help` shows
     only in its parent's list. Every command's own --help now opens with a description."""
-    import argparse
+    from ddq.cli.command import build_parser, command_parsers
 
-    from ddq.cli.command import build_parser
-
-    def commands(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, argparse.ArgumentParser]]:
-        found = []
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, command in action.choices.items():
-                    found += [(f"{path} {name}", command), *commands(command, f"{path} {name}")]
-        return found
-
-    listed = commands(build_parser(), "ddq")
-    assert len(listed) > 20 and any(name == "ddq package" for name, _ in listed)
-    assert [name for name, command in listed if not (command.description or "").strip()] == []
+    listed = list(command_parsers(build_parser()))
+    assert len(listed) > 20 and "package" in [words for words, _, _ in listed]
+    assert [words for words, command, _ in listed if not (command.description or "").strip()] == []
 
 
 @pytest.fixture(scope="module")

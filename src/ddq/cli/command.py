@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -186,17 +187,24 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
-def describe_commands(parser: argparse.ArgumentParser) -> None:
-    """Opens each command's own --help with the line its parent's list gives it, where it has no description
-    of its own: argparse shows a command's `help` only in that list, so `ddq package --help` began with its
-    usage and "folder: where to write them"."""
+def command_parsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser, str]]:
+    """Every command under `parser`, its subcommands too: (its words, as typed after `parser`'s, its parser,
+    the line its parent's list gives it)."""
     for action in parser._actions:  # argparse keeps its subcommands only in these private fields
         if isinstance(action, argparse._SubParsersAction):
             said = {choice.dest: choice.help or "" for choice in action._choices_actions}
             for name, command in action.choices.items():
-                if command.description is None and (line := said.get(name, "")):
-                    command.description = f"{line[0].upper()}{line[1:]}."
-                describe_commands(command)
+                yield name, command, said.get(name, "")
+                yield from ((f"{name} {words}", sub, line) for words, sub, line in command_parsers(command))
+
+
+def describe_commands(parser: argparse.ArgumentParser) -> None:
+    """Opens each command's own --help with the line its parent's list gives it, where it has no description
+    of its own: argparse shows a command's `help` only in that list, so `ddq package --help` began with its
+    usage and "folder: where to write them"."""
+    for _, command, line in command_parsers(parser):
+        if command.description is None and line:
+            command.description = f"{line[0].upper()}{line[1:]}."
 
 
 def _add_train(commands: Any, full_help: bool) -> None:

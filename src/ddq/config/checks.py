@@ -6,10 +6,14 @@ import math
 from typing import Any
 
 
+def is_positive(value: float) -> bool:
+    """Above 0 and finite: nan and inf, which float flags take, are no settings' values."""
+    return 0 < value < math.inf
+
+
 def positive(config: Any, *names: str) -> None:
-    """Each of `names` above 0 and finite (nan and inf, which float flags take, compare as no number should)."""
     for name in names:
-        if not 0 < getattr(config, name) < math.inf:
+        if not is_positive(getattr(config, name)):
             raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
 
 
@@ -27,5 +31,5 @@ def fraction(config: Any, *names: str) -> None:
 
 def positive_or_none(config: Any, *names: str) -> None:
     for name in names:
-        if getattr(config, name) is not None and not 0 < getattr(config, name) < math.inf:
+        if getattr(config, name) is not None and not is_positive(getattr(config, name)):
             raise ValueError(f"{name} must be positive (or none), got {getattr(config, name)}")
