@@ -30,6 +30,7 @@ from ddq.config import (
 )
 from ddq.config.masters import (
     MASTER_URL,
+    is_cluster,
     is_kubernetes,
     is_standalone,
     kubernetes_address,
@@ -37,7 +38,7 @@ from ddq.config.masters import (
 )
 from ddq.config.sources import COMMAND_LINE, spelled
 from ddq.run_folder import has_checkpoint, holds_a_run
-from ddq.transport.credentials import split_password
+from ddq.transport.credentials import PASSWORD_FILE_VARIABLE, PASSWORD_VARIABLE, host_password, split_password
 from ddq.transport.redis_client import StoreAuthenticationError, StoreError, ping
 from ddq.transport.resp import RespError, meet, refused_password
 
@@ -68,6 +69,8 @@ def check_run(config: TrainConfig, redis_url_from: str = "--redis-url", given_in
         if config.distributed.redis_url:
             check_redis_secrets(config.distributed.redis_url, redis_url_from)
             check_redis(config.distributed.redis_url, redis_url_from)
+        if config.distributed.server.shard_hosts == "by-hand":
+            check_shards_by_hand(config, redis_url_from, given_in)
 
 
 def check_env(config: TrainConfig, given_in: str = COMMAND_LINE) -> tuple[tuple[int, ...], int]:
@@ -104,6 +107,23 @@ def check_model(config: TrainConfig, state: tuple[int, ...], actions: int, given
         network_for_states(config.agent, state, actions)
     except (ValueError, FileNotFoundError) as error:
         raise SettingError(f"{spelled('model', given_in)} {config.agent.model!r}: {error}") from error
+
+
+def check_shards_by_hand(config: TrainConfig, redis_url_from: str, given_in: str = COMMAND_LINE) -> None:
+    """Shards started by hand reach the run's Redis from their hosts and give their own stores its password,
+    which they must know: the run's Redis serves other hosts with a password given, not one made for it."""
+    d, flag = config.distributed, spelled("shard_hosts", given_in)
+    if d.redis_url:
+        if split_password(d.redis_url)[1] is None:
+            raise SettingError(f"{flag} by-hand: the shards' own Redis servers take the run's password, and "
+                               f"{redis_url_from} holds none")
+    elif d.listen is None and not is_cluster(d.spark_master):
+        raise SettingError(f"{flag} by-hand: the shards' hosts reach the run's Redis only when it serves other "
+                           f"hosts: give {spelled('listen', given_in)} ADDR (or a cluster master)")
+    elif host_password() is None:
+        raise SettingError(f"{flag} by-hand: set {PASSWORD_VARIABLE} (or {PASSWORD_FILE_VARIABLE}) for ddq train "
+                           "and on the shards' hosts: the run's Redis takes that password, which the shards "
+                           "need (docs/cluster.md)")
 
 
 def check_device(name: str, given_in: str = COMMAND_LINE) -> None:

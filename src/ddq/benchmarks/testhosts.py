@@ -17,6 +17,7 @@ Needs root (CI runs as root); `why_not_here` says why elsewhere. The suite's run
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -184,6 +185,11 @@ class TestHosts:
                 raise RuntimeError(f"processes of {host} outlived SIGKILL: {self.pids(host)}")
             _kill_all_in(self.namespace(host))
             time.sleep(0.05)
+
+    def link_bytes(self, host: str) -> tuple[int, int]:
+        """(bytes received, bytes sent) on `host`'s link so far."""
+        shown = json.loads(_ip("-n", self.namespace(host), "-s", "-j", "link", "show", "eth0").stdout)
+        return shown[0]["stats64"]["rx"]["bytes"], shown[0]["stats64"]["tx"]["bytes"]
 
     def link_down(self, host: str) -> None:
         self._in(self.namespace(host), "link", "set", "eth0", "down")

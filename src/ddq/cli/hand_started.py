@@ -13,6 +13,13 @@ from typing import Any
 from ddq.config import REDIS_URL_ENV, TrainConfig, read_settings
 from ddq.flags import PORT, add_config_flags, in_range, reword
 from ddq.run_folder import write_whole
+from ddq.transport.credentials import (
+    PASSWORD_FILE_VARIABLE,
+    PASSWORD_VARIABLE,
+    PLACEHOLDER,
+    executor_url,
+    host_password,
+)
 
 PLUMBING = """processes ddq starts itself (each has its own --help):
   param-server  one shard of a run's parameter server (downpour)
@@ -25,6 +32,19 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     from ddq.param_server.server import ShardServer
 
     logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
+    if getattr(args, "listen", None):  # a host of its own: the run's settings from its Redis, or the file given
+        from ddq.param_server.shard_host import serve_with_own_store
+
+        given, how = given_redis_url(args)
+        if not given:
+            raise ValueError(f"param-server --listen needs the run's Redis URL: ${REDIS_URL_ENV} (as ddq train "
+                             "prints it), or --redis-url")
+        if PLACEHOLDER in given and host_password() is None:
+            raise ValueError(f"the run's Redis URL holds {PLACEHOLDER}: set {PASSWORD_VARIABLE} (or "
+                             f"{PASSWORD_FILE_VARIABLE}) on this host to the run's password, as for ddq train")
+        settings = read_settings(args.settings) if args.settings else None
+        return serve_with_own_store(executor_url(given), args.run, args.shard, args.listen,
+                                    getattr(args, "redis_port", None), settings)
     if args.settings:  # what the driver resolved: used as it is, no preset applied again
         config = read_settings(args.settings)
     else:
@@ -57,6 +77,9 @@ def _config_from(args: argparse.Namespace, own: tuple[str, ...]):
 # what a Barista or a shard started by hand never reads: the driver's evaluations and services, and
 # actor-learner's wiring (groups of `ddq train --help-all`)
 UNREAD_BY_HAND = ("evaluation", "actor-learner", "services")
+SHARD_LISTEN = ("serve this shard's gradients and weights from a Redis of its own on this host's ADDR (TLS, the "
+                "run's password), so that they go over this host's link: for ddq train --shard-hosts by-hand, which "
+                "prints this command; the run's settings then come from its Redis")
 HAND_STARTED_REDIS = (f"the run's Redis: redis://, rediss://, unix:// (default ${REDIS_URL_ENV}, which keeps a "
                       "password off the command line)")
 
@@ -129,6 +152,8 @@ def add_started_by_ddq(commands: Any) -> None:
     server.add_argument("--run", default="default", help="run id: the Redis keys live under ddq:RUN:")
     server.add_argument("--shard", type=in_range(int, 0), default=0, help="which shard of --shards this process serves")
     _hand_started(server, cmd_param_server)
+    reword(server, "listen", SHARD_LISTEN)
+    reword(server, "redis_port", "with --listen, the TLS port of the shard's own Redis (default: a free one)")
 
     learner = commands.add_parser("learner",
                                   description="The learner of `ddq train --mode actor-learner`: trains on the "

@@ -16,6 +16,9 @@ MODES = (SERIAL, "downpour", "actor-learner", "data-parallel")
 PRECISIONS = ("fp32", "bf16")
 
 
+SHARD_HOSTS = ("driver", "by-hand")  # where downpour's shards run (ServerConfig.shard_hosts)
+
+
 def is_distributed(mode: str) -> bool:
     """Whether a mode runs workers on Spark, with Redis and the driver's services."""
     return mode != SERIAL
@@ -134,6 +137,7 @@ class ServerConfig:
     max_backlog: int = setting(8, "parameter server", "queued gradients per shard beyond which a worker waits")
     push_every: int = setting(1, "parameter server", "DistBelief's n_push: gradients a worker sums (as their mean) before a push; those computed while a push is on the wire join the next one")
     fetch_every: int = setting(1, "parameter server", "DistBelief's n_fetch: pushes between a worker's fetches of the weights")
+    shard_hosts: str = setting("driver", "parameter server", "where the shards run: driver (ddq train starts them on this host; the run's Redis carries their gradients and weights) or by-hand (each is started by hand on a host of its own, `ddq param-server --listen ADDR`, and serves them from a Redis there, so their bytes go over that host's link: docs/cluster.md)")
     max_lag: int = setting(64, "parameter server", "gradients a worker may compute on weights that lack its own earlier ones while its pushes are on the wire (0: each waits for its predecessor's weights; at least push_every * fetch_every - 1 is allowed)")
 
     def __post_init__(self) -> None:
@@ -141,6 +145,8 @@ class ServerConfig:
         if self.max_lag < 0:
             raise ValueError(f"max_lag must be at least 0, got {self.max_lag}")
         positive(self, "push_every", "fetch_every")
+        if self.shard_hosts not in SHARD_HOSTS:
+            raise ValueError(f"shard_hosts is {self.shard_hosts!r}; choose one of {', '.join(SHARD_HOSTS)}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError("max_staleness must be at least 0")
 
@@ -197,6 +203,8 @@ class TrainConfig:
         if self.distributed.sync and self.run.mode != "actor-learner":
             raise ValueError(f"sync rounds are a way of actor-learner training (mode actor-learner), not of "
                              f"{self.run.mode} mode")
+        if self.distributed.server.shard_hosts != "driver" and self.run.mode != "downpour":
+            raise ValueError(f"shards started by hand are downpour's (mode downpour), not {self.run.mode} mode's")
         if self.run.mode in ("actor-learner", "data-parallel") and self.distributed.server.shards != 1:
             raise ValueError(f"shards must be 1 in {self.run.mode} mode (the parameter server's shards are "
                              f"downpour's), got {self.distributed.server.shards}")

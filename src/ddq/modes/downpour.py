@@ -15,10 +15,13 @@ from ddq.config import TrainConfig
 from ddq.core.agent import epsilon_schedule
 from ddq.modes.driver import Wiring
 from ddq.modes.evaluators import InlineEvaluator
-from ddq.modes.weights_service import ShardFleet
+from ddq.modes.weights_service import ByHandShards, ShardFleet
 from ddq.spark.tasks import barista_task
 
 
 def downpour(config: TrainConfig) -> Wiring:
-    shards = ShardFleet(config.distributed.server.shards, epsilon_schedule(config.agent))
+    server, epsilon = config.distributed.server, epsilon_schedule(config.agent)
+    by_hand = server.shard_hosts == "by-hand"  # (the one place the choice is made)
+    shards = (ByHandShards(server.shards, epsilon, config.distributed.stall_timeout) if by_hand
+              else ShardFleet(server.shards, epsilon))
     return Wiring(weights=shards, task=barista_task, evaluator=InlineEvaluator)

@@ -159,7 +159,8 @@ class Driver:
         self.services.open(stack, info, weights.slices, self.record.counters, self.placement.listen,
                            self.placement.advertise, self.redis_password)
         s = self.services
-        weights.start(ServiceContext(s.settings, s.url, self.run, self.run_dir, s.redis, self.supervisor))
+        weights.start(ServiceContext(s.settings, s.url, self.run, self.run_dir, s.redis, self.supervisor,
+                                     s.remote_url))
         stack.callback(weights.stop)  # before waiting: a process that dies at start leaves none behind
         weights.serving()
         self.mirror.connect(stack, s.url, self.run, weights.slices)

@@ -17,6 +17,7 @@ import torch
 from ddq.models import FlatParameters
 from ddq.transport.keys import shard_bounds
 from ddq.transport.resp import LOST, RespConnection
+from ddq.transport.shard_stores import store_keys, store_urls
 from ddq.transport.shards_link import Published, ShardsLink
 from ddq.transport.wire import (
     GRADIENT,
@@ -51,12 +52,23 @@ class ParameterClient:
         self.target_versions = [-1] * shards
         largest = max(end - start for start, end in self.bounds)
         self.conn = RespConnection(redis_url, buffer_bytes=4 * largest + HEADER.size + 4096)
-        self.link = ShardsLink(self.conn, run, shards)
+        self.link = ShardsLink(self.conn, run, shards, self._stores(redis_url, run, largest))
         self.waits = 0  # times a push waited for a backlog to drain
         self.lost = 0  # pushes whose connection broke: perhaps applied, never sent again
 
+    def _stores(self, redis_url: str, run: str, largest: int) -> list[RespConnection]:
+        """A connection to each shard's store (`ddq.transport.shard_stores`): the run's Redis, or a Redis of
+        the shard's own, one connection to each."""
+        urls = store_urls(self.conn.command("MGET", *store_keys(run, len(self.bounds))), run, redis_url)
+        opened = {redis_url: self.conn}
+        for url in urls:
+            if url not in opened:
+                opened[url] = RespConnection(url, buffer_bytes=4 * largest + HEADER.size + 4096)
+        return [opened[url] for url in urls]
+
     def close(self) -> None:
-        self.conn.close()
+        for conn in self.link.connections:
+            conn.close()
 
     @property
     def pushes(self) -> int:
@@ -109,7 +121,7 @@ class ParameterClient:
             self._staging = np.empty(end - start, np.float32)
             return self._staging.data
 
-        if not self.conn.read_bulk_into(HEADER.size, place):
+        if not self.link.stores[shard].read_bulk_into(HEADER.size, place):
             raise RuntimeError(f"the weights of shard {shard} vanished from Redis")
         if into.data.device.type != "cpu":
             into.assign(self._staging, self.bounds[shard][0])
@@ -120,7 +132,7 @@ class ParameterClient:
         try:
             return read()
         except LOST:
-            self.conn.reconnect()
+            self.link.reconnect()
             return read()
 
     def pull(self) -> bool:
@@ -163,7 +175,7 @@ class ParameterClient:
         try:  # one transaction: a link cut mid-write applies all of it or none, so the count bounds what arrived
             lengths = self.link.push(messages)
         except LOST:  # sent or not, it is not sent again: a lost gradient costs nothing, a doubled one would
-            self.conn.reconnect()
+            self.link.reconnect()
             self.lost += 1
             return
         started = time.monotonic()

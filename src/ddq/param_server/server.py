@@ -78,12 +78,15 @@ class ShardServer:
         self._resume()
 
     @classmethod
-    def connect(cls, config: TrainConfig, redis_url: str, run: str, shard: int) -> ShardServer:
-        """Shard `shard` of the run's parameter server, with its two connections to the run's Redis: one for
-        reports and snapshots, and the hot path, sized for the shard's messages."""
+    def connect(cls, config: TrainConfig, redis_url: str, run: str, shard: int,
+                store_url: str | None = None) -> ShardServer:
+        """Shard `shard` of the run's parameter server, with its two connections: to the run's Redis for
+        reports and snapshots, and the hot path, sized for the shard's messages, to where its gradients and
+        weights live (`store_url`: a Redis of its own; default the run's)."""
         flat = model_parameters(config.agent)
         start, end = shard_bounds(flat.size, config.distributed.server.shards)[shard]
-        fast = RespConnection(redis_url, buffer_bytes=4 * (end - start) + 4096, max_bulk=gradient_bytes(end - start))
+        fast = RespConnection(store_url or redis_url, buffer_bytes=4 * (end - start) + 4096,
+                              max_bulk=gradient_bytes(end - start))
         return cls(config, flat, connect_redis(redis_url), fast, run, shard)
 
     # ---------------------------------------------------------------- state
@@ -199,10 +202,11 @@ class ShardServer:
         self.publish(target_too=True)
         log.info("shard %d reconnected and published version %d again", self.shard_index, self.core.version)
 
-    def housekeeping(self) -> bool:
-        """Publishes metrics; False once the run was told to stop."""
+    def housekeeping(self, stopped: bool = False) -> bool:
+        """Publishes metrics (`stopped`: the last, after the final snapshot); False once the run was told to
+        stop."""
         report = {**self.metrics.report(self.shard_index, self.core.version, self.core.optimizer.learning_rate()),
-                  "senders": self.core.senders.account()}
+                  "senders": self.core.senders.account(), "stopped": stopped}
         self.channel.write_report(report)
         return not self.control.stopping()
 
@@ -228,7 +232,7 @@ class ShardServer:
         if not self.snapshot():
             log.error("shard %d stopped at version %d without its final snapshot", self.shard_index,
                       self.core.version)
-        self.housekeeping()
+        self.housekeeping(stopped=True)
         log.info("shard %d stopped at version %d, after its final snapshot (%d applied, %d stale, %d rejected)",
                  self.shard_index, self.core.version, self.metrics.applied, self.metrics.dropped_stale,
                  sum(self.metrics.rejected.values()))

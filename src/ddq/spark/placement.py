@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ddq.config import TrainConfig
 from ddq.config.masters import is_cluster, is_standalone, master_host
+from ddq.transport.shard_stores import address_toward_host
 
 LOOPBACK = "127.0.0.1"
 ANY_ADDRESS = ("0.0.0.0", "::")
@@ -34,11 +35,7 @@ def address_toward(master: str) -> str:
     """This host's address on the route to the Spark master (no packet is sent: a UDP socket's connect only
     picks the route); for a master without a host (yarn), this host name's address."""
     host = master_host(master)
-    if host:
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, 7077))
-            return str(probe.getsockname()[0])
-    return socket.gethostbyname(socket.gethostname())
+    return address_toward_host(host, 7077) if host else socket.gethostbyname(socket.gethostname())
 
 
 def placement(config: TrainConfig, spark_submit: bool) -> Placement:

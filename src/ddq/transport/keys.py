@@ -49,6 +49,8 @@ class ShardKeys:
     snapshot: str  # hash: weights, target, optimizer state and counters, every N updates
     metrics: str  # string: JSON of the babysitting numbers
     applied: str  # pub/sub channel: the version, each time gradients were applied (weights follow at once)
+    store: str  # string: the URL of the Redis of the shard's own that holds the keys above but snapshot and
+    # metrics (`ddq.transport.shard_stores`); absent: the run's Redis holds them
 
 
 @dataclass(frozen=True)
@@ -156,4 +158,4 @@ class RunKeys:
     def shard(self, index: int) -> ShardKeys:
         base = f"{self.prefix}:ps:{index}"
         return ShardKeys(f"{base}:grads", f"{base}:weights", f"{base}:target", f"{base}:snapshot",
-                         f"{base}:metrics", f"{base}:applied")
+                         f"{base}:metrics", f"{base}:applied", f"{base}:store")

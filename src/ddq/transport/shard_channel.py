@@ -64,7 +64,7 @@ class ShardChannel:
 
     def queued(self) -> int:
         """How many gradients wait in the shard's list."""
-        return int(self.client.llen(self.keys.grads))
+        return int(self.fast.command("LLEN", self.keys.grads))  # where the gradients live: maybe not the run's Redis
 
     def reconnect(self) -> None:
         self.fast.reconnect()

@@ -1,0 +1,68 @@
+"""A parameter-server shard on a host of its own (`ddq param-server --listen ADDR`): it starts a Redis there
+for its gradients and weights, registers it with the run, and serves, so that the workers' pushes and pulls
+of its slice go over this host's link and not the driver's.
+
+The store speaks only TLS, with a certificate authority made here and the run's own password (the one every
+worker already holds: nothing new to hand out). The shard's snapshots and reports go to the run's Redis, so a
+shard started again, on this host or another, resumes where it stopped. The run's settings come from the run's
+Redis too (the driver wrote them there), unless a settings file is given.
+"""
+
+from __future__ import annotations
+
+import sys
+from urllib.parse import urlsplit
+
+from ddq.config import TrainConfig, config_from_document
+from ddq.param_server.server import ShardServer
+from ddq.transport.credentials import split_password
+from ddq.transport.redis_client import connect as connect_redis
+from ddq.transport.redis_server import EmbeddedRedis
+from ddq.transport.run_store import RunStore
+from ddq.transport.shard_stores import address_toward_host, registered_url
+
+ANY_ADDRESS = ("0.0.0.0", "::")
+
+
+def run_settings(store: RunStore, run: str) -> TrainConfig:
+    """The settings the driver resolved for `run`, from its info in the run's Redis; ValueError when the run
+    has none there (no driver started it, or another run id was given)."""
+    info = store.info()
+    if not info or "settings" not in info:
+        raise ValueError(f"the run's Redis holds no run {run!r} (its driver writes ddq:{run}:info as it starts): "
+                         "start ddq train first, and give the run id it prints")
+    return config_from_document(info["settings"], f"run {run}'s info")
+
+
+def advertised(listen: str, run_url: str) -> str:
+    """The address other hosts reach a store listening on `listen` at: `listen` itself, or for a wildcard
+    address this host's on the route toward the run's Redis (whose workers come the same way)."""
+    if listen not in ANY_ADDRESS:
+        return listen
+    host = urlsplit(run_url).hostname
+    return address_toward_host(host, 6379) if host else "127.0.0.1"
+
+
+def serve_with_own_store(run_url: str, run: str, shard: int, listen: str, port: int | None = None,
+                         config: TrainConfig | None = None) -> int:
+    """Serves shard `shard` of `run` from a Redis of its own listening on `listen` (`port`, default a free
+    one) until the run stops; the exit code."""
+    password = split_password(run_url)[1]
+    if password is None:
+        raise ValueError("a shard with a store of its own gives it the run's password, and this URL of the run's "
+                         "Redis holds none: the run's Redis must serve other hosts (ddq train --listen ADDR)")
+    store = RunStore(connect_redis(run_url), run)
+    config = config or run_settings(store, run)
+    config.distributed.redis_url = run_url
+    config.run.run_dir = None  # the driver's folder is on its host: snapshots go to the run's Redis alone
+    shards = config.distributed.server.shards
+    if not 0 <= shard < shards:
+        raise ValueError(f"--shard {shard} is not one of run {run}'s {shards} shards (0-{shards - 1})")
+    address = advertised(listen, run_url)
+    with EmbeddedRedis(listen=listen, advertise=address, run=run, password=password, listen_port=port) as own:
+        server = ShardServer.connect(config, run_url, run, shard, store_url=own.url)
+        store.register_store(shard, registered_url(own.remote_url))  # before the weights: workers read both
+        print(f"ddq param-server: shard {shard} of run {run} serves its gradients and weights at "
+              f"{address}:{own.listen_port} (TLS, the run's password)", file=sys.stderr,
+              flush=True)
+        return server.serve()

@@ -1,0 +1,73 @@
+"""Downpour's shards on hosts of their own (`ddq train --shard-hosts by-hand`, `ddq param-server --listen`):
+each shard's gradients and weights go over its own host's link, in a Redis there, and not through the
+driver's. Three test hosts: h0 runs `ddq train` (its Spark workers on `local[2]` and its Redis, serving the
+others over TLS); h1 and h2 each run one shard, started by hand with the command the driver printed."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddq.benchmarks.testhosts import TestHosts
+from ddq.core.agent import model_parameters
+from ddq.core.settings import build_config
+from ddq.transport.keys import shard_bounds
+from hosts import skip_unless_root
+
+pytestmark = [skip_unless_root, pytest.mark.slow]
+
+ENV_STEPS = 6000
+START = re.compile(r"DDQ_REDIS_URL='([^']+)' ddq param-server --run (\S+) --shard K --listen ADDR")
+
+
+def printed_command(log: Path, driver: subprocess.Popen, timeout: float = 180) -> tuple[str, str]:
+    """The run's Redis URL and run id in the command the driver printed for shards started by hand."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = START.search(log.read_text()) if log.exists() else None
+        if found:
+            return found.group(1), found.group(2)
+        assert driver.poll() is None, log.read_text()
+        time.sleep(0.2)
+    raise AssertionError(f"no command for the shards within {timeout:.0f} s:\n{log.read_text()}")
+
+
+def test_each_shard_host_link_carries_its_own_slice_and_the_run_spends_its_budget(tmp_path):
+    secret = {"DDQ_REDIS_PASSWORD": secrets.token_urlsafe(16)}
+    train = ["--env", "CartPole-v1", "--mode", "downpour", "--shards", "2", "--shard-hosts", "by-hand",
+             "--total-steps", str(ENV_STEPS), "--no-celery", "--no-dashboard", "--no-progress", "--seed", "3"]
+    with TestHosts(["h0", "h1", "h2"]) as hosts:
+        log = tmp_path / "train.log"
+        driver = hosts.start("h0", [sys.executable, "-m", "ddq", "train", *train, "--listen", hosts.address("h0"),
+                                    "--run-dir", "/tmp/run"], log, env=secret)
+        url, run = printed_command(log, driver)
+        assert "$DDQ_REDIS_PASSWORD" in url and secret["DDQ_REDIS_PASSWORD"] not in log.read_text()
+        before = {host: hosts.link_bytes(host) for host in ("h1", "h2")}
+        shards = [hosts.start(f"h{k + 1}", [sys.executable, "-m", "ddq", "param-server", "--run", run, "--shard",
+                                            str(k), "--listen", hosts.address(f"h{k + 1}")],
+                              tmp_path / f"shard{k}.log", env={**secret, "DDQ_REDIS_URL": url})
+                  for k in range(2)]
+        assert driver.wait(300) == 0, log.read_text()[-3000:]
+        for k, shard in enumerate(shards):  # each stops with the run, after its final snapshot
+            assert shard.wait(60) == 0, (tmp_path / f"shard{k}.log").read_text()[-2000:]
+        received = {host: hosts.link_bytes(host)[0] - before[host][0] for host in ("h1", "h2")}
+        summary = json.loads((hosts.tmp("h0") / "run" / "summary.json").read_text())
+        assert not hosts.pids("h1") and not hosts.pids("h2")  # each shard's own Redis stopped with it
+    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= ENV_STEPS
+    account = summary["account"]
+    assert account["shards_agree"] and account["repeats"] == 0
+    pushes = account["applied"]  # every gradient sent was applied once, by both shards
+    assert pushes > 50 and all(w["applied"] == w["sent"] for w in account["workers"])
+    size = model_parameters(build_config({"env": "CartPole-v1", "mode": "downpour"}).agent).size
+    slices = [end - start for start, end in shard_bounds(size, 2)]
+    for k, host in enumerate(("h1", "h2")):
+        own, other = 4 * pushes * slices[k], 4 * pushes * slices[1 - k]
+        # every gradient's slice for this shard came in over this host's link, and the other shard's did not
+        assert own <= received[host] < own + other / 2, (host, received, own, other)
