@@ -64,6 +64,20 @@ def left_running(run_dir: Path, *logs: str, timeout: float = 20) -> list[int]:
     return left
 
 
+def wait_for_progress(run_dir: Path, process: subprocess.Popen, log: Path, env_steps: int,
+                      timeout: float = 300) -> None:
+    """Until the driver logged an episode that ended past `env_steps` (a condition, not a time)."""
+    deadline = time.monotonic() + timeout
+    metrics = run_dir / "metrics.jsonl"
+    while True:
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no episode past {env_steps} env steps in {timeout} s"
+        if metrics.exists() and any(json.loads(line).get("env_steps", 0) > env_steps
+                                    for line in metrics.read_text().splitlines()[-50:] if line.strip()):
+            return
+        time.sleep(0.2)
+
+
 def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 

@@ -62,6 +62,16 @@ CASES = [
                                                           "API server"),
     (["train", "--spark-master", "k8s://127.0.0.1:1"], "--spark-master k8s://127.0.0.1:1: no Kubernetes API server "
                                                        "accepts connections there"),
+    # shards started by hand reach the run's Redis from their hosts, and give their own stores its password
+    (["train", "--shard-hosts", "by-hand"], "--shard-hosts by-hand: the shards' hosts reach the run's Redis only "
+                                            "when it serves other hosts: give --listen ADDR"),
+    (["train", "--shard-hosts", "by-hand", "--listen", "127.0.0.1"],
+     "--shard-hosts by-hand: set DDQ_REDIS_PASSWORD (or DDQ_REDIS_PASSWORD_FILE) for ddq train and on the shards' "
+     "hosts"),
+    (["train", "--shard-hosts", "anywhere"], "shard_hosts is 'anywhere'; choose one of driver, by-hand (given as "
+                                             "--shard-hosts)"),
+    (["train", "--mode", "data-parallel", "--shard-hosts", "by-hand"], "shards started by hand are downpour's"),
+    (["param-server", "--run", "r", "--listen", "127.0.0.1"], "param-server --listen needs the run's Redis URL"),
     (["train", "--config", "missing.toml"], "--config missing.toml: No such file or directory"),
     (["evaluate", "text.pt"], "text.pt is not a ddq checkpoint (torch cannot read it"),
     (["evaluate", "."], "no checkpoint at checkpoint.pt"),
@@ -86,7 +96,8 @@ CASES = [
 @pytest.mark.parametrize("argv, message", CASES, ids=[" ".join(argv) for argv, _ in CASES])
 def test_bad_input_is_one_line_and_exit_2_before_anything_starts(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("DDQ_REDIS_URL", raising=False)
+    for variable in ("DDQ_REDIS_URL", "DDQ_REDIS_PASSWORD", "DDQ_REDIS_PASSWORD_FILE"):
+        monkeypatch.delenv(variable, raising=False)
     for name, (text, _) in TOML_CASES.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "text.pt").write_text("not a checkpoint\n")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import command_lines_holding, left_running, run_ddq, summary_of
+from conftest import command_lines_holding, left_running, run_ddq, summary_of, wait_for_progress
 from ddq.benchmarks.procfs import child_named, parent_and_command, processes_mentioning
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
@@ -64,20 +64,6 @@ def _start(run_dir: Path, total_steps: int, services: bool, env: dict[str, str],
                                env=dict(os.environ, PYTHONUNBUFFERED="1", **env),
                                start_new_session=True)  # its process group is its own, for signals to the group
     return process, log
-
-
-def wait_for_progress(run_dir: Path, process: subprocess.Popen, log: Path, env_steps: int,
-                      timeout: float = 300) -> None:
-    """Until the driver logged an episode that ended past `env_steps` (a condition, not a time)."""
-    deadline = time.monotonic() + timeout
-    metrics = run_dir / "metrics.jsonl"
-    while True:
-        assert process.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, f"no episode past {env_steps} env steps in {timeout} s"
-        if metrics.exists() and any(json.loads(line).get("env_steps", 0) > env_steps
-                                    for line in metrics.read_text().splitlines()[-50:] if line.strip()):
-            return
-        time.sleep(0.2)
 
 
 def wait_for(found, process: subprocess.Popen, timeout: float = 60):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_for_progress
 from ddq.benchmarks.testhosts import TestHosts
 from ddq.core.agent import model_parameters
 from ddq.core.settings import build_config
@@ -39,21 +40,31 @@ def printed_command(log: Path, driver: subprocess.Popen, timeout: float = 180) -
     raise AssertionError(f"no command for the shards within {timeout:.0f} s:\n{log.read_text()}")
 
 
+def start_shard(hosts: TestHosts, shard: int, url: str, run: str, folder: Path, secret: dict) -> subprocess.Popen:
+    """Shard `shard` started by hand on host h<shard + 1>, with the command the driver printed."""
+    host = f"h{shard + 1}"
+    return hosts.start(host, [sys.executable, "-m", "ddq", "param-server", "--run", run, "--shard", str(shard),
+                              "--listen", hosts.address(host)], folder / f"shard{shard}.log",
+                       env={**secret, "DDQ_REDIS_URL": url})
+
+
+def start_run(hosts: TestHosts, log: Path, secret: dict, *train: str) -> tuple[subprocess.Popen, str, str]:
+    """`ddq train` on h0 with 2 shards started by hand, into h0's /tmp/run; its process, Redis URL and run id."""
+    driver = hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--env", "CartPole-v1", "--mode", "downpour",
+                                "--shards", "2", "--shard-hosts", "by-hand", "--no-celery", "--no-dashboard",
+                                "--no-progress", "--listen", hosts.address("h0"), "--run-dir", "/tmp/run", *train],
+                         log, env=secret)
+    return (driver, *printed_command(log, driver))
+
+
 def test_each_shard_host_link_carries_its_own_slice_and_the_run_spends_its_budget(tmp_path):
     secret = {"DDQ_REDIS_PASSWORD": secrets.token_urlsafe(16)}
-    train = ["--env", "CartPole-v1", "--mode", "downpour", "--shards", "2", "--shard-hosts", "by-hand",
-             "--total-steps", str(ENV_STEPS), "--no-celery", "--no-dashboard", "--no-progress", "--seed", "3"]
     with TestHosts(["h0", "h1", "h2"]) as hosts:
         log = tmp_path / "train.log"
-        driver = hosts.start("h0", [sys.executable, "-m", "ddq", "train", *train, "--listen", hosts.address("h0"),
-                                    "--run-dir", "/tmp/run"], log, env=secret)
-        url, run = printed_command(log, driver)
+        driver, url, run = start_run(hosts, log, secret, "--total-steps", str(ENV_STEPS), "--seed", "3")
         assert "$DDQ_REDIS_PASSWORD" in url and secret["DDQ_REDIS_PASSWORD"] not in log.read_text()
         before = {host: hosts.link_bytes(host) for host in ("h1", "h2")}
-        shards = [hosts.start(f"h{k + 1}", [sys.executable, "-m", "ddq", "param-server", "--run", run, "--shard",
-                                            str(k), "--listen", hosts.address(f"h{k + 1}")],
-                              tmp_path / f"shard{k}.log", env={**secret, "DDQ_REDIS_URL": url})
-                  for k in range(2)]
+        shards = [start_shard(hosts, k, url, run, tmp_path, secret) for k in range(2)]
         assert driver.wait(300) == 0, log.read_text()[-3000:]
         for k, shard in enumerate(shards):  # each stops with the run, after its final snapshot
             assert shard.wait(60) == 0, (tmp_path / f"shard{k}.log").read_text()[-2000:]
@@ -71,3 +82,28 @@ def test_each_shard_host_link_carries_its_own_slice_and_the_run_spends_its_budge
         own, other = 4 * pushes * slices[k], 4 * pushes * slices[1 - k]
         # every gradient's slice for this shard came in over this host's link, and the other shard's did not
         assert own <= received[host] < own + other / 2, (host, received, own, other)
+
+
+def test_a_crashed_shard_host_started_again_by_hand_resumes_from_its_snapshot_and_the_run_ends_well(tmp_path):
+    """Every process of h2 (shard 1 and its Redis) killed at once mid-run, then shard 1 started again there
+    with the same command: a new port and certificate authority, which the workers find in its registration.
+    It resumes from its snapshot in the run's Redis (every 25 updates here); what it applied since is lost,
+    and the summary says so: the shards' versions and accounts differ."""
+    secret = {"DDQ_REDIS_PASSWORD": secrets.token_urlsafe(16)}
+    with TestHosts(["h0", "h1", "h2"]) as hosts:
+        log = tmp_path / "train.log"
+        driver, url, run = start_run(hosts, log, secret, "--algo", "dqn", "--total-steps", "9000",
+                                     "--snapshot-every", "25", "--seed", "4")
+        first = [start_shard(hosts, k, url, run, tmp_path, secret) for k in range(2)]
+        wait_for_progress(hosts.tmp("h0") / "run", driver, log, 3000)  # past learning_starts: updates applied
+        hosts.crash("h2")
+        again = start_shard(hosts, 1, url, run, tmp_path, secret)
+        assert driver.wait(300) == 0, log.read_text()[-3000:]
+        for shard in (first[0], again):
+            assert shard.wait(60) == 0, (tmp_path / "shard1.log").read_text()[-2000:]
+        summary = json.loads((hosts.tmp("h0") / "run" / "summary.json").read_text())
+        resumed = re.search(r"shard 1 resumed from its snapshot at version (\d+)", (tmp_path / "shard1.log").read_text())
+    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= 9000
+    assert resumed and int(resumed.group(1)) > 0
+    account = summary["account"]
+    assert not account["shards_agree"] and account["versions"][1] < account["versions"][0]

@@ -182,19 +182,27 @@ class ByHandShards:
                            f"{self.wait_s:.0f} s (ddq param-server --run {c.run} --shard K --listen ADDR)")
 
     def drained(self, timeout: float | None = 60.0) -> None:
+        """As `ShardFleet.drained`; a store that cannot be reached holds nothing to wait for (its host died, and
+        its queue with it)."""
         c = self._context()
-        stores = [c.redis if url == c.url else connect_redis(url) for url in self._registered()]
-        queues_drained(RunStore(c.redis, c.run), self.slices, stores, lambda: False, timeout or 60.0)
+        with contextlib.suppress(StoreError, ValueError):
+            stores = [c.redis if url == c.url else connect_redis(url) for url in self._registered()]
+            queues_drained(RunStore(c.redis, c.run), self.slices, stores, self._stopped, timeout or 60.0)
+
+    def _stopped(self) -> bool:
+        """Whether every shard said it stopped (after its final snapshot, its weights handed back)."""
+        c = self._context()
+        return all((json_object(r) or {}).get("stopped") for r in RunStore(c.redis, c.run).shard_reports(self.slices))
 
     def stop(self) -> None:
         """Asks the shards to finish, then waits (30 s at most) for each to report that it stopped, after its
         final snapshot: the run's Redis, where that snapshot goes, stops with the run."""
         c = self._context()
         stop_servers(c.redis, c.run, [])
-        store, deadline = RunStore(c.redis, c.run), time.monotonic() + 30.0
+        deadline = time.monotonic() + 30.0
         while time.monotonic() < deadline:
             with contextlib.suppress(StoreError):
-                if all((json_object(r) or {}).get("stopped") for r in store.shard_reports(self.slices)):
+                if self._stopped():
                     return
             time.sleep(0.1)
 

@@ -16,7 +16,8 @@ import torch
 
 from ddq.models import FlatParameters
 from ddq.transport.keys import shard_bounds
-from ddq.transport.resp import LOST, RespConnection
+from ddq.transport.redis_client import OUTAGE_S
+from ddq.transport.resp import LOST, RespConnection, RespError
 from ddq.transport.shard_stores import store_keys, store_urls
 from ddq.transport.shards_link import Published, ShardsLink
 from ddq.transport.wire import (
@@ -50,21 +51,45 @@ class ParameterClient:
         self.layout = layout_bytes(flat.layout_hash())
         self.versions = [-1] * shards
         self.target_versions = [-1] * shards
-        largest = max(end - start for start, end in self.bounds)
-        self.conn = RespConnection(redis_url, buffer_bytes=4 * largest + HEADER.size + 4096)
-        self.link = ShardsLink(self.conn, run, shards, self._stores(redis_url, run, largest))
+        self.url, self.run = redis_url, run
+        self.buffer_bytes = 4 * max(end - start for start, end in self.bounds) + HEADER.size + 4096
+        self.conn = RespConnection(redis_url, buffer_bytes=self.buffer_bytes)
+        self.link = ShardsLink(self.conn, run, shards, self._stores())
         self.waits = 0  # times a push waited for a backlog to drain
         self.lost = 0  # pushes whose connection broke: perhaps applied, never sent again
 
-    def _stores(self, redis_url: str, run: str, largest: int) -> list[RespConnection]:
+    def _stores(self, outage_s: float = OUTAGE_S) -> list[RespConnection]:
         """A connection to each shard's store (`ddq.transport.shard_stores`): the run's Redis, or a Redis of
-        the shard's own, one connection to each."""
-        urls = store_urls(self.conn.command("MGET", *store_keys(run, len(self.bounds))), run, redis_url)
-        opened = {redis_url: self.conn}
-        for url in urls:
-            if url not in opened:
-                opened[url] = RespConnection(url, buffer_bytes=4 * largest + HEADER.size + 4096)
-        return [opened[url] for url in urls]
+        the shard's own. A store that does not answer is waited for up to `outage_s`, where its shard
+        registers it each time: a shard started again (by hand, on its host or another) registers anew."""
+        since, failures = time.monotonic(), 0
+        opened = {self.url: self.conn}
+        while True:
+            urls = store_urls(self.conn.command("MGET", *store_keys(self.run, len(self.bounds))), self.run,
+                              self.url)
+            try:
+                for url in urls:
+                    if url not in opened:
+                        opened[url] = RespConnection(url, buffer_bytes=self.buffer_bytes)
+                return [opened[url] for url in urls]
+            except (OSError, RespError) as error:  # refused, reset, no route; a store still starting
+                failures += 1
+                if time.monotonic() - since >= outage_s:
+                    for conn in opened.values():
+                        if conn is not self.conn:
+                            conn.close()
+                    raise ConnectionError(f"a parameter-server shard's Redis stayed unreachable for "
+                                          f"{outage_s:.0f} s: {error}") from error
+                time.sleep(min(0.05 * 2 ** failures, 1.0))
+
+    def _reconnect(self) -> None:
+        """Connects again to the run's Redis and to every shard's store, after one of them was lost (which,
+        the caller cannot tell), at the stores' URLs as now registered."""
+        self.conn.reconnect()
+        for conn in self.link.connections:
+            if conn is not self.conn:
+                conn.close()
+        self.link.use(self._stores())
 
     def close(self) -> None:
         for conn in self.link.connections:
@@ -132,7 +157,7 @@ class ParameterClient:
         try:
             return read()
         except LOST:
-            self.link.reconnect()
+            self._reconnect()
             return read()
 
     def pull(self) -> bool:
@@ -175,7 +200,7 @@ class ParameterClient:
         try:  # one transaction: a link cut mid-write applies all of it or none, so the count bounds what arrived
             lengths = self.link.push(messages)
         except LOST:  # sent or not, it is not sent again: a lost gradient costs nothing, a doubled one would
-            self.link.reconnect()
+            self._reconnect()
             self.lost += 1
             return
         started = time.monotonic()

@@ -69,6 +69,7 @@ class ShardServer:
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))
         self.before = torch.empty_like(self.core.params)  # weights before a sampled update, for the ratios
         self.snapshot_failing = False  # the last snapshot tried failed
+        self.own_store = False  # its gradients and weights live in a Redis of its own (`ddq.param_server.shard_host`)
         self.channel = ShardChannel(client, fast, run, shard, self.layout, self.bounds)
         self.control = RunControl(client, run)
         run_dir = Path(config.run.run_dir) if config.run.run_dir else None
@@ -87,7 +88,9 @@ class ShardServer:
         start, end = shard_bounds(flat.size, config.distributed.server.shards)[shard]
         fast = RespConnection(store_url or redis_url, buffer_bytes=4 * (end - start) + 4096,
                               max_bulk=gradient_bytes(end - start))
-        return cls(config, flat, connect_redis(redis_url), fast, run, shard)
+        server = cls(config, flat, connect_redis(redis_url), fast, run, shard)
+        server.own_store = store_url is not None
+        return server
 
     # ---------------------------------------------------------------- state
     def _resume(self) -> None:
@@ -232,6 +235,8 @@ class ShardServer:
         if not self.snapshot():
             log.error("shard %d stopped at version %d without its final snapshot", self.shard_index,
                       self.core.version)
+        if self.own_store:
+            self.channel.hand_back(self._publication(target_too=True))
         self.housekeeping(stopped=True)
         log.info("shard %d stopped at version %d, after its final snapshot (%d applied, %d stale, %d rejected)",
                  self.shard_index, self.core.version, self.metrics.applied, self.metrics.dropped_stale,

@@ -45,6 +45,17 @@ class ShardChannel:
             commands.append(("SET", self.keys.target, self._weights_message(target_version, target)))
         return commands
 
+    def hand_back(self, publication: Publication) -> None:
+        """A shard with a store of its own, stopping: its last weights (and target) go to the run's Redis and
+        its store's registration goes, in one transaction, so readers after it (the driver's closing
+        evaluation, the dashboard) find the final weights where a shard without a store keeps them."""
+        with self.client.pipeline(transaction=True) as pipe:
+            for command, key, *values in publication:
+                if command == "SET":
+                    pipe.set(key, b"".join(bytes(part) for part in values[0]))
+            pipe.delete(self.keys.store)
+            pipe.execute()
+
     def publish(self, publication: Publication) -> None:
         self.fast.pipeline(publication)
 

@@ -24,8 +24,12 @@ class ShardsLink:
     def __init__(self, conn: RespConnection, run: str, shards: int, stores: list[RespConnection] | None = None):
         self.conn, self.run_keys = conn, RunKeys(run)
         self.keys = [self.run_keys.shard(k) for k in range(shards)]
-        self.stores = stores or [conn] * shards
-        self.connections = list({id(c): c for c in [conn, *self.stores]}.values())  # each once, the run's first
+        self.use(stores or [conn] * shards)
+
+    def use(self, stores: list[RespConnection]) -> None:
+        """Shard k's keys are at `stores[k]` from now on."""
+        self.stores = stores
+        self.connections = list({id(c): c for c in [self.conn, *stores]}.values())  # each once, the run's first
 
     def _round_trip(self, commands: list[tuple[RespConnection, tuple]]) -> list[Reply]:
         """Sends each command on its connection, every one before any reply is read: one round trip to all
@@ -79,11 +83,6 @@ class ShardsLink:
         queues = [(self.stores[k], ("LLEN", keys.grads)) for k, keys in enumerate(self.keys)]
         *lengths, control = self._round_trip([*queues, (self.conn, ("GET", self.run_keys.control))])
         return cast(list[int], lengths), is_stop(control)
-
-    def reconnect(self) -> None:
-        """Connects again every connection, after one was lost (which, the caller cannot tell)."""
-        for conn in self.connections:
-            conn.reconnect()
 
     def subscribe_applied(self) -> None:
         """Subscribes the connection to every shard's announcements of applied versions (one reply each)."""
