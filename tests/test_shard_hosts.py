@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from conftest import wait_for_progress
+from ddq.benchmarks.shard_links import start_run, start_shard
 from ddq.benchmarks.testhosts import TestHosts
 from ddq.core.agent import model_parameters
 from ddq.core.settings import build_config
@@ -25,36 +22,6 @@ from hosts import skip_unless_root
 pytestmark = [skip_unless_root, pytest.mark.slow]
 
 ENV_STEPS = 6000
-START = re.compile(r"DDQ_REDIS_URL='([^']+)' ddq param-server --run (\S+) --shard K --listen ADDR")
-
-
-def printed_command(log: Path, driver: subprocess.Popen, timeout: float = 180) -> tuple[str, str]:
-    """The run's Redis URL and run id in the command the driver printed for shards started by hand."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = START.search(log.read_text()) if log.exists() else None
-        if found:
-            return found.group(1), found.group(2)
-        assert driver.poll() is None, log.read_text()
-        time.sleep(0.2)
-    raise AssertionError(f"no command for the shards within {timeout:.0f} s:\n{log.read_text()}")
-
-
-def start_shard(hosts: TestHosts, shard: int, url: str, run: str, folder: Path, secret: dict) -> subprocess.Popen:
-    """Shard `shard` started by hand on host h<shard + 1>, with the command the driver printed."""
-    host = f"h{shard + 1}"
-    return hosts.start(host, [sys.executable, "-m", "ddq", "param-server", "--run", run, "--shard", str(shard),
-                              "--listen", hosts.address(host)], folder / f"shard{shard}.log",
-                       env={**secret, "DDQ_REDIS_URL": url})
-
-
-def start_run(hosts: TestHosts, log: Path, secret: dict, *train: str) -> tuple[subprocess.Popen, str, str]:
-    """`ddq train` on h0 with 2 shards started by hand, into h0's /tmp/run; its process, Redis URL and run id."""
-    driver = hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--env", "CartPole-v1", "--mode", "downpour",
-                                "--shards", "2", "--shard-hosts", "by-hand", "--no-celery", "--no-dashboard",
-                                "--no-progress", "--listen", hosts.address("h0"), "--run-dir", "/tmp/run", *train],
-                         log, env=secret)
-    return (driver, *printed_command(log, driver))
 
 
 def test_each_shard_host_link_carries_its_own_slice_and_the_run_spends_its_budget(tmp_path):
@@ -64,7 +31,7 @@ def test_each_shard_host_link_carries_its_own_slice_and_the_run_spends_its_budge
         driver, url, run = start_run(hosts, log, secret, "--total-steps", str(ENV_STEPS), "--seed", "3")
         assert "$DDQ_REDIS_PASSWORD" in url and secret["DDQ_REDIS_PASSWORD"] not in log.read_text()
         before = {host: hosts.link_bytes(host) for host in ("h1", "h2")}
-        shards = [start_shard(hosts, k, url, run, tmp_path, secret) for k in range(2)]
+        shards = [start_shard(hosts, f"h{k + 1}", k, url, run, tmp_path / f"shard{k}.log", secret) for k in range(2)]
         assert driver.wait(300) == 0, log.read_text()[-3000:]
         for k, shard in enumerate(shards):  # each stops with the run, after its final snapshot
             assert shard.wait(60) == 0, (tmp_path / f"shard{k}.log").read_text()[-2000:]
@@ -94,10 +61,10 @@ def test_a_crashed_shard_host_started_again_by_hand_resumes_from_its_snapshot_an
         log = tmp_path / "train.log"
         driver, url, run = start_run(hosts, log, secret, "--algo", "dqn", "--total-steps", "9000",
                                      "--snapshot-every", "25", "--seed", "4")
-        first = [start_shard(hosts, k, url, run, tmp_path, secret) for k in range(2)]
+        first = [start_shard(hosts, f"h{k + 1}", k, url, run, tmp_path / f"shard{k}.log", secret) for k in range(2)]
         wait_for_progress(hosts.tmp("h0") / "run", driver, log, 3000)  # past learning_starts: updates applied
         hosts.crash("h2")
-        again = start_shard(hosts, 1, url, run, tmp_path, secret)
+        again = start_shard(hosts, "h2", 1, url, run, tmp_path / "shard1.log", secret)
         assert driver.wait(300) == 0, log.read_text()[-3000:]
         for shard in (first[0], again):
             assert shard.wait(60) == 0, (tmp_path / "shard1.log").read_text()[-2000:]

@@ -3,9 +3,15 @@ run's Redis is checked before anything connects to it, and gets the run's passwo
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
+from ddq.transport.redis_server import EmbeddedRedis
+from ddq.transport.resp import RespConnection
 from ddq.transport.shard_stores import checked_store_url, registered_url, store_keys, store_urls, with_password
+from ddq.transport.shards_link import ShardsLink
+from ddq.transport.wire import HEADER
 
 RUN_URL = "unix:///tmp/r.sock?db=0&username=ddq&password=s3cret"
 STORE = "rediss://ddq:$DDQ_REDIS_PASSWORD@10.0.0.2:7000/0?ssl_ca_data=-----BEGIN%20CERTIFICATE-----"
@@ -24,21 +30,48 @@ def test_each_shard_reads_its_own_store_or_the_runs():
 
 
 @pytest.mark.parametrize("url, refused", [
-    ("unix:///tmp/other.sock", "not a shard's store"),  # no host, no port
-    ("redis://10.0.0.2:7000/0", "plain-TCP store on 10.0.0.2"),  # a password in the clear on a network
+    ("unix:///tmp/other.sock", "no rediss://HOST:PORT"),  # no host, no port
+    ("redis://10.0.0.2:7000/0", "no rediss://HOST:PORT"),  # the run's password in the clear on a network
+    ("rediss://10.0.0.2/0", "no rediss://HOST:PORT"),
+    ("rediss://ddq:other@10.0.0.2:7000/0", "a password of its own"),  # a password the reader would not send
+    ("rediss://ddq:$DDQ_REDIS_PASSWORD@$DDQ_REDIS_PASSWORD:7000/0", "in another place"),  # to DNS
+    ("rediss://$DDQ_REDIS_PASSWORD:$DDQ_REDIS_PASSWORD@h:7000/0", "in another place"),
+    ("rediss://10.0.0.2:7000/$DDQ_REDIS_PASSWORD", "no database number"),  # into an error line
     ("rediss://10.0.0.2:7000/0?ssl_ca_certs=/etc/shadow", "asks for ssl_ca_certs"),  # files of the reader's host
     ("rediss://10.0.0.2:7000/0?ssl_cert_reqs=none", "asks for ssl_cert_reqs"),  # a store that proves nothing
-    ("rediss://10.0.0.2/0", "not a shard's store"),
 ])
 def test_a_store_url_read_from_redis_is_refused_unless_it_is_one_a_shard_registers(url, refused):
     with pytest.raises(ValueError, match=refused):
         checked_store_url(url, "ddq:r:ps:1:store")
 
 
-def test_loopback_may_be_plain_tcp():
-    assert checked_store_url("redis://127.0.0.1:7000/0", "k") == "redis://127.0.0.1:7000/0"
-
-
 def test_a_store_that_wants_the_password_needs_a_run_url_that_holds_one():
     with pytest.raises(ValueError, match="holds none"):
         with_password(STORE, "unix:///tmp/r.sock?db=0")
+
+
+def test_a_push_reaches_each_shards_store_in_one_round_trip_and_is_counted_in_the_runs_redis():
+    """The run's Redis holds shard 0, a TLS store of its own shard 1 (as `ddq param-server --listen` starts it),
+    both with the run's password; then both shards in the store, the run's Redis holding only the count."""
+    password = secrets.token_urlsafe(12)
+    with EmbeddedRedis(listen="127.0.0.1", password=password) as run, \
+            EmbeddedRedis(listen="127.0.0.1", password=password) as own:
+        main = RespConnection(run.url)
+        main.command("SET", "ddq:r:ps:1:store", registered_url(own.remote_url))
+        urls = store_urls(main.command("MGET", *store_keys("r", 2)), "r", run.url)
+        assert urls[0] == run.url and password in urls[1] and urls[1].startswith("rediss://")
+        store = RespConnection(urls[1])
+        mixed = ShardsLink(main, "r", 2, [main, store])
+        assert mixed.push([(b"g0",), (b"g1",)]) == [1, 1]
+        assert main.command("LRANGE", "ddq:r:ps:0:grads", "0", "-1") == [b"g0"]
+        assert bytes(store.command("LRANGE", "ddq:r:ps:1:grads", "0", "-1")[0]) == b"g1"
+        apart = ShardsLink(main, "r", 2, [store, store])
+        assert apart.push([(b"h0",), (b"h1",)]) == [1, 2]
+        assert [int(main.command("GET", "ddq:r:pushes")), store.command("EXISTS", "ddq:r:pushes")] == [2, 0]
+        assert apart.backlog() == ([1, 2], False)
+        main.command("SET", "ddq:r:control", "stop")
+        assert apart.backlog() == ([1, 2], True)
+        store.command("SET", "ddq:r:ps:1:weights", b"W" * HEADER.size + b"values")
+        assert [bytes(h or b"") for h in apart.heads(["weights"])] == [b"", b"W" * HEADER.size]  # none published
+        main.close()
+        store.close()

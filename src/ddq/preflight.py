@@ -36,6 +36,7 @@ from ddq.config.masters import (
     kubernetes_address,
     standalone_addresses,
 )
+from ddq.config.sections import BY_HAND
 from ddq.config.sources import COMMAND_LINE, spelled
 from ddq.run_folder import has_checkpoint, holds_a_run
 from ddq.transport.credentials import PASSWORD_FILE_VARIABLE, PASSWORD_VARIABLE, host_password, split_password
@@ -69,7 +70,7 @@ def check_run(config: TrainConfig, redis_url_from: str = "--redis-url", given_in
         if config.distributed.redis_url:
             check_redis_secrets(config.distributed.redis_url, redis_url_from)
             check_redis(config.distributed.redis_url, redis_url_from)
-        if config.distributed.server.shard_hosts == "by-hand":
+        if config.distributed.server.shard_hosts == BY_HAND:
             check_shards_by_hand(config, redis_url_from, given_in)
 
 

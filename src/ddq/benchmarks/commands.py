@@ -82,6 +82,17 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_shard_links(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ddq.benchmarks.shard_links import run_bench, table
+
+    exit_on_sigterm()  # a stopped bench still removes its test hosts
+    outcomes = run_bench(args.seeds, args.mbit, args.env_steps, Path(args.logs))
+    print(table(outcomes, args.mbit, args.env_steps))
+    return 0
+
+
 def cmd_bench_grandio(args: argparse.Namespace) -> int:
     from ddq.benchmarks.grandio import run_bench, table
     from ddq.benchmarks.serial import BenchStopped
@@ -155,10 +166,11 @@ def add_bench_commands(commands: Any) -> None:
     """Adds `ddq bench KIND` to the `ddq` command's subparsers."""
     bench = commands.add_parser("bench", help="benchmarks: train (training to a target return), snake (the Snake "
                                               "ablation), grad (gradient cost by model size), ps (parameter "
-                                              "server), scaling (serial against distributed modes: what more "
-                                              "machines buy; alias speedup), throughput (distributed workers on a "
-                                              "slept env), learner, grandio, peers, minatar, dashboard (what "
-                                              "babysitting costs), chaos (faults across test hosts)")
+                                              "server), shard-links (shards on hosts of their own), scaling "
+                                              "(serial against distributed modes: what more machines buy; alias "
+                                              "speedup), throughput (distributed workers on a slept env), learner, "
+                                              "grandio, peers, minatar, dashboard (what babysitting costs), chaos "
+                                              "(faults across test hosts)")
     kinds = bench.add_subparsers(dest="kind", metavar="KIND", required=True)
     _add_training_benches(kinds)
     _add_cost_benches(kinds)
@@ -244,6 +256,15 @@ def _add_cost_benches(kinds: Any) -> None:
     throughput.add_argument("--latency-ms", type=float, default=10.0, help="time each env step takes")
     throughput.add_argument("--steps-per-worker", type=int, default=1000, help="env steps per worker per run")
     throughput.set_defaults(func=cmd_bench_throughput)
+    links = kinds.add_parser("shard-links", help="downpour's updates/s with 2 shards started by hand on one host's "
+                                                 "link or each on a host of its own, every shard host's link held "
+                                                 "to a rate (test hosts; root)")
+    links.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds (default: 0-4)")
+    links.add_argument("--mbit", type=float, default=2.0, help="each shard host's link, Mbit/s each way; 0: no "
+                                                               "limit (default: %(default)g)")
+    links.add_argument("--env-steps", type=int, default=20000, help="each run's budget (default: %(default)d)")
+    links.add_argument("--logs", default="shard-links-logs", help="folder for the runs' logs (default: %(default)s)")
+    links.set_defaults(func=cmd_bench_shard_links)
     learner = kinds.add_parser("learner", help="the actor-learner learner's updates/s by device and batch size, "
                                                "uniform and prioritized replay")
     learner.add_argument("--env", default="ddq/Snake-v0", help="Gymnasium env id (its frames' layout)")

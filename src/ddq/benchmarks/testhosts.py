@@ -191,6 +191,13 @@ class TestHosts:
         shown = json.loads(_ip("-n", self.namespace(host), "-s", "-j", "link", "show", "eth0").stdout)
         return shown[0]["stats64"]["rx"]["bytes"], shown[0]["stats64"]["tx"]["bytes"]
 
+    def limit_link(self, host: str, mbit: float) -> None:
+        """Holds `host`'s link to `mbit` Mbit/s each way (tbf on its end and on the hub's)."""
+        port = f"p{self.names.index(host)}"
+        for namespace, device in ((self.namespace(host), "eth0"), (self.hub, port)):
+            _ip("netns", "exec", namespace, "tc", "qdisc", "replace", "dev", device, "root", "tbf", "rate",
+                f"{mbit}mbit", "burst", "64kb", "latency", "100ms")
+
     def link_down(self, host: str) -> None:
         self._in(self.namespace(host), "link", "set", "eth0", "down")
 

@@ -34,6 +34,8 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
     if getattr(args, "listen", None):  # a host of its own: the run's settings from its Redis, or the file given
         from ddq.param_server.shard_host import serve_with_own_store
+        from ddq.preflight import check_listen, password_in_flag_note
+        from ddq.processes import exit_on_sigterm
 
         given, how = given_redis_url(args)
         if not given:
@@ -42,6 +44,10 @@ def cmd_param_server(args: argparse.Namespace) -> int:
         if PLACEHOLDER in given and host_password() is None:
             raise ValueError(f"the run's Redis URL holds {PLACEHOLDER}: set {PASSWORD_VARIABLE} (or "
                              f"{PASSWORD_FILE_VARIABLE}) on this host to the run's password, as for ddq train")
+        check_listen(args.listen)
+        if note := password_in_flag_note(given, how):
+            print(f"ddq param-server: warning: {note}", file=sys.stderr, flush=True)
+        exit_on_sigterm()  # its own Redis and certificates go with it
         settings = read_settings(args.settings) if args.settings else None
         return serve_with_own_store(executor_url(given), args.run, args.shard, args.listen,
                                     getattr(args, "redis_port", None), settings)

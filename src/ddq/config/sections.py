@@ -16,7 +16,8 @@ MODES = (SERIAL, "downpour", "actor-learner", "data-parallel")
 PRECISIONS = ("fp32", "bf16")
 
 
-SHARD_HOSTS = ("driver", "by-hand")  # where downpour's shards run (ServerConfig.shard_hosts)
+BY_HAND = "by-hand"  # downpour's shards started by hand, each on a host of its own (ServerConfig.shard_hosts)
+SHARD_HOSTS = ("driver", BY_HAND)  # where downpour's shards run
 
 
 def is_distributed(mode: str) -> bool:
@@ -203,7 +204,7 @@ class TrainConfig:
         if self.distributed.sync and self.run.mode != "actor-learner":
             raise ValueError(f"sync rounds are a way of actor-learner training (mode actor-learner), not of "
                              f"{self.run.mode} mode")
-        if self.distributed.server.shard_hosts != "driver" and self.run.mode != "downpour":
+        if self.distributed.server.shard_hosts == BY_HAND and self.run.mode != "downpour":
             raise ValueError(f"shards started by hand are downpour's (mode downpour), not {self.run.mode} mode's")
         if self.run.mode in ("actor-learner", "data-parallel") and self.distributed.server.shards != 1:
             raise ValueError(f"shards must be 1 in {self.run.mode} mode (the parameter server's shards are "

@@ -12,16 +12,18 @@ is retried by Spark.
 from __future__ import annotations
 
 from ddq.config import TrainConfig
+from ddq.config.sections import BY_HAND
 from ddq.core.agent import epsilon_schedule
+from ddq.modes.by_hand_shards import ByHandShards
 from ddq.modes.driver import Wiring
 from ddq.modes.evaluators import InlineEvaluator
-from ddq.modes.weights_service import ByHandShards, ShardFleet
+from ddq.modes.weights_service import ShardFleet
 from ddq.spark.tasks import barista_task
 
 
 def downpour(config: TrainConfig) -> Wiring:
     server, epsilon = config.distributed.server, epsilon_schedule(config.agent)
-    by_hand = server.shard_hosts == "by-hand"  # (the one place the choice is made)
-    shards = (ByHandShards(server.shards, epsilon, config.distributed.stall_timeout) if by_hand
+    # the one place the choice is made
+    shards = (ByHandShards(server.shards, epsilon, config.distributed.stall_timeout) if server.shard_hosts == BY_HAND
               else ShardFleet(server.shards, epsilon))
     return Wiring(weights=shards, task=barista_task, evaluator=InlineEvaluator)

@@ -160,7 +160,7 @@ class Driver:
                            self.placement.advertise, self.redis_password)
         s = self.services
         weights.start(ServiceContext(s.settings, s.url, self.run, self.run_dir, s.redis, self.supervisor,
-                                     s.remote_url))
+                                     s.remote_url, lambda: self.signals.received is not None))
         stack.callback(weights.stop)  # before waiting: a process that dies at start leaves none behind
         weights.serving()
         self.mirror.connect(stack, s.url, self.run, weights.slices)

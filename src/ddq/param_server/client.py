@@ -156,7 +156,7 @@ class ParameterClient:
         """`read()`, and once more after reconnecting if the connection was lost (a read is safe to repeat)."""
         try:
             return read()
-        except LOST:
+        except (*LOST, TimeoutError):  # a store's host gone silent times out (no reset comes from it)
             self._reconnect()
             return read()
 
@@ -199,7 +199,8 @@ class ParameterClient:
             messages.append((pack_header(header), grad[start:end].data.cast("B")))
         try:  # one transaction: a link cut mid-write applies all of it or none, so the count bounds what arrived
             lengths = self.link.push(messages)
-        except LOST:  # sent or not, it is not sent again: a lost gradient costs nothing, a doubled one would
+        except (*LOST, TimeoutError):  # sent or not, it is not sent again: a lost gradient costs nothing, a
+            # doubled one would
             self._reconnect()
             self.lost += 1
             return

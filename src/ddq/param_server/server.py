@@ -69,7 +69,9 @@ class ShardServer:
         self.metrics = ServerMetrics(layer_segments(flat.layout, self.bounds))
         self.before = torch.empty_like(self.core.params)  # weights before a sampled update, for the ratios
         self.snapshot_failing = False  # the last snapshot tried failed
-        self.own_store = False  # its gradients and weights live in a Redis of its own (`ddq.param_server.shard_host`)
+        # where other hosts reach the Redis of its own that holds its gradients and weights, registered with each
+        # report (`ddq.param_server.shard_host`); None: they live in the run's Redis
+        self.registration: str | None = None
         self.channel = ShardChannel(client, fast, run, shard, self.layout, self.bounds)
         self.control = RunControl(client, run)
         run_dir = Path(config.run.run_dir) if config.run.run_dir else None
@@ -79,17 +81,18 @@ class ShardServer:
         self._resume()
 
     @classmethod
-    def connect(cls, config: TrainConfig, redis_url: str, run: str, shard: int,
-                store_url: str | None = None) -> ShardServer:
+    def connect(cls, config: TrainConfig, redis_url: str, run: str, shard: int, store_url: str | None = None,
+                registration: str | None = None) -> ShardServer:
         """Shard `shard` of the run's parameter server, with its two connections: to the run's Redis for
         reports and snapshots, and the hot path, sized for the shard's messages, to where its gradients and
-        weights live (`store_url`: a Redis of its own; default the run's)."""
+        weights live (`store_url`: a Redis of its own, which other hosts reach at `registration`; default the
+        run's)."""
         flat = model_parameters(config.agent)
         start, end = shard_bounds(flat.size, config.distributed.server.shards)[shard]
         fast = RespConnection(store_url or redis_url, buffer_bytes=4 * (end - start) + 4096,
                               max_bulk=gradient_bytes(end - start))
         server = cls(config, flat, connect_redis(redis_url), fast, run, shard)
-        server.own_store = store_url is not None
+        server.registration = registration
         return server
 
     # ---------------------------------------------------------------- state
@@ -210,7 +213,8 @@ class ShardServer:
         stop."""
         report = {**self.metrics.report(self.shard_index, self.core.version, self.core.optimizer.learning_rate()),
                   "senders": self.core.senders.account(), "stopped": stopped}
-        self.channel.write_report(report)
+        # registered again each time: a driver started again (resumed) forgets every store it finds
+        self.channel.write_report(report, None if stopped else self.registration)
         return not self.control.stopping()
 
     def _receive_or_reconnect(self) -> None:
@@ -235,7 +239,7 @@ class ShardServer:
         if not self.snapshot():
             log.error("shard %d stopped at version %d without its final snapshot", self.shard_index,
                       self.core.version)
-        if self.own_store:
+        if self.registration is not None:
             self.channel.hand_back(self._publication(target_too=True))
         self.housekeeping(stopped=True)
         log.info("shard %d stopped at version %d, after its final snapshot (%d applied, %d stale, %d rejected)",

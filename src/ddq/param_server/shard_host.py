@@ -17,11 +17,9 @@ from ddq.config import TrainConfig, config_from_document
 from ddq.param_server.server import ShardServer
 from ddq.transport.credentials import split_password
 from ddq.transport.redis_client import connect as connect_redis
-from ddq.transport.redis_server import EmbeddedRedis
+from ddq.transport.redis_server import ANY_ADDRESS, EmbeddedRedis, address_toward_host
 from ddq.transport.run_store import RunStore
-from ddq.transport.shard_stores import address_toward_host, registered_url
-
-ANY_ADDRESS = ("0.0.0.0", "::")
+from ddq.transport.shard_stores import registered_url
 
 
 def run_settings(store: RunStore, run: str) -> TrainConfig:
@@ -60,9 +58,9 @@ def serve_with_own_store(run_url: str, run: str, shard: int, listen: str, port: 
         raise ValueError(f"--shard {shard} is not one of run {run}'s {shards} shards (0-{shards - 1})")
     address = advertised(listen, run_url)
     with EmbeddedRedis(listen=listen, advertise=address, run=run, password=password, listen_port=port) as own:
-        server = ShardServer.connect(config, run_url, run, shard, store_url=own.url)
-        store.register_store(shard, registered_url(own.remote_url))  # before the weights: workers read both
+        # it registers the store with each report, the first right after it published its weights there
+        server = ShardServer.connect(config, run_url, run, shard, store_url=own.url,
+                                     registration=registered_url(own.remote_url))
         print(f"ddq param-server: shard {shard} of run {run} serves its gradients and weights at "
-              f"{address}:{own.listen_port} (TLS, the run's password)", file=sys.stderr,
-              flush=True)
+              f"{address}:{own.listen_port} (TLS, the run's password)", file=sys.stderr, flush=True)
         return server.serve()

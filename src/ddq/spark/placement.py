@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 from ddq.config import TrainConfig
 from ddq.config.masters import is_cluster, is_standalone, master_host
-from ddq.transport.shard_stores import address_toward_host
+from ddq.transport.redis_server import ANY_ADDRESS, address_toward_host
 
 LOOPBACK = "127.0.0.1"
-ANY_ADDRESS = ("0.0.0.0", "::")
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,17 @@ def free_port(host: str = "127.0.0.1") -> int:
 FOLDER_PREFIX = "ddq-redis-"  # then the owner's pid and "_": `sweep_abandoned_folders` reads it back
 
 
+ANY_ADDRESS = ("0.0.0.0", "::")  # a listening address that is every address of this host
+
+
+def address_toward_host(host: str, port: int) -> str:
+    """This host's address on the route to `host` (no packet is sent: a UDP socket's connect only picks the
+    route)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, port))
+        return str(probe.getsockname()[0])
+
+
 def sweep_abandoned_folders(temp: Path | None = None) -> None:
     """Removes this user's private-Redis folders whose owner is gone: one SIGKILLed (a driver, a dashboard)
     leaves its folder behind, with the log, or a copy of a run's telemetry. A folder is gone when the process

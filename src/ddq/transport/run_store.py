@@ -126,21 +126,23 @@ class RunStore:
         """Each weights owner's latest report, raw (None where none was published)."""
         return cast(list, self.client.mget([self.keys.shard(k).metrics for k in range(shards)]))
 
-    def register_store(self, shard: int, url: str) -> None:
-        """Shard `shard`'s gradients and weights live in the Redis at `url` (`ddq.transport.shard_stores`)."""
-        self.client.set(self.keys.shard(shard).store, url)
-
     def forget_stores(self, shards: int) -> None:
         """Every shard's gradients and weights live in the run's Redis again (an earlier start's stores are
         gone with their shards)."""
         self.client.delete(*[self.keys.shard(k).store for k in range(shards)])
 
     def forget_shard_reports(self, shards: int) -> None:
+        """The shards' reports go (an earlier start's: each shard reports anew once it serves)."""
         self.client.delete(*[self.keys.shard(k).metrics for k in range(shards)])
 
-    def gradients_queued(self, shards: int, stores: list[Connection] | None = None) -> bool:
-        """Whether any shard's gradient list holds something (shard k's in `stores[k]`; default the run's)."""
-        return any((stores[k] if stores else self.client).llen(self.keys.shard(k).grads) for k in range(shards))
+    def gradients_queued(self, shards: int) -> bool:
+        """Whether any shard's gradient list holds something."""
+        return any(self.client.llen(self.keys.shard(k).grads) for k in range(shards))
+
+    def shard_queue_length(self, shard: int) -> int:
+        """How many gradients wait in shard `shard`'s list (in this client's Redis: the run's, or the shard's
+        own store)."""
+        return int(self.client.llen(self.keys.shard(shard).grads))
 
     def weights_prefix(self, shard: int, count: int) -> tuple[bytes, bytes]:
         """Shard `shard`'s published weights message: its header, and the first `count` values' bytes."""

@@ -80,9 +80,16 @@ class ShardChannel:
     def reconnect(self) -> None:
         self.fast.reconnect()
 
-    def write_report(self, report: dict) -> None:
-        """The shard's babysitting numbers, where telemetry reads them."""
-        self.client.set(self.keys.metrics, json.dumps(report))
+    def write_report(self, report: dict, store: str | None = None) -> None:
+        """The shard's babysitting numbers, where telemetry reads them; with `store`, the URL of the Redis of
+        its own that holds its gradients and weights (`ddq.transport.shard_stores`), in the same round trip."""
+        if store is None:
+            self.client.set(self.keys.metrics, json.dumps(report))
+            return
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.set(self.keys.store, store)
+            pipe.set(self.keys.metrics, json.dumps(report))
+            pipe.execute()
 
     def save_snapshot(self, state: snapshots.ShardState, path: Path | None) -> None:
         snapshots.save(self.client, self.keys.snapshot, path, state, self.layout, self.bounds)

@@ -5,15 +5,15 @@ bytes go over that host's link and not the driver's.
 A shard with a store of its own registers the store's URL under its `store` key in the run's Redis, with
 `$DDQ_REDIS_PASSWORD` where the password goes: the store takes the run's password, which every reader already
 holds, so no secret is written anywhere. A URL read back from Redis is checked, never trusted: TLS anywhere,
-plain TCP to loopback only, and nothing in its query but the certificate authority's PEM text (no file paths).
+and nothing in its query but the certificate authority's PEM text (no file paths). That CA is whoever
+wrote the key: anyone who may write the run's Redis holds its password already.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import socket
+import re
 from collections.abc import Sequence
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from ddq.transport.credentials import PLACEHOLDER, split_password
 from ddq.transport.keys import RunKeys
@@ -28,14 +28,22 @@ def registered_url(remote_url: str) -> str:
 
 
 def checked_store_url(url: str, where: str) -> str:
-    """`url`, a store's URL read from `where`, if it is one a shard registers; else ValueError in one line."""
+    """`url`, a store's URL read from `where`, if it is one a shard registers: TLS to a host and port, the
+    password's placeholder (or none) and nothing else in its user part, a database number for its path, and
+    the certificate authority's PEM text alone in its query; else ValueError in one line. So a reader opens no
+    file of its host, checks the store's certificate, and puts the run's password nowhere but in AUTH."""
     parts = urlsplit(url)
-    allowed = "rediss:// to any host, or redis:// to 127.0.0.1"
-    if parts.scheme not in ("redis", "rediss") or not parts.hostname or parts.port is None:
-        raise ValueError(f"{where} holds {parts.scheme or 'no'}:// with no host and port, not a shard's store: "
-                         f"{allowed}")
-    if parts.scheme == "redis" and not _loopback(parts.hostname):
-        raise ValueError(f"{where} names a plain-TCP store on {parts.hostname}, which is not this host: {allowed}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "rediss" or not parts.hostname or port is None:
+        raise ValueError(f"{where} holds no rediss://HOST:PORT URL, as a shard registers: not a store to use")
+    elsewhere = f"{parts.hostname} {parts.username or ''}".lower()  # (urlsplit lowercases the host name)
+    if parts.password not in (None, PLACEHOLDER) or PLACEHOLDER.lower() in elsewhere:
+        raise ValueError(f"{where} names a store with a password of its own, or the run's in another place")
+    if not re.fullmatch(r"(/\d*)?", parts.path):
+        raise ValueError(f"{where} names a store whose path is no database number")
     extra = sorted({key for key, _ in parse_qsl(parts.query, keep_blank_values=True)} - STORE_QUERY)
     if extra:
         raise ValueError(f"{where} names a store whose URL asks for {', '.join(extra)}: a shard's store URL "
@@ -43,23 +51,19 @@ def checked_store_url(url: str, where: str) -> str:
     return url
 
 
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def with_password(store_url: str, run_url: str) -> str:
-    """A store's registered URL with the password of the run's Redis (from the run's URL, as this process
-    holds it) where the placeholder is."""
-    if PLACEHOLDER not in store_url:
+    """A store's registered (checked) URL with the password of the run's Redis (from the run's URL, as this
+    process holds it) in its user part, where the placeholder was."""
+    parts = urlsplit(store_url)
+    if parts.password is None:
         return store_url
     password = split_password(run_url)[1]
     if password is None:
         raise ValueError("a shard's store wants the run's password, and this process's URL of the run's Redis "
                          "holds none")
-    return store_url.replace(PLACEHOLDER, quote(password, safe=""))
+    host = f"[{parts.hostname}]" if ":" in str(parts.hostname) else parts.hostname
+    netloc = f"{parts.username or ''}:{quote(password, safe='')}@{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def store_keys(run: str, shards: int) -> list[str]:
@@ -73,11 +77,3 @@ def store_urls(registered: Sequence[bytes | memoryview | None], run: str, run_ur
     keys = store_keys(run, len(registered))
     return [run_url if value is None else with_password(checked_store_url(bytes(value).decode(), key), run_url)
             for key, value in zip(keys, registered)]
-
-
-def address_toward_host(host: str, port: int) -> str:
-    """This host's address on the route to `host` (no packet is sent: a UDP socket's connect only picks the
-    route)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((host, port))
-        return str(probe.getsockname()[0])

@@ -56,9 +56,9 @@ class ShardsLink:
 
     def push(self, messages: list[tuple]) -> list[int]:
         """Queues one gradient message per shard (shard k's at k), as one transaction in each store (a link
-        cut mid-write applies all of it there or none), and counts the push in the run's Redis: with the
-        shards it holds, in their transaction, so the count bounds what arrived. Each shard's queue length
-        after it."""
+        cut mid-write applies all of it there or none), and counts the push in the run's Redis: in the
+        transaction of the shards it holds, so the count bounds what arrived there; alone, in the same round
+        trip, when every shard has a store of its own. Each shard's queue length after it."""
         commands: list[tuple[RespConnection, tuple]] = []
         held: list[list[int]] = []  # the shards of each connection, in `self.connections`' order
         for conn in self.connections:
@@ -85,6 +85,7 @@ class ShardsLink:
         return cast(list[int], lengths), is_stop(control)
 
     def subscribe_applied(self) -> None:
-        """Subscribes the connection to every shard's announcements of applied versions (one reply each)."""
+        """Subscribes the run's connection to every shard's announcements of applied versions (one reply
+        each): shards that live in the run's Redis (`ddq bench ps`'s)."""
         for keys in self.keys:
             self.conn.command("SUBSCRIBE", keys.applied)
