@@ -150,9 +150,8 @@ class Driver:
         return None
 
     def _start_services(self, stack: contextlib.ExitStack, spark: SparkStarting) -> None:
-        """Redis (unless given) and the weights service, each supervised; then the mirror of the weights, the
-        evaluator and a first checkpoint (a driver killed now leaves a run to resume). Celery and the dashboard
-        start with the job (`_run_job`)."""
+        """Redis (unless given) and the weights service, supervised; the mirror of the weights, the evaluator, a
+        first checkpoint (a driver killed now leaves a run to resume). Celery and the dashboard: `_run_job`."""
         weights, flat = self.wiring.weights, self.mirror.learner.flat
         info = {"run": self.run, "started": self.started_at, "run_dir": str(self.run_dir.resolve()),
                 "network": network_info(flat.layout, flat.layout_hash(), self.state_shape)}
