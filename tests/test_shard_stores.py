@@ -7,8 +7,13 @@ import secrets
 
 import pytest
 
+from ddq.cli import main
+from ddq.config import settings_document
+from ddq.core.settings import build_config
+from ddq.transport.credentials import split_password
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.resp import RespConnection
+from ddq.transport.run_store import RunStore
 from ddq.transport.shard_stores import checked_store_url, registered_url, store_keys, store_urls, with_password
 from ddq.transport.shards_link import ShardsLink
 from ddq.transport.wire import HEADER
@@ -75,3 +80,39 @@ def test_a_push_reaches_each_shards_store_in_one_round_trip_and_is_counted_in_th
         assert [bytes(h or b"") for h in apart.heads(["weights"])] == [b"", b"W" * HEADER.size]  # none published
         main.close()
         store.close()
+
+
+@pytest.fixture(scope="module")
+def run_redis():
+    """A run's Redis serving other hosts (TLS, a password), holding run r's info as a driver writes it."""
+    password = secrets.token_urlsafe(12)
+    with EmbeddedRedis(listen="127.0.0.1", password=password) as server:
+        config = build_config({"env": "CartPole-v1", "mode": "downpour", "shards": 2, "shard_hosts": "by-hand"})
+        RunStore(server.client(), "r").write_info({"settings": settings_document(config)})
+        yield server, password
+
+
+@pytest.mark.parametrize("case, line", [
+    ("wrong password", "the run's Redis refused this host's password: set DDQ_REDIS_PASSWORD to the one ddq train has"),
+    ("no run there", "no Redis answers at rediss://***@127.0.0.1:1/0"),
+    ("served already", "shard 0 of run r is served already, at 127.0.0.1:"),
+    ("stopping", "run r is stopping or has stopped: a shard joins a run that trains"),
+])
+def test_a_shard_started_by_hand_that_cannot_join_says_why_in_one_line(run_redis, case, line, capsys, monkeypatch):
+    server, password = run_redis
+    client = RunStore(server.client(), "r")
+    url = split_password(server.remote_url)[0]
+    monkeypatch.setenv("DDQ_REDIS_PASSWORD", "wrong" if case == "wrong password" else password)
+    monkeypatch.setenv("DDQ_REDIS_URL", url.replace(url.split("@")[1].split("/")[0], "127.0.0.1:1")
+                       if case == "no run there" else url)
+    if case == "served already":  # a store that answers: the run's own Redis stands in for one
+        client.client.set("ddq:r:ps:0:store", registered_url(server.remote_url))
+    if case == "stopping":
+        client.client.set("ddq:r:control", "stop")
+    try:
+        assert main(["param-server", "--run", "r", "--shard", "0", "--listen", "127.0.0.1"]) == 2
+    finally:
+        client.client.delete("ddq:r:ps:0:store", "ddq:r:control")
+    err = capsys.readouterr().err
+    assert err.startswith(f"ddq: error: {line}") and len(err.splitlines()) == 1, err
+    assert password not in err

@@ -151,7 +151,10 @@ def add_started_by_ddq(commands: Any) -> None:
                                          "and publishes the weights. `ddq train` starts these itself; run one "
                                          "by hand against any --redis-url. Once the run's control key says stop "
                                          "(SET ddq:RUN:control stop) it applies what workers still send until "
-                                         "ddq:RUN:workers_finished is set, or for 60 s, then exits.")
+                                         "ddq:RUN:workers_finished is set, or for 60 s, then exits. With --listen "
+                                         "it runs on a host of its own, for ddq train --shard-hosts by-hand, which "
+                                         "prints the command (DDQ_REDIS_PASSWORD set to ddq train's): it then "
+                                         "reads every setting from the run's Redis, so no other flag is needed.")
     server.add_argument("--config", help="settings file (TOML); the env's preset applies first, flags after")
     server.add_argument("--settings", metavar="FILE", help="a run folder's config.json, as ddq train wrote it: "
                                                            "used as it is (only --redis-url applies over it)")

@@ -14,12 +14,15 @@ import sys
 from urllib.parse import urlsplit
 
 from ddq.config import TrainConfig, config_from_document
+from ddq.config.documents import masked_url
+from ddq.lifecycle import RunControl
 from ddq.param_server.server import ShardServer
-from ddq.transport.credentials import split_password
+from ddq.transport.credentials import PASSWORD_VARIABLE, split_password
+from ddq.transport.redis_client import CONNECT_TIMEOUT_S, Connection, StoreAuthenticationError, StoreError, ping
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.redis_server import ANY_ADDRESS, EmbeddedRedis, address_toward_host
 from ddq.transport.run_store import RunStore
-from ddq.transport.shard_stores import registered_url
+from ddq.transport.shard_stores import checked_store_url, registered_url, store_keys, with_password
 
 
 def run_settings(store: RunStore, run: str) -> TrainConfig:
@@ -30,6 +33,35 @@ def run_settings(store: RunStore, run: str) -> TrainConfig:
         raise ValueError(f"the run's Redis holds no run {run!r} (its driver writes ddq:{run}:info as it starts): "
                          "start ddq train first, and give the run id it prints")
     return config_from_document(info["settings"], f"run {run}'s info")
+
+
+def reached(run_url: str) -> Connection:
+    """A client of the run's Redis, which answered; ValueError in one line, saying what to do, when it did not."""
+    try:
+        ping(run_url, CONNECT_TIMEOUT_S)
+    except StoreAuthenticationError:
+        raise ValueError(f"the run's Redis refused this host's password: set {PASSWORD_VARIABLE} to the one ddq "
+                         "train has") from None
+    except (StoreError, OSError) as error:
+        raise ValueError(f"no Redis answers at {masked_url(run_url)}: the run has ended, or ddq train's --listen "
+                         f"address is not one this host reaches ({str(error).splitlines()[0]})") from None
+    return connect_redis(run_url)
+
+
+def served_at(store: RunStore, run_url: str, shard: int) -> str | None:
+    """HOST:PORT of the store that serves `shard` now, if one is registered and answers (a crashed shard's
+    registration stays behind it, unanswered)."""
+    registered = store.client.get(store_keys(store.run, shard + 1)[shard])
+    if registered is None:
+        return None
+    text = registered.decode() if isinstance(registered, bytes) else str(registered)
+    try:
+        url = with_password(checked_store_url(text, "the shard's registration"), run_url)
+        ping(url, CONNECT_TIMEOUT_S)
+    except (StoreError, OSError, ValueError):
+        return None
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}"
 
 
 def advertised(listen: str, run_url: str) -> str:
@@ -49,13 +81,18 @@ def serve_with_own_store(run_url: str, run: str, shard: int, listen: str, port: 
     if password is None:
         raise ValueError("a shard with a store of its own gives it the run's password, and this URL of the run's "
                          "Redis holds none: the run's Redis must serve other hosts (ddq train --listen ADDR)")
-    store = RunStore(connect_redis(run_url), run)
+    store = RunStore(reached(run_url), run)
     config = config or run_settings(store, run)
     config.distributed.redis_url = run_url
     config.run.run_dir = None  # the driver's folder is on its host: snapshots go to the run's Redis alone
     shards = config.distributed.server.shards
     if not 0 <= shard < shards:
         raise ValueError(f"--shard {shard} is not one of run {run}'s {shards} shards (0-{shards - 1})")
+    if RunControl(store.client, run).stopping():
+        raise ValueError(f"run {run} is stopping or has stopped: a shard joins a run that trains")
+    if (serving := served_at(store, run_url, shard)) is not None:
+        raise ValueError(f"shard {shard} of run {run} is served already, at {serving}: stop that one first, or "
+                         "start another --shard")
     address = advertised(listen, run_url)
     with EmbeddedRedis(listen=listen, advertise=address, run=run, password=password, listen_port=port) as own:
         # it registers the store with each report, the first right after it published its weights there
