@@ -12,7 +12,7 @@ import pytest
 
 # The files that take a third of the suite's time between them (the cross-host one, 7 tests, about 7 minutes of
 # one xdist worker's). They start first, so that neither is what one worker still runs while the other idles.
-LONGEST_FIRST = ("test_across_hosts.py", "test_failures.py")
+LONGEST_FIRST = ("test_across_hosts.py", "test_failures.py", "test_shard_hosts.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

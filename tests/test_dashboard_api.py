@@ -35,6 +35,7 @@ from ddq.services.telemetry import RunReporter
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.run_store import RunStore
+from ddq.transport.shard_stores import registered_url
 from synthetic_run import beat_workers, write_synthetic_run
 
 READ_COMMANDS = {"get", "mget", "getrange", "lrange", "llen", "hget", "hvals", "scan", "info", "ping", "hello", "client",
@@ -148,16 +149,20 @@ def test_a_closing_point_rates_the_runs_last_second_not_the_moment_before_it(big
     assert rates[2:] == [pytest.approx(1_200 / 1.5), pytest.approx(1_500 / 1.8), pytest.approx(1_700 / 1.9)]
 
 
-def test_first_layer_images_are_the_published_weights(api, big_run):
-    _, run = big_run
-    layer = api.get("/api/first-layer").get_json()
+def assert_first_layer_shows(layer: dict, weights: np.ndarray) -> None:
+    """The first-layer images are the MLP's first 64 units of `weights`, over the 12x12 board."""
     assert layer["available"] and layer["layer"] == "fc1.weight"  # torch's "2.weight", named for a person
     assert (layer["filters"], layer["channels"], layer["height"], layer["width"]) == (64, 1, 12, 12)
     pixels = np.frombuffer(base64.b64decode(layer["pixels"]), np.uint8).reshape(64, 144)
-    weights = run.weights[:64 * 144].reshape(64, 144)  # the MLP's first 64 units over the 12x12 board
-    scale = np.abs(weights).max(axis=1, keepdims=True)
-    assert np.abs(pixels - (127.5 + 127.5 * weights / scale)).max() <= 0.5 + 1e-4  # each unit scaled alone
+    units = weights[:64 * 144].reshape(64, 144)
+    scale = np.abs(units).max(axis=1, keepdims=True)
+    assert np.abs(pixels - (127.5 + 127.5 * units / scale)).max() <= 0.5 + 1e-4  # each unit scaled alone
     assert ((pixels.max(axis=1) == 255) | (pixels.min(axis=1) == 0)).all()  # its largest |w| at an end
+
+
+def test_first_layer_images_are_the_published_weights(api, big_run):
+    _, run = big_run
+    assert_first_layer_shows(api.get("/api/first-layer").get_json(), run.weights)
 
     replay = api.get("/api/replay").get_json()
     assert replay["side"] == 14 and replay["count"] == 3
@@ -438,3 +443,27 @@ def test_the_drivers_dashboard_is_announced_once_it_serves_and_nobody_waits_for_
     finally:
         dashboard.stop()
     assert dashboard.process.poll() is not None and not dashboard.url_file.exists()
+
+
+def test_first_layer_images_come_from_the_store_of_a_shard_started_by_hand(big_run):
+    """Shard 0 serves from a Redis of its own (`ddq param-server --listen`): its weights are there, and the run's
+    Redis holds only where it is (with the password's placeholder, which the dashboard fills from its URL)."""
+    client, run = big_run
+    password = "dashboard-" + "x" * 12
+    key, registration = f"ddq:{run.run}:ps:0:weights", f"ddq:{run.run}:ps:0:store"
+    with EmbeddedRedis(listen="127.0.0.1", password=password) as own:
+        own.client().set(key, client.get(key))
+        kept = client.get(key)
+        client.delete(key)
+        client.set(registration, registered_url(own.remote_url))
+        try:
+            # the run's URL as the dashboard is given it: its password is the stores' (the run's own)
+            app = create_app(client, run.run, redis_url=f"unix:///run.sock?db=0&username=ddq&password={password}")
+            app.testing = True
+            assert_first_layer_shows(app.test_client().get("/api/first-layer").get_json(), run.weights)
+            blind = create_app(client, run.run)  # no URL, so no password for the store: the run's Redis only
+            blind.testing = True
+            assert not blind.test_client().get("/api/first-layer").get_json()["available"]
+        finally:
+            client.set(key, kept)
+            client.delete(registration)

@@ -7,7 +7,7 @@ import secrets
 
 import pytest
 
-from ddq.cli import main
+from conftest import run_ddq
 from ddq.config import settings_document
 from ddq.core.settings import build_config
 from ddq.transport.credentials import split_password
@@ -98,21 +98,20 @@ def run_redis():
     ("served already", "shard 0 of run r is served already, at 127.0.0.1:"),
     ("stopping", "run r is stopping or has stopped: a shard joins a run that trains"),
 ])
-def test_a_shard_started_by_hand_that_cannot_join_says_why_in_one_line(run_redis, case, line, capsys, monkeypatch):
+def test_a_shard_started_by_hand_that_cannot_join_says_why_in_one_line(run_redis, case, line):
     server, password = run_redis
     client = RunStore(server.client(), "r")
     url = split_password(server.remote_url)[0]
-    monkeypatch.setenv("DDQ_REDIS_PASSWORD", "wrong" if case == "wrong password" else password)
-    monkeypatch.setenv("DDQ_REDIS_URL", url.replace(url.split("@")[1].split("/")[0], "127.0.0.1:1")
-                       if case == "no run there" else url)
+    env = {"DDQ_REDIS_PASSWORD": "wrong" if case == "wrong password" else password,
+           "DDQ_REDIS_URL": url.replace(url.split("@")[1].split("/")[0], "127.0.0.1:1") if case == "no run there"
+           else url}
     if case == "served already":  # a store that answers: the run's own Redis stands in for one
         client.client.set("ddq:r:ps:0:store", registered_url(server.remote_url))
     if case == "stopping":
         client.client.set("ddq:r:control", "stop")
-    try:
-        assert main(["param-server", "--run", "r", "--shard", "0", "--listen", "127.0.0.1"]) == 2
+    try:  # a process of its own, with a deadline: a shard that is not refused serves until the run stops
+        done = run_ddq("param-server", "--run", "r", "--shard", "0", "--listen", "127.0.0.1", timeout=60, env=env)
     finally:
         client.client.delete("ddq:r:ps:0:store", "ddq:r:control")
-    err = capsys.readouterr().err
-    assert err.startswith(f"ddq: error: {line}") and len(err.splitlines()) == 1, err
-    assert password not in err
+    assert done.returncode == 2 and done.stderr.startswith(f"ddq: error: {line}"), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and password not in done.stderr

@@ -69,10 +69,11 @@ def _points() -> int:
     return int(text)
 
 
-def create_app(client: Connection, run: str, access: Access | None = None) -> Flask:
-    """The dashboard of `run`; `access` (default: loopback, no token) says which requests it answers."""
+def create_app(client: Connection, run: str, access: Access | None = None, redis_url: str | None = None) -> Flask:
+    """The dashboard of `run`; `access` (default: loopback, no token) says which requests it answers;
+    `redis_url`: where `client` connects (the stores of shards started by hand take its password)."""
     app = Flask(__name__, static_folder="static", static_url_path="/static")
-    reader = RunReader(client, run)
+    reader = RunReader(client, run, redis_url)
     access = access or Access.for_host("127.0.0.1")
 
     @app.before_request
@@ -161,7 +162,8 @@ def serve(redis_url: str, run: str | None, host: str = "127.0.0.1", port: int = 
     RunReader(client, run).info()  # a wrong run id fails at start, not as a blank page
     # Not a line per request; werkzeug's request lines would also carry a ?token= query.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server, certificate = listening_server(host, port, create_app(client, run, access), access.token is not None, run)
+    app = create_app(client, run, access, redis_url)
+    server, certificate = listening_server(host, port, app, access.token is not None, run)
     url = f"{'https' if certificate else 'http'}://{browsable(host)}:{server.server_port}/"
     print(f"ddq: dashboard of run {run} at {url}", file=sys.stderr, flush=True)
     if terminal is not None:

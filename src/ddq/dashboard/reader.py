@@ -21,8 +21,10 @@ from ddq.dashboard.series import Columns, downsample
 from ddq.gamesim.spec import score_of
 from ddq.services.telemetry import merge_server, run_updates, shard_reports, worker_rows
 from ddq.transport.keys import readable_names, shard_bounds
-from ddq.transport.redis_client import Connection
+from ddq.transport.redis_client import Connection, StoreError
+from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.run_store import ListCursor, RunStore, runs_in
+from ddq.transport.shard_stores import store_keys, store_url
 from ddq.transport.wire import BODY_DTYPE, WireError, layout_bytes, read_weights_header
 
 MAX_FILTERS = 64  # first-layer images shown; a wide first layer shows its first units
@@ -66,8 +68,12 @@ class FirstLayer:
 
 
 class RunReader:
-    def __init__(self, client: Connection, run: str):
+    def __init__(self, client: Connection, run: str, redis_url: str | None = None):
+        """`redis_url`: where `client` connects, which holds the password of the stores of shards started by
+        hand (`ddq.transport.shard_stores`); without it their weights are read from the run's Redis only."""
         self.client, self.run, self.store = client, run, RunStore(client, run)
+        self.redis_url = redis_url
+        self._stores: dict[str, RunStore] = {}  # each shard store's, by URL
         self.episodes = MirroredList(self.store.cursor("episodes"))
         self.progress_points = MirroredList(self.store.cursor("progress"), _flatten_progress)
         self.evaluation_list = MirroredList(self.store.cursor("evaluations"))
@@ -206,6 +212,19 @@ class RunReader:
         return FirstLayer(name, math.prod(images), images, layout_bytes(str(network["layout_hash"])),
                           shard_bounds(size, shards))
 
+    def _weights_of(self, shard: int) -> RunStore:
+        """Where shard `shard` publishes its weights: its own store while a shard started by hand serves,
+        else the run's Redis (where such a shard hands them back as it stops)."""
+        if self.redis_url is None:
+            return self.store
+        key = store_keys(self.run, shard + 1)[shard]
+        url = store_url(self.client.get(key), key, self.redis_url)
+        if url == self.redis_url:
+            return self.store
+        if url not in self._stores:
+            self._stores[url] = RunStore(connect_redis(url, retry=None), self.run)
+        return self._stores[url]
+
     def _read_prefix(self, layer: FirstLayer) -> tuple[np.ndarray | None, int]:
         """The first `layer.count` published weights, read with GETRANGE from the shards holding them."""
         parts, versions = [], []
@@ -213,7 +232,10 @@ class RunReader:
             if start >= layer.count:
                 break
             wanted = min(end, layer.count) - start
-            head, body = self.store.weights_prefix(shard, wanted)
+            try:
+                head, body = self._weights_of(shard).weights_prefix(shard, wanted)
+            except (StoreError, ValueError):  # a shard's store gone with its host, or a bad registration
+                return None, 0
             try:
                 header = read_weights_header(head, layer.layout, (start, end))
             except WireError:

@@ -71,9 +71,15 @@ def store_keys(run: str, shards: int) -> list[str]:
     return [RunKeys(run).shard(k).store for k in range(shards)]
 
 
+def store_url(registered: bytes | memoryview | str | None, key: str, run_url: str) -> str:
+    """The URL of a shard's store for this process, from what its `key` held (`registered`): the run's own,
+    `run_url`, where the shard registered none, else the registered one, checked, with the run's password."""
+    if registered is None:
+        return run_url
+    text = registered if isinstance(registered, str) else bytes(registered).decode()
+    return with_password(checked_store_url(text, key), run_url)
+
+
 def store_urls(registered: Sequence[bytes | memoryview | None], run: str, run_url: str) -> list[str]:
-    """The URL of each shard's store for this process, from what `store_keys` held (`registered`): the run's
-    own, `run_url`, where a shard registered none, else the registered one, checked, with the run's password."""
-    keys = store_keys(run, len(registered))
-    return [run_url if value is None else with_password(checked_store_url(bytes(value).decode(), key), run_url)
-            for key, value in zip(keys, registered)]
+    """`store_url` of each shard, from what `store_keys` held, in one MGET."""
+    return [store_url(value, key, run_url) for key, value in zip(store_keys(run, len(registered)), registered)]
