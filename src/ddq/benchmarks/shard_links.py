@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -82,7 +83,7 @@ def one_run(hosts: TestHosts, layout: str, seed: int, env_steps: int, folder: Pa
     for shard in shards:
         shard.wait(60)
     outcome = Outcome(layout, seed, *rates(hosts.tmp("h0") / "run" / "metrics.jsonl"))
-    subprocess.run(["rm", "-rf", str(hosts.tmp("h0") / "run")], check=True)
+    shutil.rmtree(hosts.tmp("h0") / "run")  # the next run's folder
     return outcome
 
 

@@ -24,7 +24,7 @@ from ddq.transport.keys import readable_names, shard_bounds
 from ddq.transport.redis_client import Connection, StoreError
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.run_store import ListCursor, RunStore, runs_in
-from ddq.transport.shard_stores import store_keys, store_url
+from ddq.transport.shard_stores import store_url
 from ddq.transport.wire import BODY_DTYPE, WireError, layout_bytes, read_weights_header
 
 MAX_FILTERS = 64  # first-layer images shown; a wide first layer shows its first units
@@ -217,7 +217,7 @@ class RunReader:
         else the run's Redis (where such a shard hands them back as it stops)."""
         if self.redis_url is None:
             return self.store
-        key = store_keys(self.run, shard + 1)[shard]
+        key = self.store.keys.shard(shard).store
         url = store_url(self.client.get(key), key, self.redis_url)
         if url == self.redis_url:
             return self.store

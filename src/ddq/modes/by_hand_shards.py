@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Any, cast
+from typing import Any
 
 from ddq.config import REDIS_URL_ENV
 from ddq.core.dqn import LinearSchedule
@@ -23,7 +23,7 @@ from ddq.transport.credentials import PASSWORD_VARIABLE, split_password
 from ddq.transport.redis_client import StoreError
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.run_store import RunStore, json_object
-from ddq.transport.shard_stores import store_keys, store_urls
+from ddq.transport.shard_stores import store_urls
 
 STOP_WAIT_S = 30.0  # for the shards' last reports, once the run stops: its Redis, where they go, stops with it
 
@@ -63,8 +63,9 @@ class ByHandShards:
         c = self._context()
         deadline = time.monotonic() + self.wait_s
         while True:
-            registered = cast(list, c.redis.mget(store_keys(c.run, self.slices)))
-            missing = [k for k, (url, report) in enumerate(zip(registered, self._store().shard_reports(self.slices)))
+            store = self._store()
+            missing = [k for k, (url, report) in enumerate(zip(store.store_registrations(self.slices),
+                                                                store.shard_reports(self.slices)))
                        if url is None or report is None]
             if not missing:
                 return
@@ -81,7 +82,7 @@ class ByHandShards:
         holds nothing to wait for (its host died, and its queue with it)."""
         c = self._context()
         try:
-            urls = store_urls(cast(list, c.redis.mget(store_keys(c.run, self.slices))), c.run, c.url)
+            urls = store_urls(self._store().store_registrations(self.slices), c.run, c.url)
         except (StoreError, ValueError):
             return
         # no retries: a store that does not answer is gone with its host, not restarting

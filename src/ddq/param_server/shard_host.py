@@ -22,7 +22,7 @@ from ddq.transport.redis_client import CONNECT_TIMEOUT_S, Connection, StoreAuthe
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.redis_server import ANY_ADDRESS, EmbeddedRedis, address_toward_host
 from ddq.transport.run_store import RunStore
-from ddq.transport.shard_stores import registered_url, store_keys, store_url
+from ddq.transport.shard_stores import registered_url, store_url
 
 
 def run_settings(store: RunStore, run: str) -> TrainConfig:
@@ -51,7 +51,7 @@ def reached(run_url: str) -> Connection:
 def served_at(store: RunStore, run_url: str, shard: int) -> str | None:
     """HOST:PORT of the store that serves `shard` now, if one is registered and answers (a crashed shard's
     registration stays behind it, unanswered)."""
-    key = store_keys(store.run, shard + 1)[shard]
+    key = store.keys.shard(shard).store
     registered = store.client.get(key)
     if registered is None:
         return None

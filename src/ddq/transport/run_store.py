@@ -135,9 +135,13 @@ class RunStore:
         """The shards' reports go (an earlier start's: each shard reports anew once it serves)."""
         self.client.delete(*[self.keys.shard(k).metrics for k in range(shards)])
 
+    def store_registrations(self, shards: int) -> list[bytes | None]:
+        """What each shard registered as its store (`ddq.transport.shard_stores.store_url` reads it), raw."""
+        return cast(list, self.client.mget([self.keys.shard(k).store for k in range(shards)]))
+
     def gradients_queued(self, shards: int) -> bool:
         """Whether any shard's gradient list holds something."""
-        return any(self.client.llen(self.keys.shard(k).grads) for k in range(shards))
+        return any(self.shard_queue_length(k) for k in range(shards))
 
     def shard_queue_length(self, shard: int) -> int:
         """How many gradients wait in shard `shard`'s list (in this client's Redis: the run's, or the shard's

@@ -30,6 +30,8 @@ class ShardsLink:
         """Shard k's keys are at `stores[k]` from now on."""
         self.stores = stores
         self.connections = list({id(c): c for c in [self.conn, *stores]}.values())  # each once, the run's first
+        # each connection's shards, worked out here once rather than on every push
+        self.groups = [(c, [k for k, store in enumerate(stores) if store is c]) for c in self.connections]
 
     def _round_trip(self, commands: list[tuple[RespConnection, tuple]]) -> list[Reply]:
         """Sends each command on its connection, every one before any reply is read: one round trip to all
@@ -60,23 +62,20 @@ class ShardsLink:
         transaction of the shards it holds, so the count bounds what arrived there; alone, in the same round
         trip, when every shard has a store of its own. Each shard's queue length after it."""
         commands: list[tuple[RespConnection, tuple]] = []
-        held: list[list[int]] = []  # the shards of each connection, in `self.connections`' order
-        for conn in self.connections:
-            shards = [k for k, store in enumerate(self.stores) if store is conn]
-            held.append(shards)
+        execs: list[tuple[list[int], int]] = []  # each transaction's shards, and where its EXEC's reply comes
+        for conn, shards in self.groups:
             count = [(conn, ("INCR", self.run_keys.pushes))] if conn is self.conn else []
             if shards:
                 commands += [(conn, ("MULTI",)), *[(conn, ("LPUSH", self.keys[k].grads, messages[k]))
                                                    for k in shards], *count, (conn, ("EXEC",))]
+                execs.append((shards, len(commands) - 1))
             else:
                 commands += count
-        replies, at = self._round_trip(commands), 0
-        lengths: dict[int, int] = {}
-        for conn, shards in zip(self.connections, held):
-            at += len(shards) + 2 + (conn is self.conn) if shards else (conn is self.conn)
-            if shards:  # EXEC's replies: each list's length (then the count)
-                lengths.update(zip(shards, cast(list, replies[at - 1])))
-        return [lengths[k] for k in range(len(self.keys))]
+        replies, lengths = self._round_trip(commands), [0] * len(self.keys)
+        for shards, at in execs:  # EXEC's replies: each list's length (then the count)
+            for shard, length in zip(shards, cast(list, replies[at])):
+                lengths[shard] = length
+        return lengths
 
     def backlog(self) -> tuple[list[int], bool]:
         """(each shard's queue length, whether the run is stopping), in one round trip."""
