@@ -1,21 +1,27 @@
 """A booting JVM's output (`ddq.spark.jvm_boot.HeldOutput`), with real child processes writing to its pipe: held
 until the run folder exists, never left unread (a full pipe would stop the JVM), and a full disk loses the log,
 not the run. `BootingJvm` with a Python child standing in for the JVM pyspark launches: killed and reaped, or
-its failed launch raised where the gateway is asked for, its output kept. (Booting and killing a real JVM:
-tests/test_bad_input.py and every local distributed run.)"""
+its failed launch raised where the gateway is asked for, its output kept. A launch that never answers (a
+Spark whose launcher hangs, in a Spark folder of the test's) is ended, by `kill` and at the bound of a run's Spark start.
+(Booting and killing a real JVM: tests/test_bad_input.py and every local distributed run.)"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from pyspark import java_gateway
 
+from ddq.processes import alive
+from ddq.spark import start
+from ddq.spark.context import SparkJobFailed
 from ddq.spark.jvm_boot import BootingJvm, HeldOutput
+from ddq.spark.start import SparkStarting
 
 MORE_THAN_A_PIPE = 300_000  # a Linux pipe holds 64 KiB: a writer past that waits for a reader
 
@@ -102,3 +108,42 @@ def test_a_failed_launch_is_raised_where_the_gateway_is_asked_for_and_its_output
     wait_for(lambda: booting.output.ended)
     assert (tmp_path / "spark.log").read_text() == "Error: no Java found"
     booting.kill()  # nothing launched: nothing to end
+
+
+@pytest.fixture
+def hanging_spark(tmp_path: Path, monkeypatch) -> Iterator[Path]:
+    """A Spark folder whose launcher (what pyspark runs as the JVM) notes its PID, ignores SIGTERM and never
+    answers: what pyspark waits on for good. Yields the PID file; the process, if it outlived the test, is
+    killed."""
+    spark_home = tmp_path / "spark"
+    (spark_home / "bin").mkdir(parents=True)
+    launcher = spark_home / "bin" / "spark-submit"
+    launcher.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/launcher.pid\nexec {sys.executable} -c 'import signal, "
+                        f"time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n")
+    launcher.chmod(0o755)
+    monkeypatch.setenv("SPARK_HOME", str(spark_home))
+    yield tmp_path / "launcher.pid"
+    if (tmp_path / "launcher.pid").exists():
+        subprocess.run(["kill", "-9", (tmp_path / "launcher.pid").read_text().strip()], capture_output=True)
+
+
+def test_a_launch_that_never_answers_is_ended_by_kill(hanging_spark: Path):
+    booting = BootingJvm(conf={})
+    wait_for(lambda: hanging_spark.exists() and hanging_spark.read_text().strip())
+    booting.kill()  # waited for the launch to end, for good, before
+    assert not booting.thread.is_alive() and booting.launched is None
+    assert not alive(int(hanging_spark.read_text()))  # SIGTERM ignored: SIGKILLed, and reaped
+
+
+def test_a_spark_start_whose_jvm_never_answers_ends_at_its_bound(hanging_spark: Path, tmp_path: Path, monkeypatch):
+    """What a run's driver waits on (`SparkStarting.result`): a JVM that has not answered by its bound is ended,
+    and the start fails in one line (its bound lowered from JVM_ANSWER_MIN_S to the test's stall_timeout)."""
+    monkeypatch.setattr(start, "JVM_ANSWER_MIN_S", 0.0)
+    starting = SparkStarting(None, "ddq-test", tmp_path / "spark.log", None, None, 2, lambda context: None,
+                             booted=BootingJvm(conf={}))
+    wait_for(lambda: hanging_spark.exists() and hanging_spark.read_text().strip())
+    with pytest.raises(SparkJobFailed, match=r"Spark's JVM did not answer within 1 s and was ended: .*spark.log"):
+        starting.result(timeout=1)
+    assert not alive(int(hanging_spark.read_text()))
+    starting.stop()
+    assert not starting.thread.is_alive()  # its wait for the gateway has ended

@@ -10,6 +10,8 @@ LunarLander-v3 run's Python workers were then warm 3.4-3.7 s after the command a
 first update came about 0.8 s sooner (2026-11-29, 2 cores); booting the context too gained nothing more
 there, as the JVM and the checks then share the cores for longer. A cluster master is reached only after
 the checks (its address is one of them), and spark-submit's JVM exists already: neither is booted early.
+A JVM that never answers as it launches is ended from another thread (`end_launch`): pyspark waits on it
+for good.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -41,6 +44,33 @@ def launch_jvm(conf: Any, stderr: Any = None) -> Any:
     from pyspark.java_gateway import launch_gateway  # imported already, with the conf's pyspark
 
     return launch_gateway(conf, {"start_new_session": True, **({} if stderr is None else {"stderr": stderr})})
+
+
+def end_launch(launching: threading.Thread) -> None:
+    """Ends the JVM that `launch_jvm`, on the thread `launching`, is starting and that has not answered yet
+    (pyspark's launch waits on it for good: a JVM stuck resolving spark.jars.packages, say). Each process that
+    thread started and has not reaped, the launcher script or the JVM it became, leads a session of its own:
+    the session gets SIGTERM, and SIGKILL if the thread has not seen it end within JVM_END_WAIT_S. pyspark's
+    launch then raises on its thread. Finds nothing to end where the kernel does not list a thread's children
+    (/proc/self/task/TID/children: Linux's)."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        started = unreaped_children(launching.native_id)
+        if not started:
+            return
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signum)  # its session's group: the JVM, and whatever the launcher started
+        launching.join(JVM_END_WAIT_S)
+        if not launching.is_alive():
+            return
+
+
+def unreaped_children(thread_id: int | None) -> list[int]:
+    """The processes the thread `thread_id` (a native id, of this process) started and has not reaped."""
+    try:
+        return [int(pid) for pid in Path(f"/proc/self/task/{thread_id}/children").read_text().split()]
+    except (OSError, ValueError):  # no such thread (it ended), or no such file (not Linux)
+        return []
 
 
 class HeldOutput:
@@ -146,11 +176,14 @@ class BootingJvm:
         return self.launched
 
     def kill(self) -> None:
-        """Ends the JVM (waiting for its launch first: pyspark hands over its process only then), and drops
-        its output and what it wrote as it ended."""
-        self.thread.join()
+        """Ends the JVM, whether it has answered yet or not (`end_launch`), and drops its output and what it
+        wrote as it ended."""
+        while self.thread.is_alive():  # (its launch may not have started the JVM's process yet)
+            end_launch(self.thread)
+            self.thread.join(0.1)
         self.output.drop()
-        if self.launched is None:
+        if self.launched is None:  # ended as it launched: an archive it wrote as it exited goes too
+            drop_archive(self.conf)
             return
         with contextlib.suppress(Exception):  # its py4j connection, which nothing used
             self.launched.close()
@@ -163,6 +196,11 @@ def end_unused_jvm(jvm: Any, conf: Any) -> None:
     at every mistake). It then writes its class-data archive too, of a JVM that made no context: dropped,
     with the class path noted beside it, not left for a later run to find."""
     stop(jvm, JVM_END_WAIT_S)
+    drop_archive(conf)
+
+
+def drop_archive(conf: Any) -> None:
+    """Removes the class-data archive a JVM launched for `conf` wrote as it exited, and its class path."""
     if (archive := writing_to(java_options(conf))) is not None:
         for written in (Path(archive), Path(f"{archive}.classpath")):
             written.unlink(missing_ok=True)

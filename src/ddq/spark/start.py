@@ -27,11 +27,14 @@ from ddq.spark.context import (
     task_slots,
 )
 from ddq.spark.jvm_archive import java_options, writing_to
-from ddq.spark.jvm_boot import BootingJvm, end_unused_jvm
+from ddq.spark.jvm_boot import BootingJvm, end_launch, end_unused_jvm
 
 SPARK_STOP_WAIT_S = 15.0
 JVM_ARCHIVE_WAIT_S = 60.0  # a first run's JVM writing its class-data archive as it exits took 7 s on 2 cores
 START_WAIT_S = DistributedConfig().stall_timeout  # `SparkStarting.result`'s wait for a first task, by default
+# The least time a JVM is given to answer as it launches: a stall_timeout of seconds (the tests') would otherwise
+# end a JVM that a loaded machine starts slowly, not one that is stuck.
+JVM_ANSWER_MIN_S = 120.0
 
 
 def warm_workers(context: Any, workers: int) -> None:
@@ -76,6 +79,8 @@ class SparkStarting:
             self.conf = booted.conf
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
         self.gateway: Any = None  # the JVM's, once it is there
+        self.log_path = log_path
+        self.created = time.monotonic()
         self.jvm_up: float | None = None  # when it was (time.monotonic())
         self.master = master or "spark-submit's"  # the one the JVM names, once it is up
         self.registration_s = 0.0  # how long Spark may wait for a cluster's executors as it makes the context
@@ -120,13 +125,19 @@ class SparkStarting:
         that never answers, a queue that never accepts the application: Spark waits for good), or no task of
         the warm-up has started `timeout` s after the context was made (Spark's own wait for executors is
         over by then: a cluster whose executors never take a task leaves Spark repeating that the job "has
-        not accepted any resources"). A slow start under way (executors unpacking an archive, importing
-        torch) is waited for."""
+        not accepted any resources"), or when its JVM has not answered `timeout` s (JVM_ANSWER_MIN_S at least)
+        after this object was made (pyspark waits on a JVM for good: one stuck resolving spark.jars.packages).
+        A slow start under way (executors unpacking an archive, importing torch) is waited for."""
         idle_since: float | None = None  # since when the context has been there and no task of its has started
         while self.thread.is_alive():
             if stopped():
                 self._abandon()
                 return None
+            if self.jvm_up is None and time.monotonic() - self.created > max(timeout, JVM_ANSWER_MIN_S):
+                self._abandon()
+                raise SparkJobFailed(f"Spark's JVM did not answer within {max(timeout, JVM_ANSWER_MIN_S):g} s and "
+                                     f"was ended: {self.log_path or 'its output'} says where it stopped (a larger "
+                                     f"stall_timeout, if it was fetching spark.jars.packages)")
             if self.context is None and self.jvm_up is not None \
                     and time.monotonic() - self.jvm_up > timeout + self.registration_s:
                 self._abandon()
@@ -183,7 +194,9 @@ class SparkStarting:
             self._end_unused_jvm()
 
     def _end_unused_jvm(self) -> None:
-        if getattr(self.gateway, "proc", None) is not None:
+        if self.gateway is None:  # still launching (pyspark's launch, on the thread that launches it)
+            end_launch(self.booted.thread if self.booted is not None else self.thread)
+        elif getattr(self.gateway, "proc", None) is not None:
             end_unused_jvm(self.gateway.proc, self.conf)
             forget_gateway(self.gateway)
 
