@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddq.benchmarks.procfs import parent_and_command, processes_mentioning
-from ddq.benchmarks.scaling import TASKS, outcome, run_bench, set_target, table, train_command, waits
+from ddq.benchmarks.scaling import TASKS, outcome, run_bench, table, task_with_target, train_command, waits
 from ddq.benchmarks.testhosts import BASE, PREFIX, _ip
 from ddq.cli import build_parser
 from hosts import skip_unless_root
@@ -35,16 +35,16 @@ def test_each_run_says_what_it_waited_on_from_its_summary():
     assert waits({"mode": "data-parallel", "workers": two[:1]}) == ""  # one worker alone all-reduces nothing
 
 
-def test_target_sets_a_tasks_return_for_the_bench_and_refuses_a_task_without_one(monkeypatch):
-    monkeypatch.setitem(TASKS, "MinAtar/Breakout-v1", TASKS["MinAtar/Breakout-v1"])  # put back afterwards
+def test_target_sets_a_tasks_return_for_the_bench_and_refuses_a_task_without_one():
     assert TASKS["MinAtar/Breakout-v1"].target == 20.0  # serial's few minutes
-    assert set_target("MinAtar/Breakout-v1=7") == "MinAtar/Breakout-v1"
-    breakout = train_command("MinAtar/Breakout-v1", "serial", 1, 0, "/r")
+    retargeted = task_with_target("MinAtar/Breakout-v1=7")
+    assert retargeted.env == "MinAtar/Breakout-v1" and TASKS["MinAtar/Breakout-v1"].target == 20.0  # a copy
+    breakout = train_command(retargeted, "serial", 1, 0, "/r")
     assert breakout[breakout.index("--target-return") + 1] == "7.0" and breakout[-4:-2] == ["--algo", "pqn"]
     with pytest.raises(ValueError, match=r"^--target ddq/Snake-v0=30: give ENV=RETURN for a task with a target"):
-        set_target("ddq/Snake-v0=30")
+        task_with_target("ddq/Snake-v0=30")
     with pytest.raises(ValueError, match=r"^--target LunarLander-v3=high: 'high' is not a return"):
-        set_target("LunarLander-v3=high")
+        task_with_target("LunarLander-v3=high")
     given = build_parser().parse_args(["bench", "scaling", "--target", "A=1", "B=2", "--target", "C=3"]).target
     assert given == ["A=1", "B=2", "C=3"]  # a second --target adds to the first
 
@@ -53,14 +53,14 @@ def test_snake_trains_as_make_run_does_for_a_fixed_time_and_is_scored_by_its_gre
     """A task without a target: each run stops at the wall time (from the command's start) and its closing
     evaluation's apples are its score; the table sets each row's median apples and env steps against
     serial's."""
-    snake = train_command("ddq/Snake-v0", "data-parallel", 2, 3, "/r", wall_time_s=120.0)
+    snake = train_command(TASKS["ddq/Snake-v0"], "data-parallel", 2, 3, "/r", wall_time_s=120.0)
     assert snake[snake.index("--time-budget-s") + 1] == "120.0" and "--target-return" not in snake
     config = Path(snake[snake.index("--config") + 1])
     assert config.is_absolute() and config.parts[-2:] == ("configs", "smart-snake.toml")  # found from the checkout
     assert snake[-4:] == ["--mode", "data-parallel", "--workers", "2"]
-    lunar = train_command("LunarLander-v3", "serial", 2, 0, "/r")
+    lunar = train_command(TASKS["LunarLander-v3"], "serial", 2, 0, "/r")
     assert lunar[lunar.index("--target-return") + 1] == "200.0" and "--time-budget-s" not in lunar
-    on_a_host = train_command("ddq/Snake-v0", "serial", 1, 0, "/r", config_at="/tmp/smart-snake.toml")
+    on_a_host = train_command(TASKS["ddq/Snake-v0"], "serial", 1, 0, "/r", config_at="/tmp/smart-snake.toml")
     assert on_a_host[on_a_host.index("--config") + 1] == "/tmp/smart-snake.toml"  # h0's own /tmp (HostsRunner)
     with pytest.raises(ValueError, match="--wall-time-s 0: ddq/Snake-v0 trains for a fixed time"):
         TASKS["ddq/Snake-v0"].check(0.0)
@@ -76,7 +76,7 @@ def test_snake_trains_as_make_run_does_for_a_fixed_time_and_is_scored_by_its_gre
         runs.append(outcome(configuration, 1, 0, folder, TASKS["ddq/Snake-v0"]))
     assert [(o.score, o.env_steps, o.seconds) for o in runs] == [
         (40.0, 1_000_000, None), (50.0, 2_500_000, None), (None, 2_000_000, None)]
-    shown = table("ddq/Snake-v0", runs, wall_time_s=120)
+    shown = table(TASKS["ddq/Snake-v0"], runs, wall_time_s=120)
     assert shown.startswith("ddq/Snake-v0: greedy apples per episode after 120 s from the command's start")
     assert "| data-parallel | 50.00 (2,500,000) | 50.00 | 1.25x | 2,500,000 | 2.50x |" in shown
     assert "| downpour | not scored (2,000,000) | — | — | 2,000,000 | 2.00x |" in shown  # no closing evaluation
@@ -85,14 +85,14 @@ def test_snake_trains_as_make_run_does_for_a_fixed_time_and_is_scored_by_its_gre
 @skip_unless_root
 @pytest.mark.slow  # each test below starts a Spark cluster on test hosts
 def test_a_data_parallel_run_on_a_worker_host_reaches_the_target_beside_serial_and_leaves_nothing_behind():
-    outcomes = run_bench("CartPole-v1", ["data-parallel"], workers=1, seeds=[0], on_hosts=True)
+    outcomes = run_bench(TASKS["CartPole-v1"], ["data-parallel"], workers=1, seeds=[0], on_hosts=True)
     assert [(o.configuration, o.cores) for o in outcomes] == [
         ("serial, 1 core", 1), ("data-parallel, 1 one-core worker host + a services host", 1)]
     assert all(o.seconds is not None and o.env_steps for o in outcomes), outcomes  # both reached 475
     # what the distributed run waited on, from its summary (one worker: no all-reduce to wait in)
     assert outcomes[0].where_time_went == "", outcomes
     assert outcomes[1].where_time_went.startswith("evaluations up to "), outcomes
-    assert "| data-parallel, 1 one-core worker host + a services host |" in table("CartPole-v1", outcomes)
+    assert "| data-parallel, 1 one-core worker host + a services host |" in table(TASKS["CartPole-v1"], outcomes)
     ours = f"{PREFIX}-{os.getpid()}-"  # what this process's hosts were named (other tests may run hosts now)
     assert not [name for name in _ip("netns", "list").stdout.split() if name.startswith(ours)]
     assert processes_mentioning(f"{BASE}/{ours}") == []  # the master, worker daemons and runs are gone

@@ -67,18 +67,18 @@ def cmd_bench_throughput(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
-    from ddq.benchmarks.scaling import TASKS, run_bench, set_target, table
+    from ddq.benchmarks.scaling import TASKS, run_bench, table, task_with_target
 
     exit_on_sigterm()  # a stopped bench still removes its test hosts (--hosts)
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: each distributed run needs at least 1 worker")
-    for given in args.target or []:
-        set_target(given)
-    for env in args.envs:  # every task's setup, before the first run
-        TASKS[env].check(args.wall_time_s)
-    for env in args.envs:
-        outcomes = run_bench(env, args.modes, args.workers, args.seeds, args.cores, args.hosts, args.wall_time_s)
-        print(table(env, outcomes, args.wall_time_s) + "\n", flush=True)
+    retargeted = {task.env: task for task in map(task_with_target, args.target or [])}
+    tasks = [retargeted.get(env, TASKS[env]) for env in args.envs]
+    for task in tasks:  # every task's setup, before the first run
+        task.check(args.wall_time_s)
+    for task in tasks:
+        outcomes = run_bench(task, args.modes, args.workers, args.seeds, args.cores, args.hosts, args.wall_time_s)
+        print(table(task, outcomes, args.wall_time_s) + "\n", flush=True)
     return 0
 
 

@@ -113,27 +113,26 @@ class Outcome:
     score: float | None = None  # a fixed-time task's greedy score at the end
 
 
-def train_command(env: str, mode: str, workers: int, seed: int, run_dir: str, spark_master: str | None = None,
+def train_command(task: Task, mode: str, workers: int, seed: int, run_dir: str, spark_master: str | None = None,
                   wall_time_s: float = WALL_TIME_S, config_at: str | None = None) -> list[str]:
-    """`ddq train` with ddq's defaults for `env`, its goal and `seed`: the command a user types. `config_at`:
-    where the run finds the task's config file (`Task.command_flags`)."""
-    task = TASKS[env]
-    return [sys.executable, "-m", "ddq", "train", "--env", env, "--seed", str(seed),
+    """`ddq train` with ddq's defaults for the task's env, its goal and `seed`: the command a user types.
+    `config_at`: where the run finds the task's config file (`Task.command_flags`)."""
+    return [sys.executable, "-m", "ddq", "train", "--env", task.env, "--seed", str(seed),
             "--no-progress", "--run-dir", run_dir, *task.command_flags(wall_time_s, config_at),
             *(["--spark-master", spark_master] if spark_master else []),
             *(["--mode", "serial"] if mode == "serial" else ["--mode", mode, "--workers", str(workers)])]
 
 
-def run_one(env: str, mode: str, workers: int, seed: int, folder: Path, cores: list[int],
+def run_one(task: Task, mode: str, workers: int, seed: int, folder: Path, cores: list[int],
             wall_time_s: float = WALL_TIME_S) -> Outcome:
     """One run on this machine, held to `cores` (`taskset`), its services sharing them."""
     run_dir = folder / f"{mode}-{workers}-seed{seed}"
     pinned = ["taskset", "-c", ",".join(map(str, cores[:1] if mode == "serial" else cores[:workers]))]
-    command = pinned + train_command(env, mode, workers, seed, str(run_dir), wall_time_s=wall_time_s)
+    command = pinned + train_command(task, mode, workers, seed, str(run_dir), wall_time_s=wall_time_s)
     finished = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     if finished.returncode != 0:
         failed(command[3:], finished.returncode, finished.stdout + finished.stderr)  # without taskset's
-    return outcome(configuration_name(mode, workers), 1 if mode == "serial" else workers, seed, run_dir, TASKS[env])
+    return outcome(configuration_name(mode, workers), 1 if mode == "serial" else workers, seed, run_dir, task)
 
 
 def failed(command: list[str], code: int, output: str) -> NoReturn:
@@ -186,8 +185,8 @@ def configuration_name(mode: str, workers: int, on_hosts: bool = False) -> str:
     return f"{mode}, {workers} workers on {workers} cores"
 
 
-def set_target(given: str) -> str:
-    """Sets a task's target from `ENV=RETURN` (the bench's --target), for this process; returns the env."""
+def task_with_target(given: str) -> Task:
+    """The task `ENV=RETURN` (the bench's --target) names, with that target return."""
     env, equals, value = given.partition("=")
     if env not in TASKS or TASKS[env].fixed_time or not equals:
         targeted = ", ".join(name for name, task in TASKS.items() if not task.fixed_time)
@@ -198,16 +197,14 @@ def set_target(given: str) -> str:
         raise ValueError(f"--target {given}: {value!r} is not a return (a number)") from None
     if not math.isfinite(target):
         raise ValueError(f"--target {given}: a return no run reaches (give a finite number)")
-    TASKS[env] = dataclasses.replace(TASKS[env], target=target)
-    return env
+    return dataclasses.replace(TASKS[env], target=target)
 
 
-def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores: list[int] | None = None,
+def run_bench(task: Task, modes: list[str], workers: int, seeds: list[int], cores: list[int] | None = None,
               on_hosts: bool = False, wall_time_s: float = WALL_TIME_S) -> list[Outcome]:
     """Serial and each of `modes`, alternating seed by seed, one run at a time. `on_hosts`: each distributed
     run goes to a Spark cluster on test hosts (`HostsRunner`); else it runs on this machine's first
     `workers` of `cores`. `wall_time_s`: how long a task without a target trains."""
-    task = TASKS[env]
     task.check(wall_time_s)
     needed = workers + 1 if on_hosts else workers
     given = f"--cores gave {cores}" if cores is not None else "--cores was not given"
@@ -226,13 +223,13 @@ def run_bench(env: str, modes: list[str], workers: int, seeds: list[int], cores:
         for seed in seeds:
             for mode in ["serial", *modes]:
                 if hosts is not None and mode != "serial":
-                    outcomes.append(hosts.run(env, mode, seed, wall_time_s))
+                    outcomes.append(hosts.run(task, mode, seed, wall_time_s))
                 else:
-                    outcomes.append(run_one(env, mode, workers, seed, Path(tmp), cores, wall_time_s))
+                    outcomes.append(run_one(task, mode, workers, seed, Path(tmp), cores, wall_time_s))
                 done = outcomes[-1]
                 result = f"{done.score} {task.score_words}" if task.fixed_time else \
                     "target not reached" if done.seconds is None else f"{done.seconds:.1f} s"
-                print(f"ddq: {env} {done.configuration} seed {seed}: {result}, {done.env_steps or 0:,} env steps"
+                print(f"ddq: {task.env} {done.configuration} seed {seed}: {result}, {done.env_steps or 0:,} env steps"
                       + (f" ({done.where_time_went})" if done.where_time_went else ""), file=sys.stderr, flush=True)
     return outcomes
 
@@ -268,14 +265,14 @@ class HostsRunner:
     def __exit__(self, *exc: object) -> None:
         self.hosts.close()
 
-    def run(self, env: str, mode: str, seed: int, wall_time_s: float = WALL_TIME_S) -> Outcome:
+    def run(self, task: Task, mode: str, seed: int, wall_time_s: float = WALL_TIME_S) -> Outcome:
         from ddq.benchmarks.spark_cluster import ClusterError
 
         name = f"{mode}-seed{seed}"
-        config = TASKS[env].config
+        config = task.config
         if config is not None:  # h0 has a /tmp of its own, where a checkout under /tmp is not: the file goes there
             shutil.copyfile(config, self.hosts.tmp("h0") / Path(config).name)
-        command = train_command(env, mode, self.workers, seed, f"/tmp/{name}", self.cluster.master, wall_time_s,
+        command = train_command(task, mode, self.workers, seed, f"/tmp/{name}", self.cluster.master, wall_time_s,
                                 f"/tmp/{Path(config).name}" if config else None)
         try:
             self.cluster.wait_for_workers()  # the last run's executors gone: this one starts on free cores
@@ -288,18 +285,17 @@ class HostsRunner:
         if code != 0:
             failed(command, code, log)
         return outcome(configuration_name(mode, self.workers, on_hosts=True), self.workers, seed,
-                       self.hosts.tmp("h0") / name, TASKS[env])
+                       self.hosts.tmp("h0") / name, task)
 
 
-def table(env: str, outcomes: list[Outcome], wall_time_s: float = WALL_TIME_S) -> str:
-    """The bench's table for `env`: a row per configuration, a column per seed, serial's row first."""
-    task = TASKS[env]
+def table(task: Task, outcomes: list[Outcome], wall_time_s: float = WALL_TIME_S) -> str:
+    """The bench's table for `task`: a row per configuration, a column per seed, serial's row first."""
     names = list(dict.fromkeys(o.configuration for o in outcomes))
     seeds = list(dict.fromkeys(o.seed for o in outcomes))
     if task.fixed_time:
-        return score_table(env, task, outcomes, names, seeds, wall_time_s)
+        return score_table(task, outcomes, names, seeds, wall_time_s)
     serial = median([o.seconds for o in outcomes if o.configuration == names[0]])
-    lines = [f"{env} {task.described(wall_time_s)}", "",
+    lines = [f"{task.env} {task.described(wall_time_s)}", "",
              "| configuration | " + " | ".join(f"seed {s}" for s in seeds) + " | median | x serial's time | "
              "speedup | efficiency |", "|---" * (len(seeds) + 5) + "|"]
     for name in names:
@@ -318,11 +314,11 @@ def table(env: str, outcomes: list[Outcome], wall_time_s: float = WALL_TIME_S) -
     return "\n".join(lines)
 
 
-def score_table(env: str, task: Task, outcomes: list[Outcome], names: list[str], seeds: list[int],
+def score_table(task: Task, outcomes: list[Outcome], names: list[str], seeds: list[int],
                 wall_time_s: float) -> str:
     """A fixed-time task's table: each run's score and env steps, the medians, and each against serial's.
     (No speedup: a score twice serial's is not twice as fast.)"""
-    lines = [f"{env}: {task.described(wall_time_s)}", "",
+    lines = [f"{task.env}: {task.described(wall_time_s)}", "",
              "| configuration | " + " | ".join(f"seed {s}" for s in seeds) + " | median | x serial's | median env "
              "steps | x serial's |", "|---" * (len(seeds) + 5) + "|"]
     def medians(name: str) -> tuple[dict[int, Outcome], float | None, float]:
