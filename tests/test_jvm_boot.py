@@ -2,11 +2,14 @@
 until the run folder exists, never left unread (a full pipe would stop the JVM), and a full disk loses the log,
 not the run. `BootingJvm` with a Python child standing in for the JVM pyspark launches: killed and reaped, or
 its failed launch raised where the gateway is asked for, its output kept. A launch that never answers (a
-Spark whose launcher hangs, in a Spark folder of the test's) is ended, by `kill` and at the bound of a run's Spark start.
-(Booting and killing a real JVM: tests/test_bad_input.py and every local distributed run.)"""
+Spark whose launcher hangs, in a Spark folder of the test's) is ended by `kill` and at the bound of a run's
+Spark start. (Booting and killing a real JVM: tests/test_bad_input.py and every local distributed run.)"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +22,7 @@ from pyspark import java_gateway
 
 from ddq.processes import alive
 from ddq.spark import start
-from ddq.spark.context import SparkJobFailed
+from ddq.spark.context import SparkJobFailed, spark_conf
 from ddq.spark.jvm_boot import BootingJvm, HeldOutput
 from ddq.spark.start import SparkStarting
 
@@ -110,40 +113,60 @@ def test_a_failed_launch_is_raised_where_the_gateway_is_asked_for_and_its_output
     booting.kill()  # nothing launched: nothing to end
 
 
+LAUNCHER = "ddq-test-launcher-that-never-answers"  # on its command line, where the fixture's teardown looks
+
+
 @pytest.fixture
-def hanging_spark(tmp_path: Path, monkeypatch) -> Iterator[Path]:
-    """A Spark folder whose launcher (what pyspark runs as the JVM) notes its PID, ignores SIGTERM and never
-    answers: what pyspark waits on for good. Yields the PID file; the process, if it outlived the test, is
-    killed."""
+def hanging_spark(request, tmp_path: Path, monkeypatch) -> Iterator[Path]:
+    """A Spark folder whose launcher (what pyspark runs as the JVM) notes its PID and never answers: what
+    pyspark waits on for good. It ignores SIGTERM (the SIGKILL that follows takes 5 s) unless the test's
+    parameter says it need not. Yields the PID file; a launcher that outlived its test is killed."""
+    ignored = "signal.SIG_IGN" if getattr(request, "param", True) else "signal.SIG_DFL"
     spark_home = tmp_path / "spark"
     (spark_home / "bin").mkdir(parents=True)
     launcher = spark_home / "bin" / "spark-submit"
-    launcher.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/launcher.pid\nexec {sys.executable} -c 'import signal, "
-                        f"time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n")
+    pid_file = tmp_path / "launcher.pid"
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import os, pathlib, signal, time; "
+                        f"signal.signal(signal.SIGTERM, {ignored}); "
+                        f"pathlib.Path(\"{pid_file}\").write_text(str(os.getpid())); time.sleep(600)' {LAUNCHER}\n")
     launcher.chmod(0o755)
     monkeypatch.setenv("SPARK_HOME", str(spark_home))
-    yield tmp_path / "launcher.pid"
-    if (tmp_path / "launcher.pid").exists():
-        subprocess.run(["kill", "-9", (tmp_path / "launcher.pid").read_text().strip()], capture_output=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # any class-data archive of a conf's: here
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # what a start without a booted JVM would set
+    yield pid_file
+    pid = pid_file.read_text() if pid_file.exists() else ""
+    with contextlib.suppress(OSError):
+        if pid and LAUNCHER.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def launcher_pid(pid_file: Path) -> int:
+    wait_for(lambda: pid_file.exists() and pid_file.read_text())
+    return int(pid_file.read_text())
 
 
 def test_a_launch_that_never_answers_is_ended_by_kill(hanging_spark: Path):
     booting = BootingJvm(conf={})
-    wait_for(lambda: hanging_spark.exists() and hanging_spark.read_text().strip())
+    pid = launcher_pid(hanging_spark)
     booting.kill()  # waited for the launch to end, for good, before
     assert not booting.thread.is_alive() and booting.launched is None
-    assert not alive(int(hanging_spark.read_text()))  # SIGTERM ignored: SIGKILLed, and reaped
+    assert not alive(pid)  # SIGTERM ignored: SIGKILLed, and reaped
 
 
-def test_a_spark_start_whose_jvm_never_answers_ends_at_its_bound(hanging_spark: Path, tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("hanging_spark", [False], indirect=True, ids=["ending-at-sigterm"])
+@pytest.mark.parametrize("booted", [True, False], ids=["booted-jvm", "launched-by-the-start"])
+def test_a_spark_start_whose_jvm_never_answers_ends_at_its_bound(booted: bool, hanging_spark: Path, tmp_path: Path,
+                                                                 monkeypatch):
     """What a run's driver waits on (`SparkStarting.result`): a JVM that has not answered by its bound is ended,
-    and the start fails in one line (its bound lowered from JVM_ANSWER_MIN_S to the test's stall_timeout)."""
+    and the start fails in one line (its bound lowered from JVM_ANSWER_MIN_S to the test's stall_timeout).
+    A local master's JVM is booted during the checks; a cluster master's is launched by the start itself."""
     monkeypatch.setattr(start, "JVM_ANSWER_MIN_S", 0.0)
+    conf = spark_conf(None, "ddq-test", None, None)
     starting = SparkStarting(None, "ddq-test", tmp_path / "spark.log", None, None, 2, lambda context: None,
-                             booted=BootingJvm(conf={}))
-    wait_for(lambda: hanging_spark.exists() and hanging_spark.read_text().strip())
-    with pytest.raises(SparkJobFailed, match=r"Spark's JVM did not answer within 1 s and was ended: .*spark.log"):
+                             booted=BootingJvm(conf) if booted else None)
+    pid = launcher_pid(hanging_spark)
+    with pytest.raises(SparkJobFailed, match=r"^Spark's JVM did not answer within 1 s and was ended: .*spark.log"):
         starting.result(timeout=1)
-    assert not alive(int(hanging_spark.read_text()))
+    assert not alive(pid)
     starting.stop()
     assert not starting.thread.is_alive()  # its wait for the gateway has ended

@@ -161,7 +161,7 @@ class DistributedConfig:
     redis_url: str | None = setting(None, "cluster", "Redis to use: redis://, rediss://, unix:// (default: a private redis-server ddq starts)")
     listen: str | None = setting(None, "cluster", "an address of this host where Spark's driver and the run's private Redis serve executors on other hosts; the Redis then speaks only TLS, with a certificate authority made for the run and $DDQ_REDIS_PASSWORD, or a password made for the run (default: this host only; with a cluster master and no redis_url, the address that reaches the master)")
     redis_port: int | None = setting(None, "cluster", "with --listen or a cluster master, the TLS port the run's private Redis serves other hosts on (default: a free one; fixed, a firewall can let the executors in)")
-    stall_timeout: float = setting(300.0, "cluster", "seconds without a new env step from any worker after which the run ends, resumable: the driver lost its workers (a cut network), the cluster has no executor free, its master never takes the application, or Spark's JVM never answers")
+    stall_timeout: float = setting(300.0, "cluster", "seconds without a new env step from any worker after which the run ends, resumable: the driver lost its workers (a cut network), the cluster has no executor free, its master never takes the application, or Spark's JVM never answers (given 120 s at least)")
     server: ServerConfig = section(ServerConfig, "parameter server")
     publish_every: int = setting(10, "actor-learner", "learner updates between weight publications (actor-learner's learner, data-parallel's worker 0; --sync: once a round)")
     send_every: int = setting(16, "actor-learner", "vector steps an actor sends per message")

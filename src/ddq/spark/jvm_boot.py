@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -33,6 +34,7 @@ from ddq.spark.jvm_archive import java_options, writing_to
 # or two of its run's end (`ddq.spark.start.end_stopped_jvm`), mostly while the run writes its summary.
 OUTPUT_TAIL_WAIT_S = 3.0
 JVM_END_WAIT_S = 5.0  # how long a JVM told to end (SIGTERM) may take before it is killed
+LAUNCH_END_WAIT_S = 15.0  # how long `end_launch` may take: the launch's process started, SIGTERM, SIGKILL
 
 
 def launch_jvm(conf: Any, stderr: Any = None) -> Any:
@@ -46,23 +48,29 @@ def launch_jvm(conf: Any, stderr: Any = None) -> Any:
     return launch_gateway(conf, {"start_new_session": True, **({} if stderr is None else {"stderr": stderr})})
 
 
-def end_launch(launching: threading.Thread) -> None:
-    """Ends the JVM that `launch_jvm`, on the thread `launching`, is starting and that has not answered yet
-    (pyspark's launch waits on it for good: a JVM stuck resolving spark.jars.packages, say). Each process that
-    thread started and has not reaped, the launcher script or the JVM it became, leads a session of its own:
-    the session gets SIGTERM, and SIGKILL if the thread has not seen it end within JVM_END_WAIT_S. pyspark's
-    launch then raises on its thread. Finds nothing to end where the kernel does not list a thread's children
-    (/proc/self/task/TID/children: Linux's)."""
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        started = unreaped_children(launching.native_id)
-        if not started:
-            return
-        for pid in started:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signum)  # its session's group: the JVM, and whatever the launcher started
-        launching.join(JVM_END_WAIT_S)
-        if not launching.is_alive():
-            return
+def end_launch(launching: threading.Thread, conf: Any) -> bool:
+    """Ends the JVM for `conf` that `launch_jvm`, on the thread `launching`, is starting and that has not
+    answered yet (pyspark's launch waits on it for good: a JVM stuck resolving spark.jars.packages, say), and
+    drops the class-data archive it wrote as it exited. The processes that thread started and has not reaped
+    (the launcher script, the JVM it became) each lead a session of their own, once started: each session
+    gets SIGTERM, and SIGKILL if the thread has not seen it end within JVM_END_WAIT_S. pyspark's launch then
+    raises on its thread. Whether the launch has ended, LAUNCH_END_WAIT_S at most from now: not where the
+    kernel lists no thread's children (/proc/self/task/TID/children: Linux's, CONFIG_PROC_CHILDREN), nor
+    where the launch runs no process (spark-submit's JVM, there already) and waits on something else."""
+    deadline = time.monotonic() + LAUNCH_END_WAIT_S
+    termed_at: float | None = None
+    while launching.is_alive() and time.monotonic() < deadline:
+        leaders = [pid for pid in unreaped_children(launching.native_id) if leads_a_session(pid)]
+        if leaders and (termed_at is None or time.monotonic() - termed_at > JVM_END_WAIT_S):
+            for pid in leaders:  # its group: the JVM, and whatever the launcher started
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGTERM if termed_at is None else signal.SIGKILL)
+            termed_at = termed_at or time.monotonic()
+        launching.join(0.1)
+    if launching.is_alive():
+        return False
+    drop_archive(conf)
+    return True
 
 
 def unreaped_children(thread_id: int | None) -> list[int]:
@@ -71,6 +79,15 @@ def unreaped_children(thread_id: int | None) -> list[int]:
         return [int(pid) for pid in Path(f"/proc/self/task/{thread_id}/children").read_text().split()]
     except (OSError, ValueError):  # no such thread (it ended), or no such file (not Linux)
         return []
+
+
+def leads_a_session(pid: int) -> bool:
+    """Whether `pid` leads its own process group: a child started with start_new_session, once it has (a
+    signal for its group sent between its fork and its setsid would miss it)."""
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
 
 
 class HeldOutput:
@@ -177,13 +194,11 @@ class BootingJvm:
 
     def kill(self) -> None:
         """Ends the JVM, whether it has answered yet or not (`end_launch`), and drops its output and what it
-        wrote as it ended."""
-        while self.thread.is_alive():  # (its launch may not have started the JVM's process yet)
-            end_launch(self.thread)
-            self.thread.join(0.1)
+        wrote as it ended. A launch that cannot be ended (not on Linux) is left to end with this process: the
+        JVM exits when its standard input, this process's pipe, closes."""
+        launch_ended = end_launch(self.thread, self.conf)
         self.output.drop()
-        if self.launched is None:  # ended as it launched: an archive it wrote as it exited goes too
-            drop_archive(self.conf)
+        if not launch_ended or self.launched is None:  # (None: ended as it launched, or failed to)
             return
         with contextlib.suppress(Exception):  # its py4j connection, which nothing used
             self.launched.close()

@@ -79,8 +79,7 @@ class SparkStarting:
             self.conf = booted.conf
         self.writes_archive = writing_to(java_options(self.conf)) is not None  # its JVM, as it exits
         self.gateway: Any = None  # the JVM's, once it is there
-        self.log_path = log_path
-        self.created = time.monotonic()
+        self.began = time.monotonic()
         self.jvm_up: float | None = None  # when it was (time.monotonic())
         self.master = master or "spark-submit's"  # the one the JVM names, once it is up
         self.registration_s = 0.0  # how long Spark may wait for a cluster's executors as it makes the context
@@ -90,13 +89,13 @@ class SparkStarting:
         self.abandoned = threading.Event()  # the driver no longer waits for it: no warm-up to start
         self.task_started = False
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._start, args=(log_path, workers, ship), name="spark-start",
-                                       daemon=True)
+        self.log_path = log_path  # where the JVM's output goes
+        self.thread = threading.Thread(target=self._start, args=(workers, ship), name="spark-start", daemon=True)
         self.thread.start()
 
-    def _start(self, log_path: Path | None, workers: int, ship: Callable[[Any], None]) -> None:
+    def _start(self, workers: int, ship: Callable[[Any], None]) -> None:
         try:
-            gateway = jvm_gateway(self.conf, log_path, self.booted)
+            gateway = jvm_gateway(self.conf, self.log_path, self.booted)
             self.master, self.registration_s = master_and_wait(gateway)
             self.jvm_up = time.monotonic()
             with self.lock:
@@ -133,11 +132,8 @@ class SparkStarting:
             if stopped():
                 self._abandon()
                 return None
-            if self.jvm_up is None and time.monotonic() - self.created > max(timeout, JVM_ANSWER_MIN_S):
-                self._abandon()
-                raise SparkJobFailed(f"Spark's JVM did not answer within {max(timeout, JVM_ANSWER_MIN_S):g} s and "
-                                     f"was ended: {self.log_path or 'its output'} says where it stopped (a larger "
-                                     f"stall_timeout, if it was fetching spark.jars.packages)")
+            if self.jvm_up is None and time.monotonic() - self.began > max(timeout, JVM_ANSWER_MIN_S):
+                raise SparkJobFailed(self._jvm_silent(max(timeout, JVM_ANSWER_MIN_S)))
             if self.context is None and self.jvm_up is not None \
                     and time.monotonic() - self.jvm_up > timeout + self.registration_s:
                 self._abandon()
@@ -154,6 +150,12 @@ class SparkStarting:
         if self.error is not None:
             raise self.error
         return self.context
+
+    def _jvm_silent(self, waited_s: float) -> str:
+        """Ends a launch whose JVM has not answered in `waited_s` (`_abandon`); the line that says so."""
+        ended = "and was ended" if self._abandon() else "and could not be ended (its process unknown)"
+        return (f"Spark's JVM did not answer within {waited_s:g} s {ended}: {self.log_path or 'its output'} says "
+                f"where it stopped (fetching spark.jars.packages? its network, or a larger stall_timeout)")
 
     def _why_late(self) -> str:
         if is_local(self.master):
@@ -180,25 +182,27 @@ class SparkStarting:
                 return False
         return self.task_started
 
-    def _abandon(self) -> None:
+    def _abandon(self) -> bool:
         """No warm-up starts from now on, and the one running is cancelled (its thread then ends). A context
         still being made waits on its master, perhaps for good: the JVM ddq started for it is ended, which
-        ends the wait (one of spark-submit's is spark-submit's to end, as this process exits)."""
+        ends the wait (one of spark-submit's is spark-submit's to end, as this process exits). False where a
+        JVM still launching could not be ended (`end_launch`)."""
         with self.lock:
             self.abandoned.set()
             context = self.context
         if context is not None:
             with contextlib.suppress(Exception):  # a context being stopped, or gone
                 context.cancelAllJobs()
-        else:
-            self._end_unused_jvm()
+            return True
+        return self._end_unused_jvm()
 
-    def _end_unused_jvm(self) -> None:
+    def _end_unused_jvm(self) -> bool:
         if self.gateway is None:  # still launching (pyspark's launch, on the thread that launches it)
-            end_launch(self.booted.thread if self.booted is not None else self.thread)
-        elif getattr(self.gateway, "proc", None) is not None:
+            return end_launch(self.booted.thread if self.booted is not None else self.thread, self.conf)
+        if getattr(self.gateway, "proc", None) is not None:
             end_unused_jvm(self.gateway.proc, self.conf)
             forget_gateway(self.gateway)
+        return True
 
     def stop(self) -> None:
         """Stops the context, waiting at most SPARK_STOP_WAIT_S: with its executors unreachable (a driver cut
