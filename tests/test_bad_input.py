@@ -72,6 +72,10 @@ CASES = [
                                              "--shard-hosts)"),
     (["train", "--mode", "data-parallel", "--shard-hosts", "by-hand"], "shards started by hand are downpour's"),
     (["param-server", "--run", "r", "--listen", "127.0.0.1"], "param-server --listen needs the run's Redis URL"),
+    # a process started by hand failed later, in redis-py's words alone ("[Errno 111] Connection refused")
+    (["param-server", "--run", "r", "--redis-url", "redis://127.0.0.1:1/0"],
+     "--redis-url redis://127.0.0.1:1/0: no Redis answers there"),
+    (["barista", "serve", "--redis-url", "redis://127.0.0.1:1/0"], "--redis-url redis://127.0.0.1:1/0: no Redis answers"),
     (["train", "--config", "missing.toml"], "--config missing.toml: No such file or directory"),
     (["evaluate", "text.pt"], "text.pt is not a ddq checkpoint (torch cannot read it"),
     (["evaluate", "."], "no checkpoint at checkpoint.pt"),

@@ -32,25 +32,8 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     from ddq.param_server.server import ShardServer
 
     logging.basicConfig(level=logging.INFO, format=f"ddq param-server[{args.run}/{args.shard}]: %(message)s")
-    if getattr(args, "listen", None):  # a host of its own: the run's settings from its Redis, or the file given
-        from ddq.param_server.shard_host import serve_with_own_store
-        from ddq.preflight import check_listen, password_in_flag_note
-        from ddq.processes import exit_on_sigterm
-
-        given, how = given_redis_url(args)
-        if not given:
-            raise ValueError(f"param-server --listen needs the run's Redis URL: ${REDIS_URL_ENV} (as ddq train "
-                             "prints it), or --redis-url")
-        if PLACEHOLDER in given and host_password() is None:
-            raise ValueError(f"the run's Redis URL holds {PLACEHOLDER}: set {PASSWORD_VARIABLE} (or "
-                             f"{PASSWORD_FILE_VARIABLE}) on this host to the run's password, as for ddq train")
-        check_listen(args.listen)
-        if note := password_in_flag_note(given, how):
-            print(f"ddq param-server: warning: {note}", file=sys.stderr, flush=True)
-        exit_on_sigterm()  # its own Redis and certificates go with it
-        settings = read_settings(args.settings) if args.settings else None
-        return serve_with_own_store(executor_url(given), args.run, args.shard, args.listen,
-                                    getattr(args, "redis_port", None), settings)
+    if getattr(args, "listen", None):
+        return _serve_on_a_host_of_its_own(args)
     if args.settings:  # what the driver resolved: used as it is, no preset applied again
         config = read_settings(args.settings)
     else:
@@ -59,6 +42,28 @@ def cmd_param_server(args: argparse.Namespace) -> int:
     if not 0 <= args.shard < config.distributed.server.shards:
         raise ValueError(f"--shard {args.shard} is not one of the {config.distributed.server.shards} shards")
     return ShardServer.connect(config, url, args.run, args.shard).serve()
+
+
+def _serve_on_a_host_of_its_own(args: argparse.Namespace) -> int:
+    """`param-server --listen`: the shard serves from a Redis of its own on this host, and reads the run's
+    settings from the run's Redis (or the settings file given)."""
+    from ddq.param_server.shard_host import serve_with_own_store
+    from ddq.preflight import check_listen
+    from ddq.processes import exit_on_sigterm
+
+    given, how = given_redis_url(args)
+    if not given:  # (no settings file to fall back on, as `_take_redis_url` does: they come from the run's Redis)
+        raise ValueError(f"param-server --listen needs the run's Redis URL: ${REDIS_URL_ENV} (as ddq train "
+                         "prints it), or --redis-url")
+    if PLACEHOLDER in given and host_password() is None:
+        raise ValueError(f"the run's Redis URL holds {PLACEHOLDER}: set {PASSWORD_VARIABLE} (or "
+                         f"{PASSWORD_FILE_VARIABLE}) on this host to the run's password, as for ddq train")
+    check_listen(args.listen)
+    _warn_of_a_password_in_a_flag("param-server", given, how)
+    exit_on_sigterm()  # its own Redis and certificates go with it
+    settings = read_settings(args.settings) if args.settings else None
+    return serve_with_own_store(executor_url(given), args.run, args.shard, args.listen,
+                                getattr(args, "redis_port", None), settings)
 
 
 def cmd_learner(args: argparse.Namespace) -> int:
@@ -99,17 +104,26 @@ def given_redis_url(args: argparse.Namespace) -> tuple[str | None, str]:
 
 def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str, whose: str) -> str:
     """A process started by hand takes its Redis by `given_redis_url`'s rule, else from its settings file;
-    with none it is refused in one line."""
-    from ddq.preflight import password_in_flag_note
-
+    with none, or one where no Redis answers, it is refused in one line."""
     given, how = given_redis_url(args)
     config.distributed.redis_url = given or config.distributed.redis_url
     if not config.distributed.redis_url:
         raise ValueError(f"{command} needs a Redis URL {whose}: --redis-url, or ${REDIS_URL_ENV}, which keeps a "
                          "password off the command line")
-    if given and (note := password_in_flag_note(given, how)):
-        print(f"ddq {command}: warning: {note}", file=sys.stderr, flush=True)
+    if given:
+        _warn_of_a_password_in_a_flag(command, given, how)
+    if not getattr(args, "settings", None):  # (ddq train's own shards wait out an outage of the Redis it restarts)
+        from ddq.preflight import check_redis  # what ddq train checks of a Redis it is given
+
+        check_redis(config.distributed.redis_url, how if given else f"redis_url in {args.config}")
     return config.distributed.redis_url
+
+
+def _warn_of_a_password_in_a_flag(command: str, url: str, how: str) -> None:
+    from ddq.preflight import password_in_flag_note
+
+    if note := password_in_flag_note(url, how):
+        print(f"ddq {command}: warning: {note}", file=sys.stderr, flush=True)
 
 
 def cmd_barista_serve(args: argparse.Namespace) -> int:
