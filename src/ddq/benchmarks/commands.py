@@ -72,7 +72,13 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
     exit_on_sigterm()  # a stopped bench still removes its test hosts (--hosts)
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: each distributed run needs at least 1 worker")
-    retargeted = {task.env: task for task in map(task_with_target, args.target or [])}
+    retargeted = {}
+    for given in args.target or []:
+        task = task_with_target(given)
+        if task.env not in args.envs:  # (it was taken, and changed nothing)
+            raise ValueError(f"--target {given}: {task.env} is not one of the tasks this bench runs (--envs "
+                             f"{' '.join(args.envs)})")
+        retargeted[task.env] = task
     tasks = [retargeted.get(env, TASKS[env]) for env in args.envs]
     for task in tasks:  # every task's setup, before the first run
         task.check(args.wall_time_s)

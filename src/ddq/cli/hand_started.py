@@ -38,9 +38,12 @@ def cmd_param_server(args: argparse.Namespace) -> int:
         config = read_settings(args.settings)
     else:
         config = _config_from(args, ("run", "shard", "settings"))
-    url = _take_redis_url(config, args, "param-server", "(ddq train starts Redis and the servers itself)")
     if not 0 <= args.shard < config.distributed.server.shards:
         raise ValueError(f"--shard {args.shard} is not one of the {config.distributed.server.shards} shards")
+    # a shard given a run's settings file is ddq train's own (or one restarted in its place): it waits out an
+    # outage of the Redis the driver restarts, where a check now would end it
+    url = _take_redis_url(config, args, "param-server", "(ddq train starts Redis and the servers itself)",
+                          answering=not args.settings)
     return ShardServer.connect(config, url, args.run, args.shard).serve()
 
 
@@ -102,9 +105,10 @@ def given_redis_url(args: argparse.Namespace) -> tuple[str | None, str]:
     return (flag, "--redis-url") if flag else (os.environ.get(REDIS_URL_ENV), f"${REDIS_URL_ENV}")
 
 
-def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str, whose: str) -> str:
+def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str, whose: str,
+                    answering: bool = True) -> str:
     """A process started by hand takes its Redis by `given_redis_url`'s rule, else from its settings file;
-    with none, or one where no Redis answers, it is refused in one line."""
+    with none, or (`answering`) one where no Redis answers now, it is refused in one line."""
     given, how = given_redis_url(args)
     config.distributed.redis_url = given or config.distributed.redis_url
     if not config.distributed.redis_url:
@@ -112,7 +116,7 @@ def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str,
                          "password off the command line")
     if given:
         _warn_of_a_password_in_a_flag(command, given, how)
-    if not getattr(args, "settings", None):  # (ddq train's own shards wait out an outage of the Redis it restarts)
+    if answering:
         from ddq.preflight import check_redis  # what ddq train checks of a Redis it is given
 
         check_redis(config.distributed.redis_url, how if given else f"redis_url in {args.config}")
