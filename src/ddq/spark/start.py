@@ -128,12 +128,13 @@ class SparkStarting:
         after this object was made (pyspark waits on a JVM for good: one stuck resolving spark.jars.packages).
         A slow start under way (executors unpacking an archive, importing torch) is waited for."""
         idle_since: float | None = None  # since when the context has been there and no task of its has started
+        jvm_answer_s = max(timeout, JVM_ANSWER_MIN_S)
         while self.thread.is_alive():
             if stopped():
                 self._abandon()
                 return None
-            if self.jvm_up is None and time.monotonic() - self.began > max(timeout, JVM_ANSWER_MIN_S):
-                raise SparkJobFailed(self._jvm_silent(max(timeout, JVM_ANSWER_MIN_S)))
+            if self.jvm_up is None and time.monotonic() - self.began > jvm_answer_s:
+                raise SparkJobFailed(self._end_silent_launch(jvm_answer_s))
             if self.context is None and self.jvm_up is not None \
                     and time.monotonic() - self.jvm_up > timeout + self.registration_s:
                 self._abandon()
@@ -151,8 +152,9 @@ class SparkStarting:
             raise self.error
         return self.context
 
-    def _jvm_silent(self, waited_s: float) -> str:
-        """Ends a launch whose JVM has not answered in `waited_s` (`_abandon`); the line that says so."""
+    def _end_silent_launch(self, waited_s: float) -> str:
+        """Ends the launch of a JVM that has not answered in `waited_s` (`_abandon`); returns the line that says
+        whether it could."""
         ended = "and was ended" if self._abandon() else "and could not be ended (its process unknown)"
         return (f"Spark's JVM did not answer within {waited_s:g} s {ended}: {self.log_path or 'its output'} says "
                 f"where it stopped (fetching spark.jars.packages? its network, or a larger stall_timeout)")
