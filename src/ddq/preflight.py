@@ -40,8 +40,7 @@ from ddq.config.sections import BY_HAND
 from ddq.config.sources import COMMAND_LINE, spelled
 from ddq.run_folder import has_checkpoint, holds_a_run
 from ddq.transport.credentials import PASSWORD_FILE_VARIABLE, PASSWORD_VARIABLE, host_password, split_password
-from ddq.transport.redis_client import StoreAuthenticationError, StoreError, ping
-from ddq.transport.resp import RespError, meet, refused_password
+from ddq.transport.reach import Unanswered, refusal
 
 REDIS_TIMEOUT_S = 3.0  # also how long a Spark master may take to accept a connection
 
@@ -216,24 +215,18 @@ def password_in_flag_note(url: str, setting: str) -> str | None:
 
 
 def check_redis(url: str, setting: str) -> None:
-    """A Redis that answers PING within a few seconds (a password it accepts included)."""
-    try:
-        ping(url, REDIS_TIMEOUT_S)  # an answer now, not after a restart's grace
-        meet(url, REDIS_TIMEOUT_S)  # and as the run's shards and workers connect
-    except (RespError, StoreAuthenticationError) as error:
-        what = "this connection" if isinstance(error, RespError) and not refused_password(error) else \
-            "the user name or password"
-        raise SettingError(f"{setting} {shown_url(url)}: Redis refused {what} ({_first_line(error)})") from error
-    except (StoreError, ValueError, OSError) as error:
-        if "CERTIFICATE_VERIFY_FAILED" in str(error) or "certificate verify failed" in str(error):
-            raise SettingError(f"{setting} {shown_url(url)}: the server's TLS certificate is not one this URL "
-                               "trusts (give its CA as ssl_ca_data, or ssl_ca_certs=FILE)") from error
-        raise SettingError(f"{setting} {shown_url(url)}: no Redis answers there ({_first_line(error)})") from error
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error)
-    return text.splitlines()[0] if text else type(error).__name__
+    """A Redis that answers PING within a few seconds, and takes the URL's password as the shards do."""
+    refused = refusal(url, REDIS_TIMEOUT_S)
+    if refused is None:
+        return
+    said = f"{setting} {shown_url(url)}"
+    if refused.why is Unanswered.CERTIFICATE:
+        raise SettingError(f"{said}: the server's TLS certificate is not one this URL trusts (give its CA as "
+                           "ssl_ca_data, or ssl_ca_certs=FILE)")
+    if refused.why is Unanswered.SILENCE:
+        raise SettingError(f"{said}: no Redis answers there ({refused.detail})")
+    what = "the user name or password" if refused.why is Unanswered.PASSWORD else "this connection"
+    raise SettingError(f"{said}: Redis refused {what} ({refused.detail})")
 
 
 def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str, given_in: str = COMMAND_LINE) -> None:

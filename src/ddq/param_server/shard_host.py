@@ -18,7 +18,8 @@ from ddq.config.documents import masked_url
 from ddq.lifecycle import RunControl
 from ddq.param_server.server import ShardServer
 from ddq.transport.credentials import PASSWORD_VARIABLE, split_password
-from ddq.transport.redis_client import CONNECT_TIMEOUT_S, Connection, StoreAuthenticationError, StoreError, ping
+from ddq.transport.reach import Unanswered, refusal
+from ddq.transport.redis_client import CONNECT_TIMEOUT_S, Connection
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.redis_server import ANY_ADDRESS, EmbeddedRedis, address_toward_host
 from ddq.transport.run_store import RunStore
@@ -37,15 +38,19 @@ def run_settings(store: RunStore, run: str) -> TrainConfig:
 
 def reached(run_url: str) -> Connection:
     """A client of the run's Redis, which answered; ValueError in one line, saying what to do, when it did not."""
-    try:
-        ping(run_url, CONNECT_TIMEOUT_S)
-    except StoreAuthenticationError:
+    refused = refusal(run_url, CONNECT_TIMEOUT_S)
+    if refused is None:
+        return connect_redis(run_url)
+    if refused.why is Unanswered.PASSWORD:
         raise ValueError(f"the run's Redis refused this host's password: set {PASSWORD_VARIABLE} to the one ddq "
-                         "train has") from None
-    except (StoreError, OSError) as error:
-        raise ValueError(f"no Redis answers at {masked_url(run_url)}: the run has ended, or ddq train's --listen "
-                         f"address is not one this host reaches ({str(error).splitlines()[0]})") from None
-    return connect_redis(run_url)
+                         "train has")
+    if refused.why is Unanswered.CERTIFICATE:  # the URL's CA is not the run's: another run's command?
+        raise ValueError(f"the Redis at {masked_url(run_url)} gave a TLS certificate this URL does not trust: "
+                         "paste the command ddq train printed for this run, whose URL holds its CA")
+    if refused.why is Unanswered.CONNECTION:
+        raise ValueError(f"the Redis at {masked_url(run_url)} refused this connection ({refused.detail})")
+    raise ValueError(f"no Redis answers at {masked_url(run_url)}: the run has ended, or ddq train's --listen "
+                     f"address is not one this host reaches ({refused.detail})")
 
 
 def served_at(store: RunStore, run_url: str, shard: int) -> str | None:
@@ -57,8 +62,9 @@ def served_at(store: RunStore, run_url: str, shard: int) -> str | None:
         return None
     try:
         url = store_url(registered, key, run_url)
-        ping(url, CONNECT_TIMEOUT_S)
-    except (StoreError, OSError, ValueError):
+    except ValueError:
+        return None
+    if refusal(url, CONNECT_TIMEOUT_S) is not None:
         return None
     parts = urlsplit(url)
     return f"{parts.hostname}:{parts.port}"
