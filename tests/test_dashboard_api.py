@@ -461,6 +461,11 @@ def test_first_layer_images_come_from_the_store_of_a_shard_started_by_hand(big_r
             app = create_app(client, run.run, redis_url=f"unix:///run.sock?db=0&username=ddq&password={password}")
             app.testing = True
             assert_first_layer_shows(app.test_client().get("/api/first-layer").get_json(), run.weights)
+            with EmbeddedRedis(listen="127.0.0.1", password=password) as moved:  # the shard started again there
+                moved.client().set(key, kept)
+                client.set(registration, registered_url(moved.remote_url))
+                assert_first_layer_shows(app.test_client().get("/api/first-layer").get_json(), run.weights)
+                assert own.client().info("clients")["connected_clients"] == 1  # this one: the dashboard's closed
             blind = create_app(client, run.run)  # no URL, so no password for the store: the run's Redis only
             blind.testing = True
             assert not blind.test_client().get("/api/first-layer").get_json()["available"]

@@ -73,7 +73,8 @@ class RunReader:
         hand (`ddq.transport.shard_stores`); without it their weights are read from the run's Redis only."""
         self.client, self.run, self.store = client, run, RunStore(client, run)
         self.redis_url = redis_url
-        self._stores: dict[str, RunStore] = {}  # each shard store's, by URL
+        self._stores: dict[int, tuple[str, RunStore]] = {}  # each shard's store now: its URL, a client
+        self._stores_lock = threading.Lock()
         self.episodes = MirroredList(self.store.cursor("episodes"))
         self.progress_points = MirroredList(self.store.cursor("progress"), _flatten_progress)
         self.evaluation_list = MirroredList(self.store.cursor("evaluations"))
@@ -221,9 +222,14 @@ class RunReader:
         url = store_url(self.client.get(key), key, self.redis_url)
         if url == self.redis_url:
             return self.store
-        if url not in self._stores:
-            self._stores[url] = RunStore(connect_redis(url, retry=None), self.run)
-        return self._stores[url]
+        with self._stores_lock:  # the dashboard's requests run in threads of their own
+            known = self._stores.get(shard)
+            if known is not None and known[0] == url:
+                return known[1]
+            if known is not None:  # the shard was started again, elsewhere: its old store is gone
+                known[1].client.close()
+            self._stores[shard] = (url, RunStore(connect_redis(url, retry=None), self.run))
+            return self._stores[shard][1]
 
     def _read_prefix(self, layer: FirstLayer) -> tuple[np.ndarray | None, int]:
         """The first `layer.count` published weights, read with GETRANGE from the shards holding them."""
