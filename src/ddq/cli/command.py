@@ -24,7 +24,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     cli_values = {k: v for k, v in vars(args).items()
                   if k not in ("func", "config", "resume", "command", "started_at", "solver")}
     config, saved, spark = prepare(cli_values, args.config, args.solver, args.resume)
-    summary, exit_code = execute(config, saved, args.started_at, spark=spark)
+    try:
+        summary, exit_code = execute(config, saved, args.started_at, spark=spark)
+    except (ValueError, OSError, RuntimeError) as error:  # said in one line as a refusal is, but it started
+        raise FailedOnceStarted(error_text(error)) from error
     # for a person at the end of a run: every worker's row (25 lines each) would push its results off the screen
     print(json.dumps({k: v for k, v in summary.items() if k not in ("config", "workers")}, indent=2))
     if skipped := summary.get("evaluation_points_skipped"):  # a distributed run's workers outran its evaluator
@@ -293,7 +296,8 @@ def _add_tools(commands: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs one `ddq` command. A mistake the user can fix (a setting, a file, an unreachable server) is
-    one line and exit 2; anything else one line and exit 1; `--debug` shows the traceback instead."""
+    one line and exit 2; a run that failed once started, and anything else, one line and exit 1; `--debug`
+    shows the traceback instead."""
     started_at = process_started_at()  # the process's start: time_to_target_s and budgets count from here
     argv = list(sys.argv[1:] if argv is None else argv)
     debug, full_help = "--debug" in argv, "--help-all" in argv
@@ -320,12 +324,17 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
     except Exception as error:
         if debug:
             raise
-        user_error = isinstance(error, (ValueError, FileNotFoundError, RuntimeError, OSError))
+        user_error = isinstance(error, (ValueError, FileNotFoundError, RuntimeError, OSError, FailedOnceStarted))
         kind = "" if user_error else f"{type(error).__name__}: "
         text = (error_text(error).strip().splitlines() or [""])[0]
         print(f"ddq: error: {kind}{text}" + ("" if user_error else " (run again with --debug for the traceback)"),
               file=sys.stderr)
-        return 2 if user_error else 1
+        return 2 if user_error and not isinstance(error, FailedOnceStarted) else 1
+
+
+class FailedOnceStarted(Exception):
+    """A run that failed after it started (its disk filled, say): exit 1, where a command refused before
+    anything started exits 2, so that a script can tell settings to fix from a run to resume."""
 
 
 def error_text(error: Exception) -> str:
