@@ -3,6 +3,7 @@
 import pytest
 
 from ddq.core.settings import build_config
+from ddq.modes.launch import spark_driver
 from ddq.spark import placement as placement_module
 from ddq.spark.context import executor_wait
 from ddq.spark.placement import LOOPBACK, placement
@@ -107,3 +108,14 @@ def test_the_loopback_warning_says_what_applies_and_never_stops_a_run(monkeypatc
 
     monkeypatch.setattr(placement_module, "address_toward", unresolved)
     assert warned() is None  # the run's start says why, as before
+
+
+@pytest.mark.parametrize("given, used", [
+    (None, "local[2,4]"), ("local", "local[1,4]"), ("local[3]", "local[3,4]"), ("local[*]", "local[*,4]"),
+    ("local[2,7]", "local[2,7]"), ("spark://m:7077", "spark://m:7077"),
+])
+def test_a_local_master_of_ones_own_retries_a_failed_task_as_the_default_does(given, used):
+    """Spark's local mode retries a task only when its URL says how often; every master tries one 4 times."""
+    config = build_config({"env": "CartPole-v1", "mode": "downpour", "workers": 2,
+                           **({"spark_master": given} if given else {})})
+    assert spark_driver(config, submitted=False).master == used

@@ -17,6 +17,14 @@ def is_local(master: str | None) -> bool:
     return master is not None and master.startswith("local")
 
 
+def with_task_retries(master: str, tries: int) -> str:
+    """`master`, a local one made to try a failed task `tries` times in all, as ddq's cluster masters do
+    (spark.task.maxFailures): Spark's local mode retries only when its URL says so (local[N, tries]). One
+    that says so already, and any other master, as given."""
+    threads = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master)
+    return master if threads is None else f"local[{threads.group(1) or 1},{tries}]"
+
+
 def is_cluster(master: str | None) -> bool:
     """A named master whose executors may run on other hosts."""
     return master is not None and not is_local(master)

@@ -13,8 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config import TrainConfig, is_distributed
+from ddq.config.masters import with_task_retries
 from ddq.shipping import package_zip
-from ddq.spark.context import launched_by_spark_submit, local_master, prepare_environment, quiet_py4j, spark_conf
+from ddq.spark.context import (
+    TASK_RETRIES,
+    launched_by_spark_submit,
+    local_master,
+    prepare_environment,
+    quiet_py4j,
+    spark_conf,
+)
 from ddq.spark.jvm_boot import BootingJvm
 from ddq.spark.placement import Placement, placement
 from ddq.spark.start import SparkStarting
@@ -46,7 +54,11 @@ class SparkDriver:
 def spark_driver(config: TrainConfig, submitted: bool) -> SparkDriver:
     """The one rule for where a run's Spark driver runs, for `boot_spark` and `launch` alike."""
     place = placement(config, submitted)
-    master = config.distributed.spark_master or (None if submitted else local_master(config.distributed.workers))
+    named = config.distributed.spark_master
+    if named:  # a local one retries a failed task as ddq's default does
+        master: str | None = with_task_retries(named, TASK_RETRIES)
+    else:
+        master = None if submitted else local_master(config.distributed.workers)
     return SparkDriver(place, master, place.advertise if place.cluster or not submitted else None)
 
 
