@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ddq.config import REDIS_URL_ENV, TrainConfig, flat_settings, has_masked_secret, is_distributed, load_toml
-from ddq.config.sources import COMMAND_LINE, PYTHON_CALL, spelled
+from ddq.config.sources import COMMAND_LINE, PYTHON_CALL, from_file, spelled
 from ddq.lifecycle import StopReason, StopSignals
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
     if "redis_url" not in values and os.environ.get(REDIS_URL_ENV):  # keeps a password out of `ps`
         values, redis_url_from = {**values, "redis_url": os.environ[REDIS_URL_ENV]}, f"${REDIS_URL_ENV}"
     elif "redis_url" not in values and config_file:  # a file's, if it names one: not on a command line
-        redis_url_from = f"redis_url in {config_file}"
+        redis_url_from = from_file("redis_url", config_file)
     spark, held = None, FolderClaim()  # the run folder, once this call claimed it
     try:
         if resume:

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from ddq.config import REDIS_URL_ENV, TrainConfig, read_settings
+from ddq.config.sources import from_file
 from ddq.flags import PORT, add_config_flags, in_range, reword
 from ddq.run_folder import write_whole
 from ddq.transport.credentials import (
@@ -119,7 +120,7 @@ def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str,
     if answering:
         from ddq.preflight import check_redis  # what ddq train checks of a Redis it is given
 
-        check_redis(config.distributed.redis_url, how if given else f"redis_url in {args.config}")
+        check_redis(config.distributed.redis_url, how if given else from_file("redis_url", args.config))
     return config.distributed.redis_url
 
 

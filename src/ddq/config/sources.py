@@ -229,6 +229,11 @@ def spelled(key: str, given_in: str = COMMAND_LINE) -> str:
     return f"{key}=" if given_in == PYTHON_CALL else f"--{key.replace('_', '-')}"
 
 
+def from_file(key: str, config_file: str) -> str:
+    """Setting `key` as a line names it when a settings file gave it: `redis_url in run.toml`."""
+    return f"{key} in {config_file}"
+
+
 def _where(source: str, key: str) -> str:
     """'given as --key', 'given as key=', 'in FILE, line N', or 'in SOURCE'."""
     if source in (COMMAND_LINE, PYTHON_CALL):
