@@ -189,6 +189,43 @@ def test_a_password_for_a_redis_that_has_none_is_refused_before_anything_starts(
     assert "guess" not in err and os.listdir(tmp_path) == []
 
 
+def test_a_private_redis_that_cannot_start_is_refused_before_anything_starts(tmp_path, capsys, monkeypatch):
+    """A named --redis-port that is taken, or a $DDQ_REDIS_SERVER that is not there: the run's Redis had failed
+    as the run started, past the checks, in lines that named no setting to fix."""
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DDQ_REDIS_URL", raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["train", "--mode", "downpour", "--spark-master", "local[1]", "--listen", "127.0.0.1",
+                     "--redis-port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ddq: error: --redis-port {port}: taken on 127.0.0.1 (Address already in use)"), err
+    monkeypatch.setenv("DDQ_REDIS_SERVER", str(tmp_path / "redis-server"))  # a program that is not there
+    assert main(["train", "--mode", "downpour", "--spark-master", "local[1]"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"ddq: error: $DDQ_REDIS_SERVER {tmp_path}/redis-server: no program there; name a " \
+                  "redis-server, or unset it for the one on PATH\n", err
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("where, code", [("prepare", 2), ("execute", 1)])
+def test_a_run_that_fails_once_started_exits_1_and_a_refused_one_2(where, code, capsys, monkeypatch):
+    """The same one line either way; the code tells a script settings to fix (2) from a run that failed (1)."""
+    import ddq.api
+
+    def fails(*args, **kwargs):
+        raise OSError("cannot write runs/x/checkpoint.pt: No space left on device")
+
+    monkeypatch.setattr(ddq.api, "prepare", fails if where == "prepare" else lambda *a, **k: (None, None, None))
+    monkeypatch.setattr(ddq.api, "execute", fails)
+    assert main(["train"]) == code
+    assert capsys.readouterr().err == "ddq: error: cannot write runs/x/checkpoint.pt: No space left on device\n"
+
+
 def test_debug_shows_the_traceback(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="workers must be positive"):

@@ -466,6 +466,12 @@ def test_first_layer_images_come_from_the_store_of_a_shard_started_by_hand(big_r
                 client.set(registration, registered_url(moved.remote_url))
                 assert_first_layer_shows(app.test_client().get("/api/first-layer").get_json(), run.weights)
                 assert own.client().info("clients")["connected_clients"] == 1  # this one: the dashboard's closed
+                client.set(key, kept)  # the shard stopped: it handed its weights back to the run's Redis
+                client.delete(registration)
+                assert_first_layer_shows(app.test_client().get("/api/first-layer").get_json(), run.weights)
+                assert moved.client().info("clients")["connected_clients"] == 1
+                client.delete(key)  # as it was: the weights in shard 0's own store alone
+                client.set(registration, registered_url(own.remote_url))
             blind = create_app(client, run.run)  # no URL, so no password for the store: the run's Redis only
             blind.testing = True
             assert not blind.test_client().get("/api/first-layer").get_json()["available"]

@@ -65,6 +65,7 @@ def test_a_listening_redis_speaks_tls_to_those_who_trust_the_run_ca_and_know_the
         wrong_password = server.remote_url.replace(secret, "not-the-password")
         port = int(without_ca.rsplit(":", 1)[1].split("/")[0])
         for url, said in ((wrong_password, "refused the user name or password"),
+                          (server.remote_url.replace("/0?", "/99?"), "Redis refused this connection .DB index is out of range"),
                           (without_ca, "TLS certificate is not one this URL trusts"),
                           (f"redis://{ADDRESS}:{port}/0", "no Redis answers there"),  # TLS only: plain TCP fails
                           (f"redis://{ADDRESS}:1/0", "no Redis answers there")):

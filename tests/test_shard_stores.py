@@ -105,15 +105,19 @@ def test_a_shard_started_by_hand_that_cannot_join_says_why_in_one_line(run_redis
     url = split_password(server.remote_url)[0]
     env = {"DDQ_REDIS_PASSWORD": "wrong" if case == "wrong password" else password,
            "DDQ_REDIS_URL": url.replace(url.split("@")[1].split("/")[0], "127.0.0.1:1") if case == "no run there"
-           else url.split("?")[0] if case == "another run's CA" else url}
+           else url}
     if case == "served already":  # a store that answers: the run's own Redis stands in for one
         client.client.set("ddq:r:ps:0:store", registered_url(server.remote_url))
     if case == "stopping":
         client.client.set("ddq:r:control", "stop")
+    if case == "another run's CA":  # this run's address, the CA of another run's Redis
+        with EmbeddedRedis(listen="127.0.0.1", password=password) as other:
+            env["DDQ_REDIS_URL"] = url.split("?")[0] + "?" + split_password(other.remote_url)[0].split("?")[1]
     try:  # a process of its own, with a deadline: a shard that is not refused serves until the run stops
         done = run_ddq("param-server", "--run", "r", "--shard", "0", "--listen", "127.0.0.1", timeout=60, env=env)
     finally:
         client.client.delete("ddq:r:ps:0:store", "ddq:r:control")
     assert done.returncode == 2 and done.stderr.startswith(f"ddq: error: {line}"), done.stderr
     assert case != "another run's CA" or "certificate this URL does not trust" in done.stderr, done.stderr
+    assert "BEGIN%20CERTIFICATE" not in done.stderr and len(done.stderr) < 400, done.stderr  # no CA's PEM
     assert len(done.stderr.splitlines()) == 1 and password not in done.stderr

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import socket
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -26,8 +25,8 @@ from ddq.config import (
     flat_settings,
     is_distributed,
     load_toml,
-    masked_url,
 )
+from ddq.config.documents import shown_url
 from ddq.config.masters import (
     MASTER_URL,
     is_cluster,
@@ -37,7 +36,7 @@ from ddq.config.masters import (
     standalone_addresses,
 )
 from ddq.config.sections import BY_HAND
-from ddq.config.sources import COMMAND_LINE, spelled
+from ddq.config.sources import COMMAND_LINE, from_file, spelled
 from ddq.run_folder import has_checkpoint, holds_a_run
 from ddq.transport.credentials import PASSWORD_FILE_VARIABLE, PASSWORD_VARIABLE, host_password, split_password
 from ddq.transport.reach import Unanswered, refusal
@@ -69,6 +68,8 @@ def check_run(config: TrainConfig, redis_url_from: str = "--redis-url", given_in
         if config.distributed.redis_url:
             check_redis_secrets(config.distributed.redis_url, redis_url_from)
             check_redis(config.distributed.redis_url, redis_url_from)
+        else:
+            check_private_redis(config, given_in)
         if config.distributed.server.shard_hosts == BY_HAND:
             check_shards_by_hand(config, redis_url_from, given_in)
 
@@ -135,6 +136,32 @@ def check_device(name: str, given_in: str = COMMAND_LINE) -> None:
         raise SettingError(f"{spelled('device', given_in)} {name!r}: {error}; use cpu, cuda, cuda:N or auto") from error
 
 
+def check_private_redis(config: TrainConfig, given_in: str = COMMAND_LINE) -> None:
+    """The run's own Redis can start: a redis-server to run, and its --redis-port, where one is named and
+    serves other hosts (--listen, or a cluster master), free now."""
+    from ddq.transport.redis_server import redis_server_binary  # it imports cryptography, for TLS
+
+    try:
+        binary = redis_server_binary()
+    except RuntimeError as error:
+        raise SettingError(str(error)) from error
+    if not os.access(binary, os.X_OK) or not os.path.isfile(binary):  # $DDQ_REDIS_SERVER names it unchecked
+        raise SettingError(f"$DDQ_REDIS_SERVER {binary}: no program there; name a redis-server, or unset it for "
+                           "the one on PATH")
+    d = config.distributed
+    if d.redis_port is None or (d.listen is None and not is_cluster(d.spark_master)):
+        return
+    address = d.listen or "0.0.0.0"  # a cluster master's: the address toward it, one of this host's
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as redis-server binds
+        try:
+            probe.bind((address, d.redis_port))
+        except OSError as error:
+            raise SettingError(f"{spelled('redis_port', given_in)} {d.redis_port}: taken on {address} "
+                               f"({error.strerror}); give a free port, or leave it out for ddq to choose "
+                               "one") from error
+
+
 def check_listen(address: str, given_in: str = COMMAND_LINE) -> None:
     """An address of this host that a server can bind (0.0.0.0 or :: only when given as such)."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -172,12 +199,6 @@ def check_spark_master(master: str, given_in: str = COMMAND_LINE) -> None:
             socket.create_connection(server, timeout=REDIS_TIMEOUT_S).close()
         except OSError:
             raise SettingError(f"{flag} {master}: no Kubernetes API server accepts connections there") from None
-
-
-def shown_url(url: str) -> str:
-    """`url` as a line shows it: masked, and a CA it carries (`ssl_ca_data`, hundreds of characters of
-    URL-encoded PEM) shown as `...`."""
-    return re.sub(r"(ssl_ca_data=)[^&]*", r"\1...", str(masked_url(url)))
 
 
 def check_redis_secrets(url: str, setting: str) -> None:
@@ -221,12 +242,14 @@ def check_redis(url: str, setting: str) -> None:
         return
     said = f"{setting} {shown_url(url)}"
     if refused.why is Unanswered.CERTIFICATE:
-        raise SettingError(f"{said}: the server's TLS certificate is not one this URL trusts (give its CA as "
-                           "ssl_ca_data, or ssl_ca_certs=FILE)")
-    if refused.why is Unanswered.SILENCE:
-        raise SettingError(f"{said}: no Redis answers there ({refused.detail})")
-    what = "the user name or password" if refused.why is Unanswered.PASSWORD else "this connection"
-    raise SettingError(f"{said}: Redis refused {what} ({refused.detail})")
+        line = (f"{said}: the server's TLS certificate is not one this URL trusts (give its CA as ssl_ca_data, "
+                "or ssl_ca_certs=FILE)")
+    elif refused.why is Unanswered.SILENCE:
+        line = f"{said}: no Redis answers there ({refused.detail})"
+    else:
+        what = "the user name or password" if refused.why is Unanswered.PASSWORD else "this connection"
+        line = f"{said}: Redis refused {what} ({refused.detail})"
+    raise SettingError(line) from refused.error
 
 
 def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str, given_in: str = COMMAND_LINE) -> None:
@@ -269,7 +292,9 @@ def run_dir_asked(values: dict[str, Any], config_file: str | None, given_in: str
     if "run_dir" in values:
         return str(values["run_dir"]), spelled("run_dir", given_in)
     in_file = flat_settings(load_toml(config_file)).get("run_dir") if config_file else None
-    return (None, None) if in_file is None else (str(in_file), f"run_dir in {config_file}")
+    if in_file is None or not config_file:
+        return None, None
+    return str(in_file), from_file("run_dir", config_file)
 
 
 def claim_words(run_dir: str, resume: str | None, values: dict[str, Any], config_file: str | None,

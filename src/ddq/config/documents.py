@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,12 @@ def masked_url(url: str | None) -> str | None:
         url = url.split("?", 1)[0] + "?" + urlencode(
             [(key, MASKED if key in SECRET_QUERY else value) for key, value in pairs], safe="*")
     return url
+
+
+def shown_url(url: str) -> str:
+    """`url` as a line shows it: masked, and a CA it carries (`ssl_ca_data`, hundreds of characters of
+    URL-encoded PEM) shown as `...`."""
+    return re.sub(r"(ssl_ca_data=)[^&]*", r"\1...", str(masked_url(url)))
 
 
 def has_masked_secret(url: str | None) -> bool:

@@ -220,14 +220,15 @@ class RunReader:
             return self.store
         key = self.store.keys.shard(shard).store
         url = store_url(self.client.get(key), key, self.redis_url)
-        if url == self.redis_url:
-            return self.store
         with self._stores_lock:  # the dashboard's requests run in threads of their own
             known = self._stores.get(shard)
             if known is not None and known[0] == url:
                 return known[1]
-            if known is not None:  # the shard was started again, elsewhere: its old store is gone
+            if known is not None:  # the shard stopped, or was started again elsewhere: its old store is gone
+                del self._stores[shard]
                 known[1].client.close()
+            if url == self.redis_url:
+                return self.store
             self._stores[shard] = (url, RunStore(connect_redis(url, retry=None), self.run))
             return self._stores[shard][1]
 

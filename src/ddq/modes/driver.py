@@ -170,12 +170,10 @@ class Driver:
 
     def _run_job(self, spark: Any, stack: contextlib.ExitStack) -> None:
         """Runs the workers' tasks to the end of the run, watching over it meanwhile (`_watch`). Celery and the
-        dashboard start once the job is handed to its thread, not before Spark's start: on a services host of
-        one core, that had taken 3.3-4.4 s of Spark's and the workers' (a one-worker data-parallel run on the
-        test hosts, 2026-11-28), and the babysitters have nothing to show before the workers train. Nothing
-        waits for the tasks, nor for the helpers to start: a short
-        run could end before the watch's first look (a 4,000-step PQN run did, and played no evaluation
-        meanwhile)."""
+        dashboard start as the job is handed to its thread, after Spark's start, which they had slowed by
+        3.3-4.4 s on a one-core services host (test hosts, 2026-11-28). Nothing waits for the tasks, nor for
+        the helpers to start: a short run could end before the watch's first look (a 4,000-step PQN run did,
+        and played no evaluation meanwhile)."""
         c = self.config
         job = SparkJob(spark, self.wiring.task, c.distributed.workers, self.wiring.barrier, encode_settings(c),
                        split_password(self.services.remote_url)[0], self.run, on_end=self.wake.set)

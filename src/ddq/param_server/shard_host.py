@@ -14,7 +14,7 @@ import sys
 from urllib.parse import urlsplit
 
 from ddq.config import TrainConfig, config_from_document
-from ddq.config.documents import masked_url
+from ddq.config.documents import shown_url
 from ddq.lifecycle import RunControl
 from ddq.param_server.server import ShardServer
 from ddq.transport.credentials import PASSWORD_VARIABLE, split_password
@@ -41,16 +41,18 @@ def reached(run_url: str) -> Connection:
     refused = refusal(run_url, CONNECT_TIMEOUT_S)
     if refused is None:
         return connect_redis(run_url)
+    shown = shown_url(run_url)
     if refused.why is Unanswered.PASSWORD:
-        raise ValueError(f"the run's Redis refused this host's password: set {PASSWORD_VARIABLE} to the one ddq "
-                         "train has")
-    if refused.why is Unanswered.CERTIFICATE:  # the URL's CA is not the run's: another run's command?
-        raise ValueError(f"the Redis at {masked_url(run_url)} gave a TLS certificate this URL does not trust: "
-                         "paste the command ddq train printed for this run, whose URL holds its CA")
-    if refused.why is Unanswered.CONNECTION:
-        raise ValueError(f"the Redis at {masked_url(run_url)} refused this connection ({refused.detail})")
-    raise ValueError(f"no Redis answers at {masked_url(run_url)}: the run has ended, or ddq train's --listen "
-                     f"address is not one this host reaches ({refused.detail})")
+        line = f"the run's Redis refused this host's password: set {PASSWORD_VARIABLE} to the one ddq train has"
+    elif refused.why is Unanswered.CERTIFICATE:  # the URL's CA is not the run's: another run's command?
+        line = (f"the Redis at {shown} gave a TLS certificate this URL does not trust: paste the command ddq "
+                "train printed for this run, whose URL holds its CA")
+    elif refused.why is Unanswered.CONNECTION:
+        line = f"the Redis at {shown} refused this connection ({refused.detail})"
+    else:
+        line = (f"no Redis answers at {shown}: the run has ended, or ddq train's --listen address is not one "
+                f"this host reaches ({refused.detail})")
+    raise ValueError(line) from refused.error
 
 
 def served_at(store: RunStore, run_url: str, shard: int) -> str | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ddq.config.masters import is_local, is_standalone
+from ddq.config.masters import is_local, is_standalone, with_task_retries
 from ddq.spark.jvm_archive import java_options, jvm_options, note_class_path
 from ddq.spark.jvm_boot import BootingJvm, end_unused_jvm, launch_jvm
 from ddq.spark.operator_conf import operator_settings
@@ -338,5 +338,6 @@ def _not_from_py4j(record: logging.LogRecord) -> bool:
 
 
 def local_master(workers: int) -> str:
-    """local[N, retries]: local mode retries failed tasks only when told."""
-    return f"local[{workers},{TASK_RETRIES}]"
+    """This host's master for `workers` workers, trying a failed task as a cluster's would (`with_task_retries`:
+    local mode retries only when told)."""
+    return with_task_retries(f"local[{workers}]", TASK_RETRIES)

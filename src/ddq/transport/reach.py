@@ -10,9 +10,9 @@ then exited once it had started.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ddq.transport.redis_client import StoreAuthenticationError, StoreError, ping
+from ddq.transport.redis_client import StoreAuthenticationError, StoreError, StoreRefused, ping
 from ddq.transport.resp import RespError, meet, refused_password
 
 
@@ -27,11 +27,12 @@ class Unanswered(enum.Enum):
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why no Redis answered at a URL, and the first line of what the attempt raised (no secret in it: the
-    errors name no password)."""
+    """Why no Redis answered at a URL, the first line of what the attempt raised (no secret in it: the errors
+    name no password), and the error itself (for a traceback's cause)."""
 
     why: Unanswered
     detail: str
+    error: BaseException = field(compare=False, repr=False)
 
 
 def refusal(url: str, timeout_s: float) -> Refusal | None:
@@ -40,12 +41,12 @@ def refusal(url: str, timeout_s: float) -> Refusal | None:
     try:
         ping(url, timeout_s)  # an answer now, not after a restart's grace
         meet(url, timeout_s)  # and as the run's shards and workers connect
-    except (RespError, StoreAuthenticationError) as error:
-        password = not isinstance(error, RespError) or refused_password(error)
-        return Refusal(Unanswered.PASSWORD if password else Unanswered.CONNECTION, _first_line(error))
+    except (RespError, StoreAuthenticationError, StoreRefused) as error:  # it answered, and said no
+        password = isinstance(error, StoreAuthenticationError) or refused_password(error)
+        return Refusal(Unanswered.PASSWORD if password else Unanswered.CONNECTION, _first_line(error), error)
     except (StoreError, ValueError, OSError) as error:
         untrusted = "CERTIFICATE_VERIFY_FAILED" in str(error) or "certificate verify failed" in str(error)
-        return Refusal(Unanswered.CERTIFICATE if untrusted else Unanswered.SILENCE, _first_line(error))
+        return Refusal(Unanswered.CERTIFICATE if untrusted else Unanswered.SILENCE, _first_line(error), error)
     return None
 
 

@@ -101,7 +101,7 @@ def _connect(url: str, timeout: float | None) -> tuple[socket.socket, dict]:
     return sock, {"username": username, "password": password, "db": int(db)}
 
 
-def refused_password(error: RespError) -> bool:
+def refused_password(error: BaseException) -> bool:
     """Whether an error reply says the server refused the URL's user name or password."""
     return any(word in str(error) for word in ("AUTH", "WRONGPASS", "NOAUTH"))
 
