@@ -68,6 +68,20 @@ def _rank(rank: int, url: str, results: multiprocessing.Queue) -> None:
     results.put((rank, gradient.tolist(), weights.tolist(), votes, listening, idle, collective.seconds))
 
 
+def two_ranks(rank_body, redis_url: str) -> dict:
+    """What `rank_body` put in its queue, by rank, for ranks 0 and 1 run as processes of their own."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    ranks = [context.Process(target=rank_body, args=(rank, redis_url, results)) for rank in (0, 1)]
+    for process in ranks:
+        process.start()
+    got = dict((r[0], r[1:]) for r in (results.get(timeout=120) for _ in ranks))
+    for process in ranks:
+        process.join(60)
+        assert process.exitcode == 0
+    return got
+
+
 @pytest.fixture(scope="module")
 def redis_url():
     with EmbeddedRedis() as server:
@@ -76,15 +90,7 @@ def redis_url():
 
 def test_two_ranks_average_take_rank_zeros_weights_vote_and_agree_on_the_highest_listening_on_loopback_only(
         redis_url):
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    ranks = [context.Process(target=_rank, args=(rank, redis_url, results)) for rank in (0, 1)]
-    for process in ranks:
-        process.start()
-    got = dict((r[0], r[1:]) for r in (results.get(timeout=120) for _ in ranks))
-    for process in ranks:
-        process.join(60)
-        assert process.exitcode == 0
+    got = two_ranks(_rank, redis_url)
     for rank in (0, 1):
         gradient, weights, votes, _, idle, _ = got[rank]
         assert gradient == [1.5] * 5 and weights == [10.0] * 3 and votes == (True, False, 12, 3, [1, 21])
@@ -139,3 +145,35 @@ def test_the_ranks_on_one_gpu_machine_take_a_gpu_each():
     assert [gpu_for(rank, hosts, [], 4) for rank in range(5)] == [0, 0, 1, 1, 2]
     assert [gpu_for(rank, ["127.0.0.1"] * 3, [], 2) for rank in range(3)] == [0, 1, 0]  # more ranks than GPUs
     assert gpu_for(4, hosts, ["3"], 4) == 3
+
+
+def _diverged_rank(rank: int, url: str, results: multiprocessing.Queue) -> None:
+    """A rank that read another snapshot than rank 0's: every part of its learner differs."""
+    from ddq.core.agent import env_spec, make_learner
+    from ddq.core.settings import build_config
+    from ddq.workers.data_parallel import take_rank_zeros_state
+
+    config = build_config({"env": "CartPole-v1", "algo": "dqn"})
+    spec = env_spec(config.agent)
+    learner = make_learner(config.agent, spec.frame_shape, spec.num_actions, torch.device("cpu"))
+    learner.flat.data.fill_(rank + 1)
+    learner.target_flat.data.fill_(rank + 2)
+    for value in learner.optimizer.state.values():
+        value.fill_(rank + 3)
+    learner.optimizer.steps, learner.updates = 100 + rank, 200 + rank
+    collective = Collective(rank, 2, "127.0.0.1", StageStore(connect(url), RunKeys("test").stage_store(1), 60.0), 60.0,
+                            torch.device("cpu"))
+    returned = take_rank_zeros_state(collective, learner)
+    collective.close()
+    results.put((rank, returned, learner.updates, learner.optimizer.steps, set(learner.flat.data.tolist()),
+                 set(learner.target_flat.data.tolist()),
+                 {key: set(value.flatten().tolist()) for key, value in learner.optimizer.state.items()}))
+
+
+def test_a_stages_ranks_begin_with_rank_zeros_whole_state_though_they_read_different_snapshots(redis_url):
+    """Each rank reads the newest snapshot on its own; a start's rank 0 may still be writing its last as the next
+    start's ranks read it. Weights alone were broadcast: optimizer state and update counts stayed apart."""
+    got = two_ranks(_diverged_rank, redis_url)
+    assert got[0][5], "the optimizer keeps no state: nothing to compare"
+    for rank in (0, 1):
+        assert got[rank] == (200, 200, 100, {1.0}, {2.0}, {key: {3.0} for key in got[0][5]}), got[rank]

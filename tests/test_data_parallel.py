@@ -129,6 +129,33 @@ def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
     assert judged and set(judged) == {0.0}
 
 
+def test_a_killed_driver_leaves_worker_zeros_snapshot_and_the_resume_goes_on_from_it(tmp_path):
+    """The driver is SIGKILLed mid-run: worker 0's snapshot, copied into the run folder beside each checkpoint,
+    is there (it had been written only as the run ended, so a resume began from new weights and wrote them
+    over the checkpoint), and `--resume` trains on from it to its budget, leaving nothing running."""
+    run_dir, snapshot = tmp_path / "run", tmp_path / "run" / "data-parallel.pt"
+    log = tmp_path / "train.log"
+    process = subprocess.Popen([sys.executable, "-m", "ddq", *RUN, "--total-steps", "400000", "--eval-every",
+                                "2000", "--snapshot-every", "20", "--run-dir", str(run_dir)],
+                               stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        wait_for(snapshot.exists, process, timeout=300)
+        wait_for_progress(run_dir, process, log, 6_000)  # a checkpoint or two later
+    finally:
+        process.kill()  # SIGKILL: no summary, no final snapshot; its children die with it
+        process.wait()
+    first = log.read_text()
+    assert not (run_dir / "summary.json").exists() and left_running(run_dir, first) == [], first[-3000:]
+    resumed = run_ddq("train", "--resume", str(run_dir), "--total-steps", "20000", "--no-progress", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["env_steps"] >= 20_000 and summary["stop_reason"] == "step budget spent"
+    began = {w["started_from"] for w in summary["workers"]}
+    assert len(began) == 1 and began.pop() >= 20, summary["workers"]  # worker 0's snapshot, not new weights
+    assert left_running(run_dir, resumed.stderr) == []
+
+
 def test_settings_data_parallel_refuses(tmp_path):
     """Shards belong to downpour's parameter server: one line, before anything starts."""
     done = run_ddq(*RUN, "--shards", "2", "--run-dir", str(tmp_path / "run"), timeout=120)

@@ -16,6 +16,7 @@ worker or preemption); on N equal one-core hosts they hardly differ.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from ddq.config import TrainConfig
@@ -27,6 +28,7 @@ from ddq.modes.evaluators import PointEvaluator
 from ddq.modes.weights_service import SERVING_TIMEOUT_S, ServiceContext
 from ddq.spark.tasks import data_parallel_task
 from ddq.transport.learner_channel import LearnerChannel
+from ddq.transport.redis_client import StoreError
 from ddq.transport.weights_publisher import weights_messages
 from ddq.transport.wire import layout_bytes
 
@@ -70,13 +72,19 @@ class WorkerZeroPublishes:
 
     def stop(self) -> None:
         """Keeps worker 0's newest snapshot in the run folder (Redis goes with the run)."""
+        self.keep()
+
+    def keep(self) -> None:
+        """Worker 0's newest snapshot (in the run's Redis) copied into the run folder, beside each checkpoint
+        the driver writes: worker 0 may run on another host, and a driver killed before the run's end had left
+        none, so that its resume started from new weights (and wrote them over the checkpoint)."""
         if self.context is None:
             return
         channel = self._channel()
-        path = self.context.run_dir / SNAPSHOT_FILE
-        saved = channel.newest_snapshot(None, self.layout, self.bounds)
-        if saved is not None:
-            channel.save_snapshot(saved, path, self.layout, self.bounds)
+        with contextlib.suppress(StoreError):  # a Redis gone for good: the run ends on that, not here
+            saved = channel.newest_snapshot(None, self.layout, self.bounds)
+            if saved is not None:
+                channel.save_snapshot(saved, self.context.run_dir / SNAPSHOT_FILE, self.layout, self.bounds)
 
     def restart(self, index: int = 0) -> Any:
         raise RuntimeError("a data-parallel run's weights live in its workers: the driver starts their stage again")

@@ -89,7 +89,8 @@ class Driver:
         self.env_spec = env_spec(config.agent)
         self.state_shape = state_shape(self.env_spec.frame_shape, config.agent.frame_stack)
         self.mirror = WeightsMirror(config, make_learner(config.agent, self.env_spec.frame_shape,
-                                                         self.env_spec.num_actions, device), device, self.run_dir)
+                                                         self.env_spec.num_actions, device), device, self.run_dir,
+                                    keep=self.wiring.weights.keep)
         log = open_run_log(config, self.run_dir, resume["counters"]["env_steps"] if resume else None)
         counters = resumed_counters(resume, self.run_dir) if resume else RunCounters()
         # the run's clock: from the command's start, less the earlier sessions of a resumed run

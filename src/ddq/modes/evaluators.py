@@ -39,8 +39,10 @@ class WeightsMirror:
     """The driver's copy of the run's weights, synced from the weights service: what it evaluates and
     saves as the run's checkpoint (the service keeps its own, newer snapshots, which a resume starts from)."""
 
-    def __init__(self, config: TrainConfig, learner: Learner, device: torch.device, run_dir: Path):
-        self.config, self.learner, self.device, self.run_dir = config, learner, device, run_dir
+    def __init__(self, config: TrainConfig, learner: Learner, device: torch.device, run_dir: Path,
+                 keep: Callable[[], None] = lambda: None):
+        """`keep`: puts the weights service's newest snapshot beside each checkpoint (`WeightsService.keep`)."""
+        self.config, self.learner, self.device, self.run_dir, self.keep = config, learner, device, run_dir, keep
 
     def connect(self, stack: contextlib.ExitStack, url: str, run: str, slices: int) -> None:
         self.client = ParameterClient(url, run, self.learner.flat, slices, target=self.learner.target_flat)
@@ -56,7 +58,10 @@ class WeightsMirror:
     def save(self, record: RunRecord, name: str = ckpt.CHECKPOINT_NAME, version: int | None = None) -> Path:
         """The weights (of `version`; None: as of the last sync), with the run's counters."""
         self.learner.updates = self.client.version if version is None else version
-        return ckpt.save_checkpoint(self.run_dir / name, self.config, self.learner, record.counters.as_dict(), {})
+        path = ckpt.save_checkpoint(self.run_dir / name, self.config, self.learner, record.counters.as_dict(), {})
+        if name == ckpt.CHECKPOINT_NAME:  # a resume starts from the service's snapshot, not these weights
+            self.keep()
+        return path
 
     def save_best_point(self, record: RunRecord, point: EvaluationPoint) -> Path:
         """best.pt with a published point's weights; the mirror's own are put back after (the next sync

@@ -62,6 +62,11 @@ class WeightsService(Protocol):
         """Asks its processes to finish (each snapshots and exits), then makes sure they did."""
         ...
 
+    def keep(self) -> None:
+        """Puts its newest snapshot where a resume finds it if the driver dies now (the run folder), as the
+        driver writes its checkpoint; a service whose processes write their own files has nothing to do."""
+        ...
+
     def restart(self, index: int = 0) -> subprocess.Popen:
         """Starts process `index` again; it resumes from its newest snapshot."""
         ...
@@ -86,6 +91,9 @@ class _Processes:
     def stop(self) -> None:
         if self.context is not None:
             stop_servers(self.context.redis, self.context.run, self.processes())
+
+    def keep(self) -> None:
+        pass  # each shard, or the learner, writes its snapshot file itself
 
     def serving(self, timeout: float = SERVING_TIMEOUT_S) -> None:
         assert self.context is not None, "start() first"

@@ -149,6 +149,21 @@ def resume_newest(learner: Learner, redis_url: str, run: str) -> int:
     return saved.version
 
 
+def take_rank_zeros_state(collective: Collective, learner: Learner) -> int:
+    """Every rank's learner made rank 0's: weights, target, optimizer state and update count; the updates.
+    Fresh starts drew their own weights; and each rank reads the newest snapshot on its own, which a stage's
+    rank 0 may still be writing as its last while the next start's ranks read it (where a cluster has task
+    slots to spare), so they could begin from two snapshots and drift apart for good."""
+    collective.broadcast_(learner.flat.data)
+    collective.broadcast_(learner.target_flat.data)
+    optimizer = learner.optimizer
+    for key in sorted(optimizer.state):
+        collective.broadcast_(optimizer.state[key])
+    optimizer.steps = collective.from_rank_zero(optimizer.steps)
+    learner.updates = collective.from_rank_zero(learner.updates)
+    return learner.updates
+
+
 class DataParallelWorker(Barista):
     """One rank of a data-parallel stage: a Barista training through `AveragedGradients`."""
 
@@ -158,10 +173,9 @@ class DataParallelWorker(Barista):
         self.metrics: ServerMetrics | None = None
 
         def averaged(learner: Learner) -> AveragedGradients:
-            self.resumed_updates = resume_newest(learner, redis_url, run)
+            resume_newest(learner, redis_url, run)
             self.collective = collective_for(learner.device)
-            self.collective.broadcast_(learner.flat.data)  # fresh starts drew their own weights: take rank 0's
-            self.collective.broadcast_(learner.target_flat.data)
+            self.resumed_updates = take_rank_zeros_state(self.collective, learner)
             if rank == 0:  # it counts the updates as a parameter server's shard would, and reports in its place
                 self.metrics = ServerMetrics(layer_segments(learner.flat.layout, (0, learner.flat.size)))
             return AveragedGradients(learner, self.collective, self.metrics)
