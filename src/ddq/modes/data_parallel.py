@@ -80,11 +80,8 @@ class WorkerZeroPublishes:
         none, so that its resume started from new weights (and wrote them over the checkpoint)."""
         if self.context is None:
             return
-        channel = self._channel()
         with contextlib.suppress(StoreError):  # a Redis gone for good: the run ends on that, not here
-            saved = channel.newest_snapshot(None, self.layout, self.bounds)
-            if saved is not None:
-                channel.save_snapshot(saved, self.context.run_dir / SNAPSHOT_FILE, self.layout, self.bounds)
+            self._channel().copy_snapshot(self.context.run_dir / SNAPSHOT_FILE, self.layout, self.bounds)
 
     def restart(self, index: int = 0) -> Any:
         raise RuntimeError("a data-parallel run's weights live in its workers: the driver starts their stage again")

@@ -54,8 +54,13 @@ def save(client: Connection, key: str, path: Path | None, state: ShardState, lay
     pipe.hset(key, mapping=fields)
     pipe.execute()
     if path is not None:
-        payload = {"format": "ddq-shard-1", "layout": layout.hex(), "bounds": list(bounds), **dataclasses.asdict(state)}
-        write_whole(path, lambda file: torch.save(payload, file))
+        save_file(path, state, layout, bounds)
+
+
+def save_file(path: Path, state: ShardState, layout: bytes, bounds: tuple[int, int]) -> None:
+    """The snapshot file `load_newest` reads, written whole or not at all."""
+    payload = {"format": "ddq-shard-1", "layout": layout.hex(), "bounds": list(bounds), **dataclasses.asdict(state)}
+    write_whole(path, lambda file: torch.save(payload, file))
 
 
 def from_redis(client: Connection, key: str, layout: bytes, bounds: tuple[int, int],
