@@ -123,6 +123,12 @@ def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path, capsy
     assert_events_match_metrics(run_dir, TAGS)
     assert_best_is_the_best_evaluation(run_dir)  # over both sessions: a resumed run remembers its best
     assert not (run_dir / "metrics.lost.jsonl").exists() and "moved to" not in second.stderr  # a clean stop's
+    # without its replay memory, a resume fills it again before learning (--learning-starts 500), as a fresh
+    # run does: it had trained at once on the few dozen transitions it held
+    third = run_ddq("train", "--resume", str(run_dir), "--total-steps", "6000", "--no-save-replay")
+    assert third.returncode == 0, third.stderr
+    points = [p for p in read_metrics(run_dir) if p["kind"] == "train" and p["env_steps"] > after["env_steps"]]
+    assert [p["loss"] is None for p in points][:2] == [True, False], points  # logged every 500 env steps
 
 
 def test_a_resume_after_a_killed_session_sets_aside_its_points_past_the_checkpoint(tmp_path, capsys):

@@ -197,17 +197,26 @@ class SerialTrainer:
         torch.set_rng_state(saved["rng"]["torch"])
         if isinstance(self.learner.augmentation, SymmetryAugmentation) and "augmentation" in saved["rng"]:
             self.learner.augmentation.rng.bit_generator.state = saved["rng"]["augmentation"]
+        if self.agent.replays and not self._restore_replay(saved):
+            # an empty memory fills again before learning, as a fresh run's does: trained at once, a few dozen
+            # transitions were drawn over and over at the run's low epsilon
+            self.agent.schedule.learning_starts += int(saved["counters"].get("env_steps", 0))
+
+    def _restore_replay(self, saved: dict[str, Any]) -> bool:
+        """Loads the replay memory saved with the checkpoint; whether there was one to load."""
         replay_file = self.run_dir / ckpt.REPLAY_NAME
-        if self.config.run.save_replay and self.agent.replays and replay_file.exists():
-            with np.load(replay_file) as held:
-                written = int(held["written"])
-            wanted = saved.get("replay_written", written)
-            if written == wanted:
-                self.replay.load(str(replay_file))
-            else:  # stopped between the two renames: a newer memory beside an older checkpoint
-                print(f"ddq: {replay_file} holds {written} transitions, not the {wanted} its checkpoint was saved "
-                      f"with (the run was stopped between writing them): the resumed run starts with an empty "
-                      f"replay memory", file=sys.stderr, flush=True)
+        if not (self.config.run.save_replay and replay_file.exists()):
+            return False
+        with np.load(replay_file) as held:
+            written = int(held["written"])
+        wanted = saved.get("replay_written", written)
+        if written != wanted:  # stopped between the two renames: a newer memory beside an older checkpoint
+            print(f"ddq: {replay_file} holds {written} transitions, not the {wanted} its checkpoint was saved "
+                  f"with (the run was stopped between writing them): the resumed run starts with an empty "
+                  f"replay memory", file=sys.stderr, flush=True)
+            return False
+        self.replay.load(str(replay_file))
+        return True
 
     def _finish(self) -> dict[str, Any]:
         if self.last_eval is None or self.last_eval[0] != self.actor.env_steps:
