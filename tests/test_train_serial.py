@@ -99,7 +99,13 @@ def test_resume_continues_counters_schedule_optimizer_and_replay(tmp_path, capsy
     files = {path.name: path.stat().st_mtime_ns for path in run_dir.iterdir()}
     for change, refusal in (([], "the run has spent its budget (step budget spent: "),
                             (["--mode", "downpour"], "the run trained in serial mode"),
-                            (["--hidden", "32"], "with hidden changed, the network is not the run's")):
+                            (["--hidden", "32"], "with hidden changed, the network is not the run's"),
+                            # state the run saved that these settings cannot take: refused once it had started
+                            (["--optimizer", "rmsprop"], "the run's optimizer (adam, keeping exp_avg, exp_avg_sq) "
+                                                         "saved state this one (rmsprop, keeping square_avg)"),
+                            (["--buffer-size", "5000"], "with buffer_size changed, the run's replay memory does not "
+                                                        "fit; resume it with the run's, or without its memory "
+                                                        "(--no-save-replay")):
         assert main(["train", "--resume", str(run_dir), *change]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"ddq: error: --resume {run_dir}: {refusal}") and len(err.splitlines()) == 1, err

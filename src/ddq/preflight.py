@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import os
 import socket
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -36,7 +37,7 @@ from ddq.config.masters import (
     standalone_addresses,
 )
 from ddq.config.sections import BY_HAND
-from ddq.config.sources import COMMAND_LINE, from_file, spelled
+from ddq.config.sources import COMMAND_LINE, PYTHON_CALL, from_file, spelled
 from ddq.run_folder import has_checkpoint, holds_a_run
 from ddq.transport.credentials import PASSWORD_FILE_VARIABLE, PASSWORD_VARIABLE, host_password, split_password
 from ddq.transport.reach import Unanswered, refusal
@@ -278,12 +279,37 @@ def check_resume(saved: dict[str, Any], config: TrainConfig, resume: str, given_
             changed = ", ".join(sorted(key for key in now if now[key] != then.get(key)))
             raise ValueError(f"{resuming}: with {changed} changed, the network is not the run's; resume it "
                              "with the run's, or start a new run")
+    check_resumed_state(before, config, resuming, given_in)
     spent = budget_spent(int(counters.get("env_steps", 0)), run.total_steps, int(counters.get("episodes", 0)),
                          run.total_episodes)
     if spent is not None:
         flag = spelled("total_steps" if spent is StopReason.BUDGET else "total_episodes", given_in)
         raise ValueError(f"{resuming}: the run has spent its budget ({spent.value}: {counters.get('env_steps')} "
                          f"env steps, {counters.get('episodes')} episodes); resume it with a larger {flag}")
+
+
+def check_resumed_state(before: TrainConfig, config: TrainConfig, resuming: str, given_in: str) -> None:
+    """The optimizer's saved state, and a serial run's replay memory, fit the resumed settings: another update
+    rule's, or a memory of another size, had been refused only once the run had started (a shard dying of
+    it four times, or the serial run at once)."""
+    from ddq.core import checkpoint as ckpt
+    from ddq.core.optimizers import state_names
+
+    now, then = config.agent.optim, before.agent.optim
+    if (now.optimizer, state_names(now)) != (then.optimizer, state_names(then)):
+        raise ValueError(f"{resuming}: the run's optimizer ({then.optimizer}, keeping "
+                         f"{', '.join(state_names(then)) or 'no state'}) saved state this one "
+                         f"({now.optimizer}, keeping {', '.join(state_names(now)) or 'no state'}) cannot take; resume "
+                         "it with the run's optimizer settings, or start a new run")
+    replay = Path(str(config.run.run_dir)) / ckpt.REPLAY_NAME
+    if config.run.mode == "serial" and config.run.save_replay and replay.exists():
+        changed = [key for key in ("buffer_size", "num_envs", "prioritized")
+                   if getattr(config.agent, key) != getattr(before.agent, key)]
+        if changed:
+            without = "save_replay=False" if given_in == PYTHON_CALL else "--no-save-replay"
+            raise ValueError(f"{resuming}: with {', '.join(changed)} changed, the run's replay memory does not "
+                             f"fit; resume it with the run's, or without its memory ({without}, which fills a new "
+                             "one first)")
 
 
 def run_dir_asked(values: dict[str, Any], config_file: str | None, given_in: str) -> tuple[str | None, str | None]:

@@ -18,6 +18,17 @@ from ddq.config.optimizer import OPTIMIZERS, OptimizerConfig
 
 __all__ = ["OPTIMIZERS", "FlatOptimizer", "OptimizerConfig"]
 
+def state_names(config: OptimizerConfig) -> tuple[str, ...]:
+    """The running averages `config`'s update rule keeps, each a vector the size of the parameters."""
+    momentum = ("momentum",) if config.momentum else ()
+    if config.optimizer in ("sgd", "nesterov"):
+        return momentum
+    if config.optimizer == "rmsprop":
+        return ("square_avg", *(("grad_avg",) if config.centered else ()), *momentum)
+    return {"adagrad": ("sum",), "adadelta": ("square_avg", "acc_delta"),
+            "adam": ("exp_avg", "exp_avg_sq")}.get(config.optimizer, ())
+
+
 class FlatOptimizer:
     """Applies one optimizer's updates in place to a flat parameter vector."""
 
@@ -29,23 +40,7 @@ class FlatOptimizer:
         self.lr_mult, self.decay_mult = lr_mult, decay_mult
         self.steps = 0
         zeros = lambda: torch.zeros(size, dtype=torch.float32, device=device)  # noqa: E731
-        self.state: dict[str, torch.Tensor] = {}
-        if config.optimizer in ("sgd", "nesterov") and config.momentum:
-            self.state["momentum"] = zeros()
-        if config.optimizer == "rmsprop":
-            self.state["square_avg"] = zeros()
-            if config.centered:
-                self.state["grad_avg"] = zeros()
-            if config.momentum:
-                self.state["momentum"] = zeros()
-        if config.optimizer == "adagrad":
-            self.state["sum"] = zeros()
-        if config.optimizer == "adadelta":
-            self.state["square_avg"] = zeros()
-            self.state["acc_delta"] = zeros()
-        if config.optimizer == "adam":
-            self.state["exp_avg"] = zeros()
-            self.state["exp_avg_sq"] = zeros()
+        self.state: dict[str, torch.Tensor] = {name: zeros() for name in state_names(config)}
         self._scratch = zeros()
         self._root = zeros() if config.optimizer == "adadelta" else None  # AdaDelta divides one root by another
         self._decayed = zeros() if config.weight_decay else None
