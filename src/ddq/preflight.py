@@ -302,7 +302,7 @@ def check_resumed_state(before: TrainConfig, config: TrainConfig, resuming: str,
                          f"({now.optimizer}, keeping {', '.join(state_names(now)) or 'no state'}) cannot take; resume "
                          "it with the run's optimizer settings, or start a new run")
     replay = Path(str(config.run.run_dir)) / ckpt.REPLAY_NAME
-    if config.run.mode == "serial" and config.run.save_replay and replay.exists():
+    if not is_distributed(config.run.mode) and config.run.save_replay and replay.exists():
         changed = [key for key in ("buffer_size", "num_envs", "prioritized")
                    if getattr(config.agent, key) != getattr(before.agent, key)]
         if changed:

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from ddq.benchmarks.commands import add_bench_commands
-from ddq.cli.hand_started import PLUMBING, add_started_by_ddq, given_redis_url
+from ddq.cli.hand_started import PLUMBING, add_started_by_ddq, given_redis_url, warn_of_a_password_in_a_flag
 from ddq.cli.output import reader_proof_output
 from ddq.config import REDIS_URL_ENV
 from ddq.flags import PORT, add_config_flags, command_parser, in_range, unrecognized
-from ddq.preflight import check_redis, password_in_flag_note
+from ddq.preflight import check_redis
 from ddq.processes import exit_on_sigterm, process_started_at
 
 
@@ -116,8 +116,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         raise ValueError(f"dashboard needs a finished run's folder, or --redis-url (or ${REDIS_URL_ENV}): the "
                          "Redis of a run going on")
     check_redis(url, given_as)
-    if note := password_in_flag_note(url, given_as):
-        print(f"ddq dashboard: warning: {note}", file=sys.stderr, flush=True)
+    warn_of_a_password_in_a_flag("dashboard", url, given_as)
     serve(url, args.run, args.host, args.port, args.url_file)
     return 0
 

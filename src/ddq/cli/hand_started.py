@@ -63,7 +63,7 @@ def _serve_on_a_host_of_its_own(args: argparse.Namespace) -> int:
         raise ValueError(f"the run's Redis URL holds {PLACEHOLDER}: set {PASSWORD_VARIABLE} (or "
                          f"{PASSWORD_FILE_VARIABLE}) on this host to the run's password, as for ddq train")
     check_listen(args.listen)
-    _warn_of_a_password_in_a_flag("param-server", given, how)
+    warn_of_a_password_in_a_flag("param-server", given, how)
     exit_on_sigterm()  # its own Redis and certificates go with it
     settings = read_settings(args.settings) if args.settings else None
     return serve_with_own_store(executor_url(given), args.run, args.shard, args.listen,
@@ -116,7 +116,7 @@ def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str,
         raise ValueError(f"{command} needs a Redis URL {whose}: --redis-url, or ${REDIS_URL_ENV}, which keeps a "
                          "password off the command line")
     if given:
-        _warn_of_a_password_in_a_flag(command, given, how)
+        warn_of_a_password_in_a_flag(command, given, how)
     if answering:
         from ddq.preflight import check_redis  # what ddq train checks of a Redis it is given
 
@@ -124,7 +124,8 @@ def _take_redis_url(config: TrainConfig, args: argparse.Namespace, command: str,
     return config.distributed.redis_url
 
 
-def _warn_of_a_password_in_a_flag(command: str, url: str, how: str) -> None:
+def warn_of_a_password_in_a_flag(command: str, url: str, how: str) -> None:
+    """`ddq COMMAND: warning: ...` where a password came in a flag, which `ps` shows every user."""
     from ddq.preflight import password_in_flag_note
 
     if note := password_in_flag_note(url, how):

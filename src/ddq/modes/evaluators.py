@@ -55,13 +55,17 @@ class WeightsMirror:
     def sync(self) -> None:
         self.client.sync()
 
-    def save(self, record: RunRecord, name: str = ckpt.CHECKPOINT_NAME, version: int | None = None) -> Path:
-        """The weights (of `version`; None: as of the last sync), with the run's counters."""
-        self.learner.updates = self.client.version if version is None else version
-        path = ckpt.save_checkpoint(self.run_dir / name, self.config, self.learner, record.counters.as_dict(), {})
-        if name == ckpt.CHECKPOINT_NAME:  # a resume starts from the service's snapshot, not these weights
-            self.keep()
+    def save(self, record: RunRecord) -> Path:
+        """The run's checkpoint: the weights as of the last sync, with the run's counters; and the weights
+        service's newest snapshot beside it, which a resume starts from."""
+        path = self._write(record, ckpt.CHECKPOINT_NAME)
+        self.keep()
         return path
+
+    def _write(self, record: RunRecord, name: str, version: int | None = None) -> Path:
+        """The weights (of `version`; None: as of the last sync), with the run's counters, as `name`."""
+        self.learner.updates = self.client.version if version is None else version
+        return ckpt.save_checkpoint(self.run_dir / name, self.config, self.learner, record.counters.as_dict(), {})
 
     def save_best_point(self, record: RunRecord, point: EvaluationPoint) -> Path:
         """best.pt with a published point's weights; the mirror's own are put back after (the next sync
@@ -70,7 +74,7 @@ class WeightsMirror:
         kept = flat.data.clone()
         flat.assign(point.weights)
         try:
-            return self.save(record, ckpt.BEST_NAME, point.version)
+            return self._write(record, ckpt.BEST_NAME, point.version)
         finally:
             flat.data.copy_(kept)
 
@@ -85,7 +89,7 @@ class WeightsMirror:
         record_evaluation(services.store, "driver", self.version, record.counters.env_steps,
                           result.mean_return, [], mean_rewarded_steps=result.mean_rewarded_steps)
         if noted.best:
-            self.save(record, ckpt.BEST_NAME)
+            self._write(record, ckpt.BEST_NAME)
         self.save(record)
         return noted.reached
 

@@ -10,7 +10,7 @@ then exited once it had started.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ddq.transport.redis_client import StoreAuthenticationError, StoreError, StoreRefused, ping
 from ddq.transport.resp import RespError, meet, refused_password
@@ -27,12 +27,16 @@ class Unanswered(enum.Enum):
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why no Redis answered at a URL, the first line of what the attempt raised (no secret in it: the errors
-    name no password), and the error itself (for a traceback's cause)."""
+    """Why no Redis answered at a URL, and what the attempt raised."""
 
     why: Unanswered
-    detail: str
-    error: BaseException = field(compare=False, repr=False)
+    error: BaseException
+
+    @property
+    def detail(self) -> str:
+        """The first line of the error (no secret in it: the errors name no password)."""
+        text = str(self.error)
+        return text.splitlines()[0] if text else type(self.error).__name__
 
 
 def refusal(url: str, timeout_s: float) -> Refusal | None:
@@ -43,13 +47,8 @@ def refusal(url: str, timeout_s: float) -> Refusal | None:
         meet(url, timeout_s)  # and as the run's shards and workers connect
     except (RespError, StoreAuthenticationError, StoreRefused) as error:  # it answered, and said no
         password = isinstance(error, StoreAuthenticationError) or refused_password(error)
-        return Refusal(Unanswered.PASSWORD if password else Unanswered.CONNECTION, _first_line(error), error)
+        return Refusal(Unanswered.PASSWORD if password else Unanswered.CONNECTION, error)
     except (StoreError, ValueError, OSError) as error:
         untrusted = "CERTIFICATE_VERIFY_FAILED" in str(error) or "certificate verify failed" in str(error)
-        return Refusal(Unanswered.CERTIFICATE if untrusted else Unanswered.SILENCE, _first_line(error), error)
+        return Refusal(Unanswered.CERTIFICATE if untrusted else Unanswered.SILENCE, error)
     return None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error)
-    return text.splitlines()[0] if text else type(error).__name__

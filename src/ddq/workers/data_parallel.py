@@ -130,10 +130,9 @@ class RankZeroDuties:
             self.publisher.client.close()
 
 
-def resume_newest(learner: Learner, redis_url: str, run: str) -> int:
-    """Loads the run's newest snapshot from Redis into `learner`, if there is one; the updates it holds.
-    Every worker of a stage reads the same one: only rank 0 writes them, and it writes none before every
-    worker has joined the stage's first all-reduce."""
+def resume_newest(learner: Learner, redis_url: str, run: str) -> None:
+    """Loads the run's newest snapshot from Redis into `learner`, if there is one (rank 0's to read: the other
+    ranks take its state from it, `take_rank_zeros_state`)."""
     client = connect_redis(redis_url)
     try:
         saved = LearnerChannel(client, run).newest_snapshot(None, layout_bytes(learner.flat.layout_hash()),
@@ -141,19 +140,18 @@ def resume_newest(learner: Learner, redis_url: str, run: str) -> int:
     finally:
         client.close()
     if saved is None:
-        return 0
+        return
     learner.flat.data.copy_(saved.weights)
     learner.target_flat.data.copy_(saved.target)
     learner.optimizer.load_state_dict(saved.optimizer)
     learner.updates = saved.version
-    return saved.version
 
 
 def take_rank_zeros_state(collective: Collective, learner: Learner) -> int:
     """Every rank's learner made rank 0's: weights, target, optimizer state and update count; the updates.
-    Fresh starts drew their own weights; and each rank reads the newest snapshot on its own, which a stage's
-    rank 0 may still be writing as its last while the next start's ranks read it (where a cluster has task
-    slots to spare), so they could begin from two snapshots and drift apart for good."""
+    Fresh starts drew their own weights; and ranks that each read the newest snapshot could read two (a
+    stage's rank 0 may still be writing its last while the next start's ranks read it, where a cluster has
+    task slots to spare), and drift apart for good: rank 0 alone reads it."""
     collective.broadcast_(learner.flat.data)
     collective.broadcast_(learner.target_flat.data)
     optimizer = learner.optimizer
@@ -173,7 +171,8 @@ class DataParallelWorker(Barista):
         self.metrics: ServerMetrics | None = None
 
         def averaged(learner: Learner) -> AveragedGradients:
-            resume_newest(learner, redis_url, run)
+            if rank == 0:
+                resume_newest(learner, redis_url, run)
             self.collective = collective_for(learner.device)
             self.resumed_updates = take_rank_zeros_state(self.collective, learner)
             if rank == 0:  # it counts the updates as a parameter server's shard would, and reports in its place
