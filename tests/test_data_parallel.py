@@ -123,6 +123,10 @@ def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
     assert {w["weights_version"] for w in redone.values()} == {summary["updates"]}
     assert (run_dir / "data-parallel.pt").exists() and left_running(run_dir, text) == []
     assert_events_match_metrics(run_dir, TAGS)
+    # each mark evaluated once (a point here keeps its trained steps), though the stage started again may
+    # publish the mark its rank 0 had run ahead to once more
+    marks = [steps // summary["config"]["run"]["eval_every"] for steps, _ in evaluation_points(run_dir)]
+    assert marks == sorted(set(marks)), marks
     # worker 0 reported the updates where a parameter server's shard would: every one applied fresh
     points = [e for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if e["kind"] == "train"]
     judged = [p["staleness"] for p in points if p.get("staleness") is not None]

@@ -151,7 +151,7 @@ def test_an_evaluation_plays_the_episodes_of_its_mark_and_a_closing_one_those_of
 def test_evaluations_that_wait_on_their_simulator_play_side_by_side():
     """On a simulator slept 20 ms a step, an evaluation spends most of its time off the core: points that
     come while one plays each get a thread of their own (up to `max_threads`), none skipped."""
-    config = config_of(env="CartPole-v1", eval_episodes=2, seed=3, step_latency_ms=20.0)
+    config = config_of(env="CartPole-v1", eval_episodes=2, seed=3, step_latency_ms=20.0, eval_every=1000)
     network = _network(1)
     points = _points(FlatParameters(network), 4)
     held = Held()
@@ -174,8 +174,31 @@ def test_evaluations_that_wait_on_their_simulator_play_side_by_side():
     assert background.skipped == 0 and len(background.threads) == 3
 
 
+def test_a_mark_published_again_by_a_restarted_stage_is_evaluated_once():
+    """A data-parallel stage started again can publish once more the mark its rank 0 had run ahead to: the
+    second point of a mark (1,250 steps, mark 1 again) is dropped, not counted as skipped, and the next
+    mark is evaluated as usual."""
+    config = config_of(env="CartPole-v1", eval_episodes=2, seed=3, eval_every=1000)
+    network = _network(1)
+    first, second = _points(FlatParameters(network), 2)
+    again = EvaluationPoint(7, 1250, 1250, second.weights)
+    woken = threading.Semaphore(0)
+    background = BackgroundEvaluations(network, config, torch.device("cpu"), on_result=woken.release)
+    try:
+        for point in (first, again, second):
+            background.submit(point)
+        results: list = []
+        while len(results) < 2:
+            assert woken.acquire(timeout=120)
+            results += background.finished()
+    finally:
+        background.close()
+    assert [finished.point.trained_steps for finished in results] == [1000, 2000]
+    assert background.skipped == 0 and background.pending() == 0
+
+
 def test_a_failed_evaluation_stops_the_others_and_is_kept_for_the_driver_to_raise():
-    config = config_of(env="CartPole-v1", eval_episodes=2, seed=3)
+    config = config_of(env="CartPole-v1", eval_episodes=2, seed=3, eval_every=1000)
     network = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))  # CartPole's observations have 4 values
     woken = threading.Semaphore(0)
     background = BackgroundEvaluations(network, config, torch.device("cpu"), on_result=woken.release)

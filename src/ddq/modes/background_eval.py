@@ -93,6 +93,7 @@ class BackgroundEvaluations:
         self.playing: dict[int, float] = {}  # order of each evaluation begun and not done: its point's arrival
         self.done: dict[int, Finished] = {}
         self.begun = self.reported = self.skipped = 0
+        self.newest_mark = 0  # of the points submitted: how many eval_every marks their trained steps passed
         self.idle_threads = 0  # threads started that take a point as soon as one waits and the limit allows
         self.busy_s = self.played_s = 0.0  # the evaluations' threads on a core or queued; the time any played
         self.playing_since = 0.0
@@ -101,8 +102,14 @@ class BackgroundEvaluations:
         self.threads: list[threading.Thread] = []
 
     def submit(self, point: EvaluationPoint) -> None:
-        """Evaluates `point` when a thread is free, unless a newer point comes first."""
+        """Evaluates `point` when a thread is free, unless a newer point comes first. A point of a mark already
+        submitted is dropped: a data-parallel stage started again publishes once more the mark its rank 0's
+        count had run ahead to (up to a quarter second ahead of the run's), and a mark is evaluated once."""
+        mark = point.trained_steps // self.config.run.eval_every
         with self.changed:
+            if mark <= self.newest_mark:
+                return
+            self.newest_mark = mark
             self.waiting.append(Waiting(point, time.monotonic()))
             thread = None
             if len(self.waiting) > self.idle_threads and len(self.threads) < self.limit:

@@ -93,7 +93,9 @@ def use_own_gpu(rank: int, device: str) -> None:
 
 def gpu_for(rank: int, hosts: list[str], assigned: list[str], count: int) -> int:
     """The GPU rank `rank` trains on: the first Spark assigned its task, else its turn among the ranks on its
-    host (`hosts`: each rank's), modulo the `count` GPUs there."""
+    host (`hosts`: each rank's), modulo the `count` GPUs there. An assigned address is a torch index as it
+    stands: where the executor's CUDA_VISIBLE_DEVICES renumbers its GPUs, Spark's addresses count within it
+    (as PySpark's TorchDistributor reads them), so the i-th visible device is torch's cuda:i."""
     if assigned:
         return int(assigned[0])
     return sum(1 for other in hosts[:rank] if other == hosts[rank]) % count
