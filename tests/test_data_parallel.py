@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -131,6 +133,59 @@ def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
     points = [e for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if e["kind"] == "train"]
     judged = [p["staleness"] for p in points if p.get("staleness") is not None]
     assert judged and set(judged) == {0.0}
+
+
+def test_a_hung_worker_stalls_the_stage_and_the_driver_starts_it_again(tmp_path):
+    """Worker 1's Python process is stopped by PID (SIGSTOP: alive, hung), so worker 0 waits in its all-reduce
+    and no env step is added: after --stall-timeout the driver ends the stage's start, Spark kills the hung
+    process, and the stage starts again from worker 0's newest snapshot; the run spends its budget and
+    exits 0, the hung attempt named lost. (The collectives' own timeout is twice the stall timeout: before,
+    at the stall timeout itself, the run ended with exit 1.)"""
+    run_dir, budget, stall = tmp_path / "run", 30_000, 20
+    log = tmp_path / "train.log"
+    process = subprocess.Popen([sys.executable, "-m", "ddq", *RUN, "--total-steps", str(budget), "--stall-timeout",
+                                str(stall), "--run-dir", str(run_dir)], stdout=subprocess.PIPE,
+                               stderr=log.open("w"), text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    hung = None
+    try:
+        wait_for_progress(run_dir, process, log, 10_000)
+        with private_redis(run_dir, process) as client:
+            workers = wait_for(lambda: next(client.scan_iter("ddq:*:workers"), None), process)
+            hung = json.loads(client.hget(workers, "1:0"))["pid"]
+        os.kill(hung, signal.SIGSTOP)
+        code, _ = finish(process, log)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = log.read_text()
+    left = wait_for_exit(hung)
+    if left:
+        os.kill(hung, signal.SIGKILL)
+    assert code == 0 and "ddq: error" not in text, text[-3000:]
+    assert (f"the workers' stage failed (no worker added an env step for {stall} s: a worker hung?); "
+            "starting it again (2 of 4)") in text, text[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["env_steps"] >= budget and summary["stop_reason"] == "step budget spent"
+    lost = {(w["worker"], w["attempt"]): w for w in summary["lost"]}
+    redone = {(w["worker"], w["attempt"]): w for w in summary["redone"]}
+    assert (1, 0) in lost and set(redone) == {(0, 1), (1, 1)}, summary["workers"]
+    # the loss is named: the hung start's updates since the snapshot its successor began from (worker 0 wrote
+    # none as it was killed, blocked in its all-reduce: up to --snapshot-every updates)
+    assert max(w["weights_version"] for w in lost.values()) >= max(w["started_from"] for w in redone.values())
+    assert not left and left_running(run_dir, text) == []
+
+
+def wait_for_exit(pid: int, timeout: float = 20) -> bool:
+    """Whether process `pid` is still there (a zombie counts as gone) after up to `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+                return False
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def test_a_killed_driver_leaves_worker_zeros_snapshot_and_the_resume_goes_on_from_it(tmp_path):

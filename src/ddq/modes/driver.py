@@ -61,6 +61,31 @@ class RunStalled(RuntimeError):
     """No worker added an env step for the run's stall timeout."""
 
 
+class StallWatch:
+    """When the workers last added an env step. Once none has for the stall timeout, a barrier stage whose
+    start trained is started again (a rank hung, not crashed, holds the others in their all-reduces, whose
+    own timeout is longer: `ddq.spark.tasks`); a start that never trained (no executor free, a cut network)
+    or the last one ends the run, resumable."""
+
+    def __init__(self, steps: int, timeout_s: float, resume_hint: str):
+        self.timeout_s, self.resume_hint = timeout_s, resume_hint
+        self.moved_at, self.moved_steps = time.monotonic(), steps
+        self.start_index, self.start_steps = 0, steps  # the job's start last seen, and the steps as it began
+
+    def look(self, steps: int, job: SparkJob, stopping: bool) -> None:
+        now = time.monotonic()
+        if job.start_index != self.start_index:
+            self.start_index, self.start_steps = job.start_index, steps
+        if steps > self.moved_steps:
+            self.moved_at, self.moved_steps = now, steps
+        elif now - self.moved_at > self.timeout_s and not stopping:
+            why = f"no worker added an env step for {self.timeout_s:g} s"
+            if not (steps > self.start_steps and job.start_again(f"{why}: a worker hung?")):
+                raise RunStalled(f"{why} (are the workers' hosts reachable? is an executor free?); "
+                                 f"{self.resume_hint}")
+            self.moved_at = now
+
+
 @dataclass
 class Wiring:
     """What makes a distributed mode."""
@@ -204,7 +229,8 @@ class Driver:
         time budget or a signal (the workers stop at the step budget themselves)."""
         c, counters, s = self.config, self.record.counters, self.services
         reached = False
-        moved_at, moved_steps = time.monotonic(), counters.env_steps  # the workers' last progress
+        stall = StallWatch(counters.env_steps, c.distributed.stall_timeout,
+                           f"ddq train --resume {self.run_dir} continues the run")
         with tqdm(total=c.run.total_steps, initial=counters.env_steps, unit="step", disable=not c.run.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:
             while job.is_alive():
@@ -225,12 +251,7 @@ class Driver:
                     steps = s.store.add_env_steps(counters.env_steps - steps)
                 bar.update(min(steps, c.run.total_steps) - bar.n)  # past the total, tqdm would drop the percentage
                 counters.env_steps = steps
-                if steps > moved_steps:
-                    moved_at, moved_steps = time.monotonic(), steps
-                elif time.monotonic() - moved_at > c.distributed.stall_timeout and not stopping:
-                    raise RunStalled(f"no worker added an env step for {c.distributed.stall_timeout:g} s (are the "
-                                     "workers' hosts reachable? is an executor free?); "
-                                     f"ddq train --resume {self.run_dir} continues the run")
+                stall.look(steps, job, stopping)
                 counters.wall_time_s = time.time() - self.record.origin
                 log_new_episodes(self.services, self.record, self.recent_returns)
                 epsilon = self.wiring.weights.workers_epsilon(steps)

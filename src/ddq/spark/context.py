@@ -74,6 +74,9 @@ class SparkJob:
         self.ended = threading.Event()  # set before `on_end` is called: the job is over for whoever it wakes
         self.error: SparkJobFailed | None = None
         self.cancelled = threading.Event()
+        self.starts = TASK_RETRIES if barrier else 1
+        self.start_index = 0  # of the stage's start now running
+        self.ended_for: str | None = None  # why the driver ended the start now running, to start it again
         self.thread = threading.Thread(target=self._run, args=(task, workers, barrier, settings, url, run),
                                        name="spark-job", daemon=True)
 
@@ -85,15 +88,16 @@ class SparkJob:
             self.on_end()
 
     def _starts(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
-        starts = TASK_RETRIES if barrier else 1
+        starts = self.starts
         for start in range(starts):
+            self.start_index = start
             try:
                 rdd = self.context.parallelize(range(workers), workers)
                 (rdd.barrier() if barrier else rdd).mapPartitionsWithIndex(
                     stage_function(task, settings, url, run, start)).collect()
                 return
             except Exception as error:  # the driver reports it
-                failure = python_error(str(error))
+                failure, self.ended_for = self.ended_for or python_error(str(error)), None
                 if self.cancelled.is_set() or start == starts - 1:
                     self.error = SparkJobFailed(f"the Spark job failed: {failure}")
                     return
@@ -108,6 +112,15 @@ class SparkJob:
 
     def join(self, timeout: float | None) -> None:
         self.thread.join(timeout)
+
+    def start_again(self, why: str) -> bool:
+        """Ends the barrier stage's start now running as a failed task would, so that it is started again
+        from the newest snapshot; False where no start is left (or the stage is a plain one)."""
+        if self.start_index >= self.starts - 1 or self.cancelled.is_set():
+            return False
+        self.ended_for = why
+        self.context.cancelAllJobs()
+        return True
 
     def cancel(self) -> None:
         self.cancelled.set()  # before Spark's cancelling: the job it fails is not started again

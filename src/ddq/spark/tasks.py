@@ -68,7 +68,10 @@ def data_parallel_task(index: int, _rows: Iterator, settings: str, redis_url: st
 
     config = decode_settings(settings, "the driver's settings")
     use_own_gpu(index, config.agent.device)
-    timeout = config.distributed.stall_timeout  # a collective waiting this long on a rank gone fails the stage
+    # a collective waiting this long on a rank gone (its host vanished, its process hung) fails the stage:
+    # twice the stall timeout, since the driver, seeing no env step for that long, starts the stage again
+    # first (`ddq.modes.driver.StallWatch`); this is the backstop, and the first rendezvous's patience
+    timeout = 2 * config.distributed.stall_timeout
     worker = DataParallelWorker(config, redis_url, run, index,
                                 lambda device: stage_collective(index, redis_url, run, start, timeout, device), start)
     yield dataclasses.asdict(worker.run())
