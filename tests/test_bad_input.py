@@ -49,6 +49,11 @@ CASES = [
     # a distributed run on a local master boots Spark's JVM while it checks (`ddq.spark.jvm_boot`): killed
     (["train", "--mode", "data-parallel", "--model", "nope"], "--model 'nope': unknown model 'nope'"),
     (["train", "--redis-url", "redis://127.0.0.1:1"], "--redis-url redis://127.0.0.1:1: no Redis answers there"),
+    # a URL no client can use is said to be one, not a Redis that does not answer
+    (["train", "--redis-url", "redis//127.0.0.1:6379"], "--redis-url redis//127.0.0.1:6379: not a Redis URL ddq can "
+                                                        "use (Redis URL must specify one of the following schemes"),
+    (["train", "--redis-url", "redis://127.0.0.1:port"], "--redis-url redis://127.0.0.1:port: not a Redis URL ddq "
+                                                         "can use (Port could not be cast to integer value"),
     # secrets that Spark's tasks would carry as written (the password alone travels as a placeholder)
     (["train", "--redis-url", "rediss://:pw@127.0.0.1:1/0?ssl_ca_data=-----BEGIN%20CERTIFICATE-----%0AMIIB&"
       "ssl_certfile=c&ssl_keyfile=k&ssl_password=keypass"],  # (a CA in the URL: hundreds of characters, cut)

@@ -247,6 +247,8 @@ def check_redis(url: str, setting: str) -> None:
                 "or ssl_ca_certs=FILE)")
     elif refused.why is Unanswered.SILENCE:
         line = f"{said}: no Redis answers there ({refused.detail})"
+    elif refused.why is Unanswered.MALFORMED:
+        line = f"{said}: not a Redis URL ddq can use ({refused.detail})"
     else:
         what = "the user name or password" if refused.why is Unanswered.PASSWORD else "this connection"
         line = f"{said}: Redis refused {what} ({refused.detail})"

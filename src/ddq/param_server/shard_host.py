@@ -47,6 +47,8 @@ def reached(run_url: str) -> Connection:
     elif refused.why is Unanswered.CERTIFICATE:  # the URL's CA is not the run's: another run's command?
         line = (f"the Redis at {shown} gave a TLS certificate this URL does not trust: paste the command ddq "
                 "train printed for this run, whose URL holds its CA")
+    elif refused.why is Unanswered.MALFORMED:  # mangled on its way from ddq train's printed command
+        line = f"{shown} is not a Redis URL ddq can use ({refused.detail}): paste the command ddq train printed"
     elif refused.why is Unanswered.CONNECTION:
         line = f"the Redis at {shown} refused this connection ({refused.detail})"
     else:

@@ -23,6 +23,7 @@ class Unanswered(enum.Enum):
     CONNECTION = enum.auto()  # it answered with another error (a database it does not have, an ACL's refusal)
     CERTIFICATE = enum.auto()  # it gave a TLS certificate the URL does not trust
     SILENCE = enum.auto()  # nothing listens, the path to it is cut, or what answers is not Redis
+    MALFORMED = enum.auto()  # the URL is not one a Redis client can use (its scheme, port, database, TLS query)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,9 @@ def refusal(url: str, timeout_s: float) -> Refusal | None:
     except (RespError, StoreAuthenticationError, StoreRefused) as error:  # it answered, and said no
         password = isinstance(error, StoreAuthenticationError) or refused_password(error)
         return Refusal(Unanswered.PASSWORD if password else Unanswered.CONNECTION, error)
-    except (StoreError, ValueError, OSError) as error:
+    except ValueError as error:  # the clients parse the URL before they connect: nothing was tried
+        return Refusal(Unanswered.MALFORMED, error)
+    except (StoreError, OSError) as error:
         untrusted = "CERTIFICATE_VERIFY_FAILED" in str(error) or "certificate verify failed" in str(error)
         return Refusal(Unanswered.CERTIFICATE if untrusted else Unanswered.SILENCE, error)
     return None
