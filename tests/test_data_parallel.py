@@ -141,7 +141,7 @@ def test_a_hung_worker_stalls_the_stage_and_the_driver_starts_it_again(tmp_path)
     process, and the stage starts again from worker 0's newest snapshot; the run spends its budget and
     exits 0, the hung attempt named lost. (The collectives' own timeout is twice the stall timeout: before,
     at the stall timeout itself, the run ended with exit 1.)"""
-    run_dir, budget, stall = tmp_path / "run", 30_000, 20
+    run_dir, budget, stall = tmp_path / "run", 30_000, 15
     log = tmp_path / "train.log"
     process = subprocess.Popen([sys.executable, "-m", "ddq", *RUN, "--total-steps", str(budget), "--stall-timeout",
                                 str(stall), "--run-dir", str(run_dir)], stdout=subprocess.PIPE,

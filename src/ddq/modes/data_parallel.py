@@ -92,4 +92,5 @@ class WorkerZeroPublishes:
 
 def data_parallel(config: TrainConfig) -> Wiring:
     service = WorkerZeroPublishes(model_parameters(config.agent), epsilon_schedule(config.agent))
-    return Wiring(weights=service, task=data_parallel_task, evaluator=PointEvaluator, barrier=True)
+    return Wiring(weights=service, task=data_parallel_task, evaluator=PointEvaluator, barrier=True,
+                  starts_again_when_stalled=True)

@@ -62,15 +62,17 @@ class RunStalled(RuntimeError):
 
 
 class StallWatch:
-    """When the workers last added an env step. Once none has for the stall timeout, a barrier stage whose
-    start trained is started again (a rank hung, not crashed, holds the others in their all-reduces, whose
-    own timeout is longer: `ddq.spark.tasks`); a start that never trained (no executor free, a cut network)
-    or the last one ends the run, resumable."""
+    """When the workers last added an env step. Once none has for the stall timeout, the run ends, resumable
+    (no executor free, a cut network). With `starts_again` (data-parallel: a rank hung, not crashed, holds the
+    others in their all-reduces, whose own timeout is longer, `ddq.spark.tasks`), a start of the stage that
+    trained is started again instead, once; the next is given the stall timeout from the moment Spark has
+    killed the hung task. A start that never trained, or the last, ends the run."""
 
-    def __init__(self, steps: int, timeout_s: float, resume_hint: str):
-        self.timeout_s, self.resume_hint = timeout_s, resume_hint
+    def __init__(self, steps: int, timeout_s: float, starts_again: bool, resume_hint: str):
+        self.timeout_s, self.starts_again, self.resume_hint = timeout_s, starts_again, resume_hint
         self.moved_at, self.moved_steps = time.monotonic(), steps
         self.start_index, self.start_steps = 0, steps  # the job's start last seen, and the steps as it began
+        self.ended: int | None = None  # the start this watch ended: one that goes on stalling ends the run
 
     def look(self, steps: int, job: SparkJob, stopping: bool) -> None:
         now = time.monotonic()
@@ -80,10 +82,11 @@ class StallWatch:
             self.moved_at, self.moved_steps = now, steps
         elif now - self.moved_at > self.timeout_s and not stopping:
             why = f"no worker added an env step for {self.timeout_s:g} s"
-            if not (steps > self.start_steps and job.start_again(f"{why}: a worker hung?")):
+            if not (self.starts_again and steps > self.start_steps and self.ended != self.start_index
+                    and job.start_again(self.start_index, f"{why}: a worker hung?")):
                 raise RunStalled(f"{why} (are the workers' hosts reachable? is an executor free?); "
                                  f"{self.resume_hint}")
-            self.moved_at = now
+            self.ended, self.moved_at = self.start_index, now + job.kill_wait_s()
 
 
 @dataclass
@@ -94,6 +97,9 @@ class Wiring:
     task: SparkTask  # what each Spark task runs
     evaluator: EvaluatorFactory  # when and what the driver evaluates
     barrier: bool = False  # the tasks form a barrier stage
+    # a barrier stage whose workers stopped adding env steps is started again (`StallWatch`): they only wait on
+    # each other, so one of them hung
+    starts_again_when_stalled: bool = False
 
 
 class Driver:
@@ -229,7 +235,7 @@ class Driver:
         time budget or a signal (the workers stop at the step budget themselves)."""
         c, counters, s = self.config, self.record.counters, self.services
         reached = False
-        stall = StallWatch(counters.env_steps, c.distributed.stall_timeout,
+        stall = StallWatch(counters.env_steps, c.distributed.stall_timeout, self.wiring.starts_again_when_stalled,
                            f"ddq train --resume {self.run_dir} continues the run")
         with tqdm(total=c.run.total_steps, initial=counters.env_steps, unit="step", disable=not c.run.progress,
                   mininterval=1.0, dynamic_ncols=True) as bar:

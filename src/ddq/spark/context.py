@@ -76,7 +76,8 @@ class SparkJob:
         self.cancelled = threading.Event()
         self.starts = TASK_RETRIES if barrier else 1
         self.start_index = 0  # of the stage's start now running
-        self.ended_for: str | None = None  # why the driver ended the start now running, to start it again
+        self.ended_for: tuple[int, str] | None = None  # a start the driver ended to start it again, and why
+        self.lock = threading.Lock()  # start_index and ended_for, between the job's thread and the driver's
         self.thread = threading.Thread(target=self._run, args=(task, workers, barrier, settings, url, run),
                                        name="spark-job", daemon=True)
 
@@ -90,14 +91,18 @@ class SparkJob:
     def _starts(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
         starts = self.starts
         for start in range(starts):
-            self.start_index = start
+            with self.lock:
+                self.start_index = start
             try:
+                self.context.setJobGroup(start_group(start), f"the workers' stage, start {start + 1} of {starts}")
                 rdd = self.context.parallelize(range(workers), workers)
                 (rdd.barrier() if barrier else rdd).mapPartitionsWithIndex(
                     stage_function(task, settings, url, run, start)).collect()
                 return
             except Exception as error:  # the driver reports it
-                failure, self.ended_for = self.ended_for or python_error(str(error)), None
+                with self.lock:
+                    ended_for, self.ended_for = self.ended_for, None
+                failure = ended_for[1] if ended_for and ended_for[0] == start else python_error(str(error))
                 if self.cancelled.is_set() or start == starts - 1:
                     self.error = SparkJobFailed(f"the Spark job failed: {failure}")
                     return
@@ -113,18 +118,32 @@ class SparkJob:
     def join(self, timeout: float | None) -> None:
         self.thread.join(timeout)
 
-    def start_again(self, why: str) -> bool:
-        """Ends the barrier stage's start now running as a failed task would, so that it is started again
-        from the newest snapshot; False where no start is left (or the stage is a plain one)."""
-        if self.start_index >= self.starts - 1 or self.cancelled.is_set():
-            return False
-        self.ended_for = why
-        self.context.cancelAllJobs()
-        return True
+    def start_again(self, start: int, why: str) -> bool:
+        """Ends start `start` of the barrier stage as a failed task would, so that the next start runs, from
+        the newest snapshot; False where `start` is the last (or the stage is a plain one). A start that has
+        ended already is left alone: the next one runs anyway."""
+        with self.lock:
+            if start >= self.starts - 1 or self.cancelled.is_set():
+                return False
+            if start == self.start_index:
+                self.ended_for = (start, why)
+                self.context.cancelJobGroup(start_group(start))  # this start's alone, not the next one's
+            return True
+
+    def kill_wait_s(self) -> float:
+        """How long Spark may take to end a cancelled start's tasks: a task that does not end by itself (a hung
+        worker) is killed spark.python.task.killTimeout after Spark, looking every 2 s, saw it cancelled."""
+        value = self.context.getConf().get("spark.python.task.killTimeout", "2s")
+        return 2.0 + float(self.context._jvm.org.apache.spark.network.util.JavaUtils.timeStringAsSec(value))
 
     def cancel(self) -> None:
         self.cancelled.set()  # before Spark's cancelling: the job it fails is not started again
         self.context.cancelAllJobs()
+
+
+def start_group(start: int) -> str:
+    """The Spark job group of one start of the workers' stage, which the driver can cancel alone."""
+    return f"ddq-stage-start-{start}"
 
 
 def stage_function(task: SparkTask, settings: str, url: str, run: str, start: int = 0
