@@ -41,6 +41,10 @@ CASES = [
     # one suggestion, ddq's (with versions), not Gymnasium's before it
     (["train", "--env", "CartPol-v1"], "Environment `CartPol` doesn't exist; did you mean CartPole-v1 or"),
     (["train", "--env", "CartPole-v1", "--model", "deepq"], "--model 'deepq': model 'deepq' needs image states"),
+    # data-parallel's ranks would skip an empty minibatch apart, and make different numbers of all-reduces
+    (["train", "--algo", "pqn", "--num-envs", "2", "--rollout-steps", "5", "--minibatches", "5"],
+     "minibatches 5 would leave some empty: a rollout of 5 steps of 2 envs holds at least 4 transitions; give at "
+     "most that (given as --minibatches)"),
     (["train", "--env", "CartPole-v1", "--board-symmetries"], "--board-symmetries: CartPole-v1 declares no board"),
     (["train", "--model", "nope"], "--model 'nope': unknown model 'nope'; choose one of auto, mlp"),
     # a setting the named algorithm would ignore (DQN's replay, with PQN's rollouts)

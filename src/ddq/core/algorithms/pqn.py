@@ -54,6 +54,14 @@ class PQN(Algorithm):
         if config.agent.frame_stack != 1:
             raise SettingRefused("frame_stack",
                                  f"algo pqn plays single frames: frame_stack must be 1, got {config.agent.frame_stack}")
+        # A rollout's rows are at least half transitions (a row that resets an env is none, and the next is one),
+        # so with no more minibatches than that every minibatch holds one. An empty one would be skipped, and
+        # data-parallel's ranks, whose episodes end apart, would then make different numbers of all-reduces.
+        agent = config.agent
+        if agent.minibatches > agent.num_envs * (agent.rollout_steps // 2):
+            raise SettingRefused("minibatches", f"minibatches {agent.minibatches} would leave some empty: a rollout "
+                                 f"of {agent.rollout_steps} steps of {agent.num_envs} envs holds at least "
+                                 f"{agent.num_envs * (agent.rollout_steps // 2)} transitions; give at most that")
 
     def collector(self, agent: AgentConfig, replay: ReplayMemory, observation_space: Any) -> TransitionSink:
         from ddq.core.pqn import Rollout  # torch: loaded to train, not to read settings
