@@ -21,6 +21,7 @@ from conftest import (
     run_ddq,
     summary_of,
 )
+from ddq.config import config_of
 from ddq.services.telemetry import collective_share
 from test_downpour import TAGS
 from test_failures import finish, private_redis, wait_for, wait_for_progress
@@ -213,6 +214,48 @@ def test_a_killed_driver_leaves_worker_zeros_snapshot_and_the_resume_goes_on_fro
     began = {w["started_from"] for w in summary["workers"]}
     assert len(began) == 1 and began.pop() >= 20, summary["workers"]  # worker 0's snapshot, not new weights
     assert left_running(run_dir, resumed.stderr) == []
+
+
+def test_the_run_folder_keeps_the_newest_snapshot_though_redis_comes_back_older(tmp_path):
+    """The driver copies worker 0's snapshot into the run folder with each checkpoint, and only a newer one: a
+    Redis restarted from its own snapshot, a second or two old, holds an older one for a while, which had
+    overwritten the file (and a checkpoint that finds nothing new writes nothing)."""
+    from ddq.core.agent import epsilon_schedule, model_parameters
+    from ddq.modes.data_parallel import SNAPSHOT_FILE, WorkerZeroPublishes
+    from ddq.modes.weights_service import ServiceContext
+    from ddq.processes import Supervisor
+    from ddq.transport.learner_channel import LearnerChannel
+    from ddq.transport.redis_client import connect
+    from ddq.transport.redis_server import EmbeddedRedis
+    from ddq.transport.snapshots import ShardState, load_newest
+
+    config = config_of(env="CartPole-v1")
+    service = WorkerZeroPublishes(model_parameters(config.agent), epsilon_schedule(config.agent))
+    with EmbeddedRedis() as server:
+        client = connect(server.url)
+        service.start(ServiceContext(tmp_path / "settings", server.url, "r", tmp_path, client, Supervisor()))
+        channel, layout, bounds = LearnerChannel(client, "r"), service.layout, service.bounds
+        weights = service.initial.data.clone()
+
+        def snapshot(version: int) -> None:  # as worker 0 writes one, into Redis alone
+            channel.save_snapshot(ShardState(version, version, weights, weights, {"config": {}, "steps": version,
+                                                                                  "state": {}}),
+                                  None, layout, bounds)
+
+        def kept() -> int:
+            return load_newest(client, "no-such-key", tmp_path / SNAPSHOT_FILE, layout, bounds).version
+
+        snapshot(500)
+        service.keep()
+        assert kept() == 500
+        (tmp_path / SNAPSHOT_FILE).unlink()
+        service.keep()  # nothing newer in Redis: nothing written
+        assert not (tmp_path / SNAPSHOT_FILE).exists()
+        snapshot(900)
+        service.keep()
+        snapshot(700)  # Redis back from its own snapshot, older than the file
+        service.keep()
+        assert kept() == 900
 
 
 def test_settings_data_parallel_refuses(tmp_path):

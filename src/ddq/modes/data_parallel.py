@@ -47,6 +47,7 @@ class WorkerZeroPublishes:
         self.initial, self.epsilon = initial, epsilon
         self.layout, self.bounds = layout_bytes(initial.layout_hash()), (0, initial.size)
         self.context: ServiceContext | None = None
+        self.kept = -1  # the version of the snapshot this driver wrote into the run folder (-1: none yet)
 
     def _channel(self) -> LearnerChannel:
         assert self.context is not None, "start() first"
@@ -81,7 +82,9 @@ class WorkerZeroPublishes:
         if self.context is None:
             return
         with contextlib.suppress(StoreError):  # a Redis gone for good: the run ends on that, not here
-            self._channel().copy_snapshot(self.context.run_dir / SNAPSHOT_FILE, self.layout, self.bounds)
+            copied = self._channel().copy_snapshot(self.context.run_dir / SNAPSHOT_FILE, self.layout, self.bounds,
+                                                   newer_than=self.kept)
+            self.kept = self.kept if copied is None else copied
 
     def restart(self, index: int = 0) -> Any:
         raise RuntimeError("a data-parallel run's weights live in its workers: the driver starts their stage again")

@@ -80,13 +80,15 @@ class StallWatch:
             self.start_index, self.start_steps = job.start_index, steps
         if steps > self.moved_steps:
             self.moved_at, self.moved_steps = now, steps
-        elif now - self.moved_at > self.timeout_s and not stopping:
+        elif now - self.moved_at > self.timeout_s:
             why = f"no worker added an env step for {self.timeout_s:g} s"
-            if not (self.starts_again and steps > self.start_steps and self.ended != self.start_index
+            # also while the run stops: its workers leave together at their next vote, which a hung one holds up
+            if (self.starts_again and steps > self.start_steps and self.ended != self.start_index
                     and job.start_again(self.start_index, f"{why}: a worker hung?")):
+                self.ended, self.moved_at = self.start_index, now + job.kill_wait_s()
+            elif not stopping:
                 raise RunStalled(f"{why} (are the workers' hosts reachable? is an executor free?); "
                                  f"{self.resume_hint}")
-            self.ended, self.moved_at = self.start_index, now + job.kill_wait_s()
 
 
 @dataclass

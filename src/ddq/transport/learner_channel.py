@@ -89,12 +89,16 @@ class LearnerChannel:
                       bounds: tuple[int, int]) -> None:
         snapshots.save(self.client, self.shard.snapshot, path, state, layout, bounds)
 
-    def copy_snapshot(self, path: Path, layout: bytes, bounds: tuple[int, int]) -> None:
-        """The newest snapshot in Redis, if any, written to the file `path`; Redis's copy is left alone (its
-        writer may be writing a newer one meanwhile, which a write back would replace)."""
+    def copy_snapshot(self, path: Path, layout: bytes, bounds: tuple[int, int], newer_than: int) -> int | None:
+        """The snapshot in Redis written to the file `path` if its version is above `newer_than` (the file's):
+        the version written, else None. Not an older one: a Redis restarted from its own snapshot, a second or
+        two old, can hold an older one for a while. Redis's copy is left alone (its writer may be writing a
+        newer one meanwhile, which a write back would replace)."""
         state = snapshots.load_newest(self.client, self.shard.snapshot, None, layout, bounds)
-        if state is not None:
-            snapshots.save_file(path, state, layout, bounds)
+        if state is None or state.version <= newer_than:
+            return None
+        snapshots.save_file(path, state, layout, bounds)
+        return state.version
 
     def newest_snapshot(self, path: Path | None, layout: bytes, bounds: tuple[int, int]) -> snapshots.ShardState | None:
         return snapshots.load_newest(self.client, self.shard.snapshot, path, layout, bounds)
