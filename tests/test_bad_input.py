@@ -66,6 +66,11 @@ CASES = [
     (["train", "--redis-url", "redis://:pw@127.0.0.1:1/0?password=other"],
      "--redis-url redis://***@127.0.0.1:1/0?password=***: a password in its user part and another in its query"),
     (["train", "--spark-master", "localhost"], "--spark-master 'localhost' is not a Spark master URL"),
+    # Spark would try a barrier stage short of task slots for 10 minutes, then fail it (and Ctrl-C waited too)
+    (["train", "--mode", "data-parallel", "--spark-master", "local[1]", "--workers", "2"],
+     "--spark-master local[1] offers 1 task slot, and the 2 workers of data-parallel mode start together"),
+    (["train", "--mode", "downpour", "--spark-master", "local[0]"], "--spark-master local[0]: a local master of no "
+                                                                    "thread runs no task"),
     (["train", "--spark-master", "spark://127.0.0.1:1"], "--spark-master spark://127.0.0.1:1: no Spark master accepts"),
     (["train", "--spark-master", "k8s://https://h:port"], "--spark-master 'k8s://https://h:port' names no Kubernetes "
                                                           "API server"),

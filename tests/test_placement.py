@@ -1,5 +1,7 @@
 """Where a run's parts listen (pure logic; the address toward the master is replaced by a fixed one)."""
 
+import os
+
 import pytest
 
 from ddq.core.settings import build_config
@@ -119,3 +121,10 @@ def test_a_local_master_of_ones_own_retries_a_failed_task_as_the_default_does(gi
     config = build_config({"env": "CartPole-v1", "mode": "downpour", "workers": 2,
                            **({"spark_master": given} if given else {})})
     assert spark_driver(config, submitted=False).master == used
+
+
+def test_a_local_masters_task_slots_are_its_threads():
+    from ddq.config.masters import local_slots
+
+    assert [local_slots(master) for master in ("local", "local[3]", "local[2, 4]", "local[0]")] == [1, 3, 2, 0]
+    assert local_slots("local[*]") == os.cpu_count() and local_slots("spark://m:7077") is None

@@ -26,6 +26,7 @@ from ddq.config import (
     flat_settings,
     is_distributed,
     load_toml,
+    workers_start_together,
 )
 from ddq.config.documents import shown_url
 from ddq.config.masters import (
@@ -34,6 +35,7 @@ from ddq.config.masters import (
     is_kubernetes,
     is_standalone,
     kubernetes_address,
+    local_slots,
     standalone_addresses,
 )
 from ddq.config.sections import BY_HAND
@@ -61,6 +63,7 @@ def check_run(config: TrainConfig, redis_url_from: str = "--redis-url", given_in
             check_listen(config.distributed.listen, given_in)
         if config.distributed.spark_master is not None:
             check_spark_master(config.distributed.spark_master, given_in)
+            check_local_slots(config, given_in)
         if config.services.celery:
             try:
                 celery_eval_every_s(os.environ)
@@ -200,6 +203,22 @@ def check_spark_master(master: str, given_in: str = COMMAND_LINE) -> None:
             socket.create_connection(server, timeout=REDIS_TIMEOUT_S).close()
         except OSError:
             raise SettingError(f"{flag} {master}: no Kubernetes API server accepts connections there") from None
+
+
+def check_local_slots(config: TrainConfig, given_in: str = COMMAND_LINE) -> None:
+    """A local master with a task slot, and with one for every worker where they start together: Spark would
+    try a barrier stage short of slots for 10 minutes (40 checks, 15 s apart), then fail it."""
+    master, workers = str(config.distributed.spark_master), config.distributed.workers
+    slots = local_slots(master)
+    if slots is None:
+        return
+    flag = spelled("spark_master", given_in)
+    if slots < 1:
+        raise SettingError(f"{flag} {master}: a local master of no thread runs no task: give local[N], N at least 1")
+    if slots < workers and workers_start_together(config.run.mode, config.distributed.sync):
+        raise SettingError(f"{flag} {master} offers {slots} task slot{'s' * (slots != 1)}, and the {workers} "
+                           f"workers of {config.run.mode} mode start together, one slot each: give local[{workers}] "
+                           f"or more, or fewer --workers")
 
 
 def check_redis_secrets(url: str, setting: str) -> None:

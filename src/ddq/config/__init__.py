@@ -27,6 +27,7 @@ from ddq.config.sections import (
     ServicesConfig,
     TrainConfig,
     is_distributed,
+    workers_start_together,
 )
 from ddq.config.sources import (
     PRESETS,
@@ -48,4 +49,4 @@ __all__ = ["EVAL_EVERY_ENV", "MASKED", "MODES", "PRECISIONS", "PRESETS", "REDIS_
            "ServerConfig", "ServicesConfig", "TrainConfig", "celery_eval_every_s", "config_from_document",
            "config_of", "decode_settings", "encode_settings", "field_type", "flat_settings", "has_masked_secret",
            "is_distributed", "load_toml", "masked_url", "merge", "preset_for", "read_settings", "setting_path",
-           "settings_document", "without_secrets", "write_settings"]
+           "settings_document", "without_secrets", "workers_start_together", "write_settings"]

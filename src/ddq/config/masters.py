@@ -3,6 +3,7 @@ own executors), a standalone cluster's (spark://), or another cluster manager's 
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import urlsplit
 
@@ -23,6 +24,16 @@ def with_task_retries(master: str, tries: int) -> str:
     that says so already, and any other master, as given."""
     threads = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master)
     return master if threads is None else f"local[{threads.group(1) or 1},{tries}]"
+
+
+def local_slots(master: str) -> int | None:
+    """The task slots a local master offers: its threads (local: 1, local[*]: this machine's cores); None for
+    any other master."""
+    found = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master)
+    if found is None:
+        return None
+    threads = found.group(1)
+    return 1 if threads is None else (os.cpu_count() or 1) if threads == "*" else int(threads)
 
 
 def is_cluster(master: str | None) -> bool:

@@ -25,6 +25,12 @@ def is_distributed(mode: str) -> bool:
     return mode != SERIAL
 
 
+def workers_start_together(mode: str, sync: bool) -> bool:
+    """Whether a mode's workers form a Spark barrier stage, which starts only once every one of them has a task
+    slot: data-parallel's, and actor-learner's with --sync rounds."""
+    return mode == "data-parallel" or (mode == "actor-learner" and sync)
+
+
 def setting(default: Any, group: str, help: str, brief: bool = False) -> Any:
     """A field of a settings section: its default, its group in `ddq train --help-all`, its help, and
     whether `ddq train --help` shows it (`brief`). Everything a new setting needs, in one place."""

@@ -13,7 +13,7 @@ is restarted from its snapshot; a dead task is retried by Spark.
 
 from __future__ import annotations
 
-from ddq.config import TrainConfig
+from ddq.config import TrainConfig, workers_start_together
 from ddq.core.agent import epsilon_schedule
 from ddq.modes.driver import Wiring
 from ddq.modes.evaluators import PointEvaluator
@@ -25,4 +25,5 @@ def actor_learner(config: TrainConfig, resumed_env_steps: int = 0) -> Wiring:
     distributed = config.distributed
     learner = LearnerProcess(epsilon_schedule(config.agent), distributed.workers, distributed.per_actor_epsilon,
                              resumed_env_steps)
-    return Wiring(weights=learner, task=actor_task, evaluator=PointEvaluator, barrier=distributed.sync)
+    return Wiring(weights=learner, task=actor_task, evaluator=PointEvaluator,
+                  barrier=workers_start_together(config.run.mode, distributed.sync))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ddq.config import TrainConfig
+from ddq.config import TrainConfig, workers_start_together
 from ddq.core.agent import epsilon_schedule, model_parameters
 from ddq.core.dqn import LinearSchedule
 from ddq.models import FlatParameters
@@ -95,5 +95,6 @@ class WorkerZeroPublishes:
 
 def data_parallel(config: TrainConfig) -> Wiring:
     service = WorkerZeroPublishes(model_parameters(config.agent), epsilon_schedule(config.agent))
-    return Wiring(weights=service, task=data_parallel_task, evaluator=PointEvaluator, barrier=True,
+    return Wiring(weights=service, task=data_parallel_task, evaluator=PointEvaluator,
+                  barrier=workers_start_together(config.run.mode, config.distributed.sync),
                   starts_again_when_stalled=True)

@@ -66,7 +66,9 @@ class StallWatch:
     (no executor free, a cut network). With `starts_again` (data-parallel: a rank hung, not crashed, holds the
     others in their all-reduces, whose own timeout is longer, `ddq.spark.tasks`), a start of the stage that
     trained is started again instead, once; the next is given the stall timeout from the moment Spark has
-    killed the hung task. A start that never trained, or the last, ends the run."""
+    killed the hung task. A start that never trained, or the last, ends the run. Once the run stops, workers
+    that have not ended are given the stall timeout (since their last step), then their stage is ended:
+    a stop waited for Spark to give up on them before (a barrier stage short of task slots: 4 x 10 minutes)."""
 
     def __init__(self, steps: int, timeout_s: float, starts_again: bool, resume_hint: str):
         self.timeout_s, self.starts_again, self.resume_hint = timeout_s, starts_again, resume_hint
@@ -82,11 +84,16 @@ class StallWatch:
             self.moved_at, self.moved_steps = now, steps
         elif now - self.moved_at > self.timeout_s:
             why = f"no worker added an env step for {self.timeout_s:g} s"
-            # also while the run stops: its workers leave together at their next vote, which a hung one holds up
-            if (self.starts_again and steps > self.start_steps and self.ended != self.start_index
-                    and job.start_again(self.start_index, f"{why}: a worker hung?")):
+            if stopping:  # told to stop, the workers neither ended nor played (hung, cut off, or never started:
+                if self.ended != self.start_index:  # a barrier stage waiting for task slots): ended here, for good
+                    print(f"ddq: {why} as the run stops (a worker hung, or cut off?): their Spark stage is ended",
+                          file=sys.stderr, flush=True)
+                    job.end_start(self.start_index, why)
+                    self.ended = self.start_index
+            elif (self.starts_again and steps > self.start_steps and self.ended != self.start_index
+                  and job.start_again(self.start_index, f"{why}: a worker hung?")):
                 self.ended, self.moved_at = self.start_index, now + job.kill_wait_s()
-            elif not stopping:
+            else:
                 raise RunStalled(f"{why} (are the workers' hosts reachable? is an executor free?); "
                                  f"{self.resume_hint}")
 

@@ -76,7 +76,8 @@ class SparkJob:
         self.cancelled = threading.Event()
         self.starts = TASK_RETRIES if barrier else 1
         self.start_index = 0  # of the stage's start now running
-        self.ended_for: tuple[int, str] | None = None  # a start the driver ended to start it again, and why
+        self.ended_for: tuple[int, str] | None = None  # a start the driver ended, and why
+        self.winding_down = threading.Event()  # the driver ended a start as the run stops: no start follows
         self.lock = threading.Lock()  # start_index and ended_for, between the job's thread and the driver's
         self.thread = threading.Thread(target=self._run, args=(task, workers, barrier, settings, url, run),
                                        name="spark-job", daemon=True)
@@ -102,8 +103,11 @@ class SparkJob:
             except Exception as error:  # the driver reports it
                 with self.lock:
                     ended_for, self.ended_for = self.ended_for, None
-                failure = ended_for[1] if ended_for and ended_for[0] == start else python_error(str(error))
-                if self.cancelled.is_set() or start == starts - 1:
+                ended_here = ended_for is not None and ended_for[0] == start
+                if ended_here and self.winding_down.is_set():
+                    return  # the run stops, and the driver ended the start whose workers did not
+                failure = ended_for[1] if ended_for and ended_here else python_error(str(error))
+                if self.cancelled.is_set() or self.winding_down.is_set() or start == starts - 1:
                     self.error = SparkJobFailed(f"the Spark job failed: {failure}")
                     return
                 print(f"ddq: the workers' stage failed ({failure}); starting it again ({start + 2} of {starts})",
@@ -123,12 +127,22 @@ class SparkJob:
         the newest snapshot; False where `start` is the last (or the stage is a plain one). A start that has
         ended already is left alone: the next one runs anyway."""
         with self.lock:
-            if start >= self.starts - 1 or self.cancelled.is_set():
+            if start >= self.starts - 1 or self.cancelled.is_set() or self.winding_down.is_set():
                 return False
-            if start == self.start_index:
-                self.ended_for = (start, why)
-                self.context.cancelJobGroup(start_group(start))  # this start's alone, not the next one's
+            self._end(start, why)
             return True
+
+    def end_start(self, start: int, why: str) -> None:
+        """Ends start `start` for good, as the run stops and its workers did not: no start follows, and the job
+        ends without an error."""
+        with self.lock:
+            self.winding_down.set()
+            self._end(start, why)
+
+    def _end(self, start: int, why: str) -> None:  # with self.lock held
+        if start == self.start_index:
+            self.ended_for = (start, why)
+            self.context.cancelJobGroup(start_group(start))  # this start's alone, not the next one's
 
     def kill_wait_s(self) -> float:
         """How long Spark may take to end a cancelled start's tasks: a task that does not end by itself (a hung
