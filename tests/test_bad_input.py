@@ -47,6 +47,7 @@ CASES = [
      "most that (given as --minibatches)"),
     (["train", "--env", "CartPole-v1", "--board-symmetries"], "--board-symmetries: CartPole-v1 declares no board"),
     (["train", "--model", "nope"], "--model 'nope': unknown model 'nope'; choose one of auto, mlp"),
+    (["train", "--device", "gpu"], "--device 'gpu': not a device torch names; use cpu, cuda, cuda:N or auto"),
     # a setting the named algorithm would ignore (DQN's replay, with PQN's rollouts)
     (["train", "--algo", "pqn", "--n-step", "3"], "n_step is a setting of algo dqn, which algo pqn would ignore "
                                                   "(given as --n-step)"),
@@ -93,8 +94,11 @@ CASES = [
     (["param-server", "--run", "r", "--config", "redis.toml"],
      "redis_url in redis.toml redis://***@127.0.0.1:1: no Redis answers there"),
     (["train", "--config", "missing.toml"], "--config missing.toml: No such file or directory"),
+    (["train", "--run-dir", "text.pt"], "--run-dir text.pt is a file, not a folder: give a folder for the run"),
+    (["train", "--solver", "missing.prototxt"], "--solver missing.prototxt: No such file or directory"),
     (["evaluate", "text.pt"], "text.pt is not a ddq checkpoint (torch cannot read it"),
     (["evaluate", "."], "no checkpoint at checkpoint.pt"),
+    (["evaluate", "text.pt", "--device", "gpu"], "--device 'gpu': not a device torch names"),
     # checked before the episodes are played (they were, and then a temporary file's name came)
     (["evaluate", "text.pt", "--render", "gone/one.gif"], "--render gone/one.gif: no folder gone to write it in"),
     (["evaluate", "text.pt", "--render", "one.png"], "--render one.png: the animation is a GIF; give a FILE ending"),

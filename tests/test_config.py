@@ -24,6 +24,13 @@ def test_flags_parse_only_what_was_given():
                       "max_grad_norm": None}
 
 
+def test_a_whole_number_flag_takes_it_as_papers_write_it():
+    assert parse("--total-steps", "1e6", "--buffer-size", "100_000") == {"total_steps": 1_000_000,
+                                                                        "buffer_size": 100_000}
+    with pytest.raises(SystemExit):  # argparse's one line: "invalid int value: '1.5'"
+        parse("--total-steps", "1.5")
+
+
 def test_precedence(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('env = "CartPole-v1"\nbatch_size = 128\ngamma = 0.9\n[optim]\nlr = 0.005\n')

@@ -154,6 +154,8 @@ def prepare(values: dict[str, Any], config_file: str | None = None, solver_file:
                              f"again to resume it (${REDIS_URL_ENV}, which keeps the password off the command line)")
         run_dir = config.run.run_dir = config.run.run_dir or default_run_dir(config.agent.env)
         named, instead = claim_words(run_dir, resume, values, config_file, given_in)
+        if Path(run_dir).exists() and not Path(run_dir).is_dir():
+            raise ValueError(f"{named} is a file, not a folder: give a folder for the run (made if missing)")
         if Path(run_dir).is_dir():  # a run training there now is named first (it holds a run, not one to resume)
             held.take(run_dir, named, instead)
         refuse_a_held_run(run_dir, resume, given_in)

@@ -71,9 +71,22 @@ def settings(cls: type = TrainConfig, path: tuple[str, ...] = (), group: str | N
             yield Setting(".".join(path), f.metadata.get("group", group), f, *field_type(hints[f.name]))
 
 
+def whole_number(text: str) -> int:
+    """An int as RL papers write one: 1000000, 1_000_000 or 1e6 (a float that is whole); else ValueError."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        if not value.is_integer():
+            raise ValueError(f"{text} is not a whole number") from None
+        return int(value)
+
+
 def _parse_optional(kind: type):
+    convert = whole_number if kind is int else kind
+
     def parse(text: str):
-        return None if text.lower() == "none" else kind(text)
+        return None if text.lower() == "none" else convert(text)
     parse.__name__ = kind.__name__
     return parse
 

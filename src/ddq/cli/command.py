@@ -47,9 +47,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ddq.core.agent import env_spec, resolve_device
     from ddq.core.evaluate import evaluate
     from ddq.core.replay import state_shape
+    from ddq.preflight import check_device
 
     if args.render:  # before the episodes are played, not after
         check_gif_path(args.render)
+    check_device(args.device)
     saved = ckpt.load_checkpoint(args.checkpoint)
     config = ckpt.config_from_checkpoint(saved)
     spec = env_spec(config.agent)
@@ -95,7 +97,7 @@ def cmd_package(args: argparse.Namespace) -> int:
     try:
         command = write_package(Path(args.folder), environment, args.compress_level)
     except PackagingError as error:
-        print(f"ddq package: {error}", file=sys.stderr)
+        print(f"ddq package: error: {error}", file=sys.stderr)  # as every refusal's line begins
         return 2
     print(" ".join(command))
     return 0

@@ -25,9 +25,12 @@ from ddq.models import FlatParameters
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:  # torch's own line lists twenty device types, most of which ddq cannot train on
+        raise RuntimeError("not a device torch names") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"--device {name} asked for a GPU, but torch sees none")
+        raise RuntimeError("a GPU, and torch sees none here")
     return device
 
 

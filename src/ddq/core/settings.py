@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddq.config import AgentConfig, RunConfig, TrainConfig, flat_settings, load_toml, merge, preset_for
-from ddq.config.sources import COMMAND_LINE, SettingRefused, named_setting, preset_key, where_given
+from ddq.config.sources import COMMAND_LINE, SettingRefused, named_setting, preset_key, spelled, where_given
 from ddq.core.algorithms import algorithm_for, algorithm_preset, default_algorithm, unread_by
 
 
@@ -38,7 +38,11 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
     if solver_file:
         from ddq.models.caffe import load_solver
 
-        config = merge(config, load_solver(solver_file).as_settings(), solver_file)
+        try:
+            solver = load_solver(solver_file)
+        except ValueError as error:  # the file's name and line, then what: said as given, --solver's
+            raise ValueError(f"{spelled('solver', given_in)} {error}") from None
+        config = merge(config, solver.as_settings(), solver_file)
     config = merge(config, cli_values, given_in)
     try:
         algorithm_for(config.agent.algo).check(config)

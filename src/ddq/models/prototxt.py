@@ -193,7 +193,10 @@ def parse(text: str, source: str = "prototxt") -> Message:
 def read_definition(path: str | Path) -> str:
     """The text of a definition file, refused before reading when it is over MAX_CHARS bytes."""
     path = Path(path)
-    size = path.stat().st_size
+    try:
+        size = path.stat().st_size
+    except OSError as error:  # named as a refusal names it, not as "[Errno 2] ..."
+        raise PrototxtError(error.strerror or str(error), None, str(path)) from None
     if size > MAX_CHARS:
         raise PrototxtError(f"{size:,} bytes; ddq reads definitions of up to {MAX_CHARS:,}", None, str(path))
     try:
