@@ -47,7 +47,7 @@ CASES = [
      "most that (given as --minibatches)"),
     (["train", "--env", "CartPole-v1", "--board-symmetries"], "--board-symmetries: CartPole-v1 declares no board"),
     (["train", "--model", "nope"], "--model 'nope': unknown model 'nope'; choose one of auto, mlp"),
-    (["train", "--device", "gpu"], "--device 'gpu': not a device torch names; use cpu, cuda, cuda:N or auto"),
+    (["train", "--device", "gpu"], "--device: device 'gpu' is not one torch names; use cpu, cuda, cuda:N or auto"),
     # a setting the named algorithm would ignore (DQN's replay, with PQN's rollouts)
     (["train", "--algo", "pqn", "--n-step", "3"], "n_step is a setting of algo dqn, which algo pqn would ignore "
                                                   "(given as --n-step)"),
@@ -98,7 +98,7 @@ CASES = [
     (["train", "--solver", "missing.prototxt"], "--solver missing.prototxt: No such file or directory"),
     (["evaluate", "text.pt"], "text.pt is not a ddq checkpoint (torch cannot read it"),
     (["evaluate", "."], "no checkpoint at checkpoint.pt"),
-    (["evaluate", "text.pt", "--device", "gpu"], "--device 'gpu': not a device torch names"),
+    (["evaluate", "text.pt", "--device", "gpu"], "--device: device 'gpu' is not one torch names"),
     # checked before the episodes are played (they were, and then a temporary file's name came)
     (["evaluate", "text.pt", "--render", "gone/one.gif"], "--render gone/one.gif: no folder gone to write it in"),
     (["evaluate", "text.pt", "--render", "one.png"], "--render one.png: the animation is a GIF; give a FILE ending"),

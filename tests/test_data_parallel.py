@@ -267,6 +267,65 @@ def test_the_run_folder_keeps_the_newest_snapshot_though_redis_comes_back_older(
         assert kept() == 900
 
 
+class StageJob:
+    """What the stall watch asks of a Spark job (pure logic): its start, and what the watch told it."""
+
+    def __init__(self, starts: int = 4):
+        self.start_index, self.starts, self.told = 0, starts, []
+
+    def start_again(self, start: int, why: str) -> bool:
+        self.told.append(("start again", start))
+        return start < self.starts - 1
+
+    def end_start(self, start: int, why: str) -> None:
+        self.told.append(("end", start))
+
+    def kill_wait_s(self) -> float:
+        return 12.0
+
+
+def test_the_stall_watch_starts_a_stage_that_trained_again_once_ends_a_stopping_one_and_else_ends_the_run(
+        monkeypatch):
+    from ddq.modes import driver
+
+    clock = [0.0]
+    monkeypatch.setattr(driver.time, "monotonic", lambda: clock[0])
+
+    def watch(starts_again: bool) -> driver.StallWatch:
+        clock[0] = 0.0
+        return driver.StallWatch(100, 15.0, starts_again, "resume it")
+
+    def after(seconds: float, stall: driver.StallWatch, steps: int, job: StageJob, stopping: bool = False) -> None:
+        clock[0] += seconds
+        stall.look(steps, job, stopping)
+
+    job, stall = StageJob(), watch(True)
+    after(1, stall, 500, job)  # the start trains, then stops adding steps
+    after(15.5, stall, 500, job)
+    assert job.told == [("start again", 0)]
+    after(15.5, stall, 500, job)  # given the stall timeout from Spark's kill of the hung task: 12 s on
+    assert job.told == [("start again", 0)]
+    job.start_index = 1
+    after(5, stall, 500, job)  # the next start begins, and never trains: the run ends
+    with pytest.raises(driver.RunStalled, match="no worker added an env step for 15 s"):
+        after(15.5, stall, 500, job)
+    job, stall = StageJob(), watch(True)
+    after(1, stall, 500, job)
+    after(15.5, stall, 500, job)
+    with pytest.raises(driver.RunStalled):  # the start it ended goes on stalling (the cancel did not take)
+        after(28, stall, 500, job)
+    job, stall = StageJob(), watch(False)  # downpour's, whose workers wait on nothing but the shards
+    after(1, stall, 500, job)
+    with pytest.raises(driver.RunStalled):
+        after(15.5, stall, 500, job)
+    assert job.told == []
+    job, stall = StageJob(), watch(True)  # the run stops, and its workers neither end nor play
+    after(1, stall, 500, job, stopping=True)
+    after(15.5, stall, 500, job, stopping=True)
+    after(30, stall, 500, job, stopping=True)
+    assert job.told == [("end", 0)]
+
+
 def test_settings_data_parallel_refuses(tmp_path):
     """Shards belong to downpour's parameter server: one line, before anything starts."""
     done = run_ddq(*RUN, "--shards", "2", "--run-dir", str(tmp_path / "run"), timeout=120)

@@ -137,7 +137,7 @@ def check_device(name: str, given_in: str = COMMAND_LINE) -> None:
     try:
         resolve_device(name)
     except RuntimeError as error:
-        raise SettingError(f"{spelled('device', given_in)} {name!r}: {error}; use cpu, cuda, cuda:N or auto") from error
+        raise SettingError(f"{spelled('device', given_in)}: {error}; use cpu, cuda, cuda:N or auto") from error
 
 
 def check_private_redis(config: TrainConfig, given_in: str = COMMAND_LINE) -> None:
@@ -218,7 +218,7 @@ def check_local_slots(config: TrainConfig, given_in: str = COMMAND_LINE) -> None
     if slots < workers and workers_start_together(config.run.mode, config.distributed.sync):
         raise SettingError(f"{flag} {master} offers {slots} task slot{'s' * (slots != 1)}, and the {workers} "
                            f"workers of {config.run.mode} mode start together, one slot each: give local[{workers}] "
-                           f"or more, or fewer --workers")
+                           f"or more, fewer --workers, or --mode downpour")
 
 
 def check_redis_secrets(url: str, setting: str) -> None:

@@ -33,7 +33,9 @@ def local_slots(master: str) -> int | None:
     if found is None:
         return None
     threads = found.group(1)
-    return 1 if threads is None else (os.cpu_count() or 1) if threads == "*" else int(threads)
+    if threads == "*":  # Spark's JVM counts the cores this process may run on (taskset, a cpuset), as here
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 1 if threads is None else int(threads)
 
 
 def is_cluster(master: str | None) -> bool:

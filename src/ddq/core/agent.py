@@ -28,9 +28,9 @@ def resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:  # torch's own line lists twenty device types, most of which ddq cannot train on
-        raise RuntimeError("not a device torch names") from None
+        raise RuntimeError(f"device {name!r} is not one torch names") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("a GPU, and torch sees none here")
+        raise RuntimeError(f"device {name!r} asks for a GPU, and torch sees none here")
     return device
 
 

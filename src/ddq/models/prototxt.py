@@ -203,3 +203,5 @@ def read_definition(path: str | Path) -> str:
         return path.read_text()
     except UnicodeDecodeError as error:
         raise PrototxtError(f"not UTF-8 text (byte {error.start})", None, str(path)) from None
+    except OSError as error:  # a folder, a file this user cannot read
+        raise PrototxtError(error.strerror or str(error), None, str(path)) from None

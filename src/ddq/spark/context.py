@@ -93,6 +93,8 @@ class SparkJob:
         starts = self.starts
         for start in range(starts):
             with self.lock:
+                if self.winding_down.is_set():  # the driver ended the start before this one as the run stops
+                    return
                 self.start_index = start
             try:
                 self.context.setJobGroup(start_group(start), f"the workers' stage, start {start + 1} of {starts}")
