@@ -105,10 +105,10 @@ class SparkJob:
             except Exception as error:  # the driver reports it
                 with self.lock:
                     ended_for, self.ended_for = self.ended_for, None
-                ended_here = ended_for is not None and ended_for[0] == start
-                if ended_here and self.winding_down.is_set():
+                ended_why = ended_for[1] if ended_for is not None and ended_for[0] == start else None
+                if ended_why is not None and self.winding_down.is_set():
                     return  # the run stops, and the driver ended the start whose workers did not
-                failure = ended_for[1] if ended_for and ended_here else python_error(str(error))
+                failure = ended_why or python_error(str(error))
                 if self.cancelled.is_set() or self.winding_down.is_set() or start == starts - 1:
                     self.error = SparkJobFailed(f"the Spark job failed: {failure}")
                     return

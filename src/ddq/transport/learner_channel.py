@@ -93,7 +93,11 @@ class LearnerChannel:
         """The snapshot in Redis written to the file `path` if its version is above `newer_than` (the file's):
         the version written, else None. Not an older one: a Redis restarted from its own snapshot, a second or
         two old, can hold an older one for a while. Redis's copy is left alone (its writer may be writing a
-        newer one meanwhile, which a write back would replace)."""
+        newer one meanwhile, which a write back would replace). Its version is read first: a checkpoint
+        mostly finds none newer, and the snapshot is a few megabytes."""
+        version = snapshots.version_in_redis(self.client, self.shard.snapshot)
+        if version is None or version <= newer_than:
+            return None
         state = snapshots.load_newest(self.client, self.shard.snapshot, None, layout, bounds)
         if state is None or state.version <= newer_than:
             return None

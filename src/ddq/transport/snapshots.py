@@ -63,6 +63,12 @@ def save_file(path: Path, state: ShardState, layout: bytes, bounds: tuple[int, i
     write_whole(path, lambda file: torch.save(payload, file))
 
 
+def version_in_redis(client: Connection, key: str) -> int | None:
+    """The version of the snapshot stored under `key` (one field, not the snapshot), or None when there is none."""
+    version = client.hget(key, "version")
+    return None if version is None else int(version)  # bytes, which int() reads
+
+
 def from_redis(client: Connection, key: str, layout: bytes, bounds: tuple[int, int],
                optimizer: bool = True) -> ShardState | None:
     """The snapshot stored under `key` for the slice `bounds`, or None when there is none; without its
