@@ -171,8 +171,9 @@ def _diverged_rank(rank: int, url: str, results: multiprocessing.Queue) -> None:
 
 
 def test_a_stages_ranks_begin_with_rank_zeros_whole_state_though_they_read_different_snapshots(redis_url):
-    """Each rank reads the newest snapshot on its own; a start's rank 0 may still be writing its last as the next
-    start's ranks read it. Weights alone were broadcast: optimizer state and update counts stayed apart."""
+    """Each rank read the newest snapshot on its own, and a start's rank 0 may still be writing its last as the
+    next start's ranks read it; weights alone were broadcast, so optimizer state and update counts stayed apart.
+    Now rank 0 alone reads it, and every part of its state is broadcast (ranks filled apart here)."""
     got = two_ranks(_diverged_rank, redis_url)
     assert got[0][5], "the optimizer keeps no state: nothing to compare"
     for rank in (0, 1):
