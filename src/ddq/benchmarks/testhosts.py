@@ -209,7 +209,8 @@ class TestHosts:
         then removes the namespaces, links and folders. Each host's processes are gone when it returns: a
         SIGKILLed JVM took a moment to exit, and a fresh clone's suite once found two left as the bench ended."""
         for host in self.names:
-            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):  # what outlives SIGKILL 10 s: the next harness
+            # what outlives SIGKILL for 10 s is left to the next harness, which removes what a run left behind
+            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
                 self.crash(host)
         for process in self.processes:
             with contextlib.suppress(ProcessLookupError):
