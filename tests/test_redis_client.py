@@ -18,6 +18,7 @@ import redis
 
 from ddq.transport.redis_client import connect, give_up_waiting
 from ddq.transport.redis_server import EmbeddedRedis, sweep_abandoned_folders
+from ddq.transport.run_store import RunStore
 
 
 def test_a_command_waits_out_a_restart_and_fails_at_once_once_the_server_is_gone_for_good(tmp_path):
@@ -44,6 +45,25 @@ def test_a_command_waits_out_a_restart_and_fails_at_once_once_the_server_is_gone
         assert 1.0 <= time.monotonic() - started < 5.0  # not the 30 s an outage may last
         with pytest.raises(redis.ConnectionError):
             client.get("kept")  # every later command too, on a new connection as well
+
+
+def test_counts_a_redis_restart_rolled_back_are_raised_to_the_drivers_and_a_workers_later_count_kept(tmp_path):
+    """A private Redis killed and restarted from its snapshot counts env steps and episodes from the snapshot;
+    the workers read their budgets there, so the driver raises both back to what it had read."""
+    with EmbeddedRedis(log_dir=tmp_path, persist=tmp_path / "redis") as server:
+        store = RunStore(connect(server.url), "r")
+        store.add_env_steps(1_000)
+        store.set_episode_count(10)
+        store.client.save()  # the snapshot the restart loads
+        store.add_env_steps(500)  # counted after it, and read by the driver: 1,500 steps, 13 episodes
+        store.set_episode_count(13)
+        os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait()
+        server.restart()
+        assert (store.env_steps(), store.episode_count()) == (1_000, 10)  # rolled back
+        assert store.counts_at_least(1_500, 13) == 1_500 and store.episode_count() == 13
+        store.add_env_steps(7)  # a worker's count after that is kept: the counts only rise
+        assert store.counts_at_least(1_500, 12) == 1_507 and store.episode_count() == 13
 
 
 def test_a_private_redis_whose_snapshot_fails_refuses_writes_rather_than_go_on_unsaved(tmp_path):

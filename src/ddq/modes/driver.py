@@ -261,9 +261,7 @@ class Driver:
                 self.supervisor.check(stopping)
                 s.reporter.record_restarts(self.supervisor.restarts())
                 s.reporter.record_evaluation_lag(self.evaluator.lag_s)
-                steps = s.store.env_steps()
-                if steps < counters.env_steps:  # Redis came back from a snapshot a second or two old
-                    steps = s.store.add_env_steps(counters.env_steps - steps)
+                steps = s.store.counts_at_least(counters.env_steps, counters.episodes)
                 bar.update(min(steps, c.run.total_steps) - bar.n)  # past the total, tqdm would drop the percentage
                 counters.env_steps = steps
                 stall.look(steps, job, stopping)

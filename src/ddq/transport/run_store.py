@@ -105,6 +105,16 @@ class RunStore:
         """Counts `env_steps` more; returns the new total."""
         return int(self.client.incrby(self.keys.env_steps, env_steps))
 
+    def counts_at_least(self, env_steps: int, episodes: int) -> int:
+        """Raises the env step and episode counts to at least these (the driver's last reads), as a Redis
+        that came back from its own snapshot, a second or two old, counts from it: the workers read their
+        budgets here. Returns the env steps counted now. The difference is added, not set, so that what a
+        worker counts meanwhile is kept."""
+        steps, done = map(counter_value, self.client.mget([self.keys.env_steps, self.keys.episode_count]))
+        if episodes > done:
+            self.client.incrby(self.keys.episode_count, episodes - done)
+        return self.add_env_steps(env_steps - steps) if env_steps > steps else steps
+
     def pushes(self) -> int:
         """Gradients pushed by all workers together, counted as each arrived."""
         return counter_value(self.client.get(self.keys.pushes))
