@@ -267,6 +267,34 @@ def test_the_run_folder_keeps_the_newest_snapshot_though_redis_comes_back_older(
         assert kept() == 900
 
 
+def test_an_earlier_starts_snapshot_is_refused_once_a_later_start_has_begun():
+    """Where a cluster has task slots to spare, the next start of the stage can read the snapshot it resumes
+    from while the failed start's worker 0 still writes its last: that one is refused, not kept beside
+    (or after) the new start's, so a later restart cannot resume from the other lineage."""
+    import torch
+
+    from ddq.transport.learner_channel import LearnerChannel
+    from ddq.transport.redis_client import connect
+    from ddq.transport.redis_server import EmbeddedRedis
+    from ddq.transport.snapshots import ShardState
+
+    weights, layout, bounds = torch.zeros(4), b"L" * 8, (0, 4)
+
+    def state(version: int) -> ShardState:
+        return ShardState(version, version, weights, weights, {"config": {}, "steps": version, "state": {}})
+
+    with EmbeddedRedis() as server:
+        channel = LearnerChannel(connect(server.url), "r")
+        assert channel.save_stage_snapshot(state(100), layout, bounds, start=0)  # a fresh run's first start
+        channel.begin_stage_start(1)
+        assert not channel.save_stage_snapshot(state(300), layout, bounds, start=0)  # start 0's last, too late
+        assert channel.newest_snapshot(None, layout, bounds).version == 100
+        assert channel.save_stage_snapshot(state(150), layout, bounds, start=1)
+        channel.begin_stage_start(0)  # an earlier start that begins late never takes the lead back
+        assert not channel.save_stage_snapshot(state(400), layout, bounds, start=0)
+        assert channel.newest_snapshot(None, layout, bounds).version == 150
+
+
 class StageJob:
     """What the stall watch asks of a Spark job (pure logic): its start, and what the watch told it."""
 

@@ -155,6 +155,11 @@ class RunKeys:
         stage's tasks form their process group: a stage the driver starts again forms under keys of its own."""
         return f"{self.prefix}:stage:{start}"
 
+    @property
+    def stage_start(self) -> str:
+        """Counter: the newest start of the data-parallel stage; an earlier start's snapshots are refused."""
+        return f"{self.prefix}:stage-start"
+
     def shard(self, index: int) -> ShardKeys:
         base = f"{self.prefix}:ps:{index}"
         return ShardKeys(f"{base}:grads", f"{base}:weights", f"{base}:target", f"{base}:snapshot",

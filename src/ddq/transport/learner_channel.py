@@ -1,12 +1,14 @@
 """The actor-learner learner's keys in Redis, as named operations: experience in; its weights (where shard 0's
 would be, so to an actor the learner is a parameter server), its report and the env steps it trained on out;
-the --sync rounds; its snapshots."""
+the --sync rounds; its snapshots, and data-parallel worker 0's, which a later start of its stage refuses."""
 
 from __future__ import annotations
 
 import json
 import typing
 from pathlib import Path
+
+import redis
 
 from ddq.transport import snapshots
 from ddq.transport.eval_points import publish_point
@@ -88,6 +90,35 @@ class LearnerChannel:
     def save_snapshot(self, state: snapshots.ShardState, path: Path | None, layout: bytes,
                       bounds: tuple[int, int]) -> None:
         snapshots.save(self.client, self.shard.snapshot, path, state, layout, bounds)
+
+    def begin_stage_start(self, start: int) -> None:
+        """Data-parallel: `start` of the stage begins, so snapshots of earlier starts are refused from now on:
+        where a cluster has task slots to spare, an earlier start's worker 0 can still be writing its last
+        one after this start read the snapshot it resumes from."""
+        self._unless_a_later_start(start, lambda pipe: pipe.set(self.keys.stage_start, start))
+
+    def save_stage_snapshot(self, state: snapshots.ShardState, layout: bytes, bounds: tuple[int, int],
+                            start: int) -> bool:
+        """Data-parallel: the snapshot of `start` of the stage, written unless a later start has begun (then
+        False: that start resumed from an earlier snapshot, and this one would mix two lineages)."""
+        return self._unless_a_later_start(start, lambda pipe: snapshots.replace(pipe, self.shard.snapshot, state,
+                                                                                layout, bounds))
+
+    def _unless_a_later_start(self, start: int, write: typing.Callable[[typing.Any], object]) -> bool:
+        """`write`'s commands in one transaction, unless the newest start of the stage is later than `start`:
+        compared and written in one step (WATCH), as a later start may begin between the two."""
+        with self.client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(self.keys.stage_start)
+                    if counter_value(pipe.get(self.keys.stage_start)) > start:
+                        return False
+                    pipe.multi()
+                    write(pipe)
+                    pipe.execute()
+                    return True
+                except redis.WatchError:
+                    continue  # a start began meanwhile: compare again
 
     def copy_snapshot(self, path: Path, layout: bytes, bounds: tuple[int, int], newer_than: int) -> int | None:
         """The snapshot in Redis written to the file `path` if its version is above `newer_than` (the file's):

@@ -12,6 +12,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,6 +41,15 @@ def _message(layout: bytes, bounds: tuple[int, int], version: int, values: torch
 
 def save(client: Connection, key: str, path: Path | None, state: ShardState, layout: bytes,
          bounds: tuple[int, int]) -> None:
+    pipe = client.pipeline(transaction=True)  # never half a snapshot
+    replace(pipe, key, state, layout, bounds)
+    pipe.execute()
+    if path is not None:
+        save_file(path, state, layout, bounds)
+
+
+def replace(pipe: Any, key: str, state: ShardState, layout: bytes, bounds: tuple[int, int]) -> None:
+    """Queues on the transaction `pipe` the commands that replace the snapshot under `key` with `state`."""
     optimizer = state.optimizer
     fields: dict = {"version": state.version, "target_version": state.target_version,
                     "optimizer": json.dumps({"config": optimizer["config"], "steps": optimizer["steps"],
@@ -49,12 +59,8 @@ def save(client: Connection, key: str, path: Path | None, state: ShardState, lay
                     "senders": json.dumps(state.senders), "repeats": state.repeats}
     for name, tensor in optimizer["state"].items():
         fields[f"state:{name}"] = _message(layout, bounds, state.version, tensor)
-    pipe = client.pipeline(transaction=True)  # never half a snapshot
     pipe.delete(key)
     pipe.hset(key, mapping=fields)
-    pipe.execute()
-    if path is not None:
-        save_file(path, state, layout, bounds)
 
 
 def save_file(path: Path, state: ShardState, layout: bytes, bounds: tuple[int, int]) -> None:

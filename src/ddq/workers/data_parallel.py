@@ -16,6 +16,7 @@ state every `snapshot_every` updates, which a restarted stage starts from.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 
@@ -69,8 +70,8 @@ class RankZeroDuties:
     """What worker 0 publishes for the rest of the run: weights, evaluation points and snapshots."""
 
     def __init__(self, config: TrainConfig, redis_url: str, run: str, learner: Learner, global_steps: int,
-                 metrics: ServerMetrics):
-        self.config, self.learner, self.metrics = config, learner, metrics
+                 metrics: ServerMetrics, start: int):
+        self.config, self.learner, self.metrics, self.start = config, learner, metrics, start
         self.channel = LearnerChannel(connect_redis(redis_url), run)
         self.next_report = 0.0  # time.monotonic() of the next report of `metrics`
         self.layout, self.bounds = layout_bytes(learner.flat.layout_hash()), (0, learner.flat.size)
@@ -114,7 +115,9 @@ class RankZeroDuties:
         learner = self.learner
         state = ShardState(learner.updates, self._target_version(), learner.flat.data.cpu(),
                            learner.target_flat.data.cpu(), learner.optimizer.state_dict())
-        self.channel.save_snapshot(state, None, self.layout, self.bounds)
+        if not self.channel.save_stage_snapshot(state, self.layout, self.bounds, self.start):
+            print(f"ddq: worker 0 of the stage's start {self.start + 1} keeps no snapshot of its {learner.updates} "
+                  "updates: a later start has begun", file=sys.stderr, flush=True)
         self.snapshotted = learner.updates
 
     def finish(self, global_steps: int) -> None:
@@ -130,13 +133,15 @@ class RankZeroDuties:
             self.publisher.client.close()
 
 
-def resume_newest(learner: Learner, redis_url: str, run: str) -> None:
-    """Loads the run's newest snapshot from Redis into `learner`, if there is one (rank 0's to read: the other
-    ranks take its state from it, `take_rank_zeros_state`)."""
+def resume_newest(learner: Learner, redis_url: str, run: str, start: int) -> None:
+    """Begins `start` of the stage (earlier starts' snapshots are refused from now on), then loads the run's
+    newest snapshot from Redis into `learner`, if there is one (rank 0's to read: the other ranks take its
+    state from it, `take_rank_zeros_state`)."""
     client = connect_redis(redis_url)
     try:
-        saved = LearnerChannel(client, run).newest_snapshot(None, layout_bytes(learner.flat.layout_hash()),
-                                                            (0, learner.flat.size))
+        channel = LearnerChannel(client, run)
+        channel.begin_stage_start(start)
+        saved = channel.newest_snapshot(None, layout_bytes(learner.flat.layout_hash()), (0, learner.flat.size))
     finally:
         client.close()
     if saved is None:
@@ -172,7 +177,7 @@ class DataParallelWorker(Barista):
 
         def averaged(learner: Learner) -> AveragedGradients:
             if rank == 0:
-                resume_newest(learner, redis_url, run)
+                resume_newest(learner, redis_url, run, attempt)
             self.collective = collective_for(learner.device)
             self.resumed_updates = take_rank_zeros_state(self.collective, learner)
             if rank == 0:  # it counts the updates as a parameter server's shard would, and reports in its place
@@ -195,7 +200,7 @@ class DataParallelWorker(Barista):
         self.voted_own_episodes: int = self.stats.episodes
         self.global_steps = self.voted_count
         self.duties: RankZeroDuties | None = (RankZeroDuties(config, redis_url, run, self.learner, self.global_steps,
-                                                             self.metrics)
+                                                             self.metrics, attempt)
                                               if rank == 0 else None)
         self.stepping_together = config.distributed.workers  # every worker steps with every other
         self.agent.schedule = update_schedule(config.agent, lockstep=True)  # DQN's updates pair up with the others'
