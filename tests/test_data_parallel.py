@@ -293,6 +293,9 @@ def test_an_earlier_starts_snapshot_is_refused_once_a_later_start_has_begun():
         channel.begin_stage_start(0)  # an earlier start that begins late never takes the lead back
         assert not channel.save_stage_snapshot(state(400), layout, bounds, start=0)
         assert channel.newest_snapshot(None, layout, bounds).version == 150
+        channel.client.delete(channel.keys.stage_start)  # a Redis rolled back past the claim: its snapshot
+        assert channel.save_stage_snapshot(state(200), layout, bounds, start=1)  # writes it again
+        assert not channel.save_stage_snapshot(state(500), layout, bounds, start=0)
 
 
 class StageJob:

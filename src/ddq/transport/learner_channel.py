@@ -100,9 +100,13 @@ class LearnerChannel:
     def save_stage_snapshot(self, state: snapshots.ShardState, layout: bytes, bounds: tuple[int, int],
                             start: int) -> bool:
         """Data-parallel: the snapshot of `start` of the stage, written unless a later start has begun (then
-        False: that start resumed from an earlier snapshot, and this one would mix two lineages)."""
-        return self._unless_a_later_start(start, lambda pipe: snapshots.replace(pipe, self.shard.snapshot, state,
-                                                                                layout, bounds))
+        False: that start resumed from an earlier snapshot, and this one would mix two lineages). The start is
+        written again with it: a Redis restarted from its own snapshot, a second or two old, may have lost it."""
+        def write(pipe: typing.Any) -> None:
+            snapshots.replace(pipe, self.shard.snapshot, state, layout, bounds)
+            pipe.set(self.keys.stage_start, start)
+
+        return self._unless_a_later_start(start, write)
 
     def _unless_a_later_start(self, start: int, write: typing.Callable[[typing.Any], object]) -> bool:
         """`write`'s commands in one transaction, unless the newest start of the stage is later than `start`:

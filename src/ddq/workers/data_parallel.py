@@ -78,11 +78,14 @@ class RankZeroDuties:
         self.publisher = WeightsPublisher(connect_redis(redis_url), run, plays_trained=True)
         self.published = self.snapshotted = learner.updates
         self.next_point = next_mark(global_steps, config.run.eval_every)
+        self.superseded = False  # a later start of the stage has begun: this one publishes nothing more
         self.publisher.start()
 
     def after(self, global_steps: int) -> None:
         """Publishes what is due now that the run has `global_steps` env steps."""
         updates, distributed = self.learner.updates, self.config.distributed
+        if self.superseded:
+            return
         if global_steps >= self.next_point:
             self.publisher.hand_over_point(self._messages(target_too=False)[0], global_steps)
             self.next_point = next_mark(global_steps, self.config.run.eval_every)
@@ -116,8 +119,9 @@ class RankZeroDuties:
         state = ShardState(learner.updates, self._target_version(), learner.flat.data.cpu(),
                            learner.target_flat.data.cpu(), learner.optimizer.state_dict())
         if not self.channel.save_stage_snapshot(state, self.layout, self.bounds, self.start):
-            print(f"ddq: worker 0 of the stage's start {self.start + 1} keeps no snapshot of its {learner.updates} "
-                  "updates: a later start has begun", file=sys.stderr, flush=True)
+            self.superseded = True
+            print(f"ddq: worker 0 of the stage's start {self.start + 1} publishes nothing more (its snapshot of "
+                  f"{learner.updates} updates is not kept): a later start has begun", file=sys.stderr, flush=True)
         self.snapshotted = learner.updates
 
     def finish(self, global_steps: int) -> None:
@@ -125,8 +129,9 @@ class RankZeroDuties:
         its connections close (Spark reuses the task's Python process)."""
         try:
             self.snapshot()
-            self.report()
-            self.publisher.hand_over(self.learner.updates, self._messages(target_too=True), global_steps)
+            if not self.superseded:
+                self.report()
+                self.publisher.hand_over(self.learner.updates, self._messages(target_too=True), global_steps)
             self.publisher.stop()
         finally:
             self.channel.client.close()
