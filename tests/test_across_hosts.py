@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from ddq.benchmarks.chaos import task_processes
 from ddq.benchmarks.procfs import child_named, processes_mentioning
 from ddq.benchmarks.spark_cluster import (
     SPARK_HOME,
@@ -275,6 +276,57 @@ def test_a_worker_host_down_as_the_run_starts_is_waited_for_and_one_never_up_is_
     played = {row["worker"]: row["env_steps"] for row in summary["workers"]}
     assert min(played.values()) > 500 and len(summary["workers"]) == 2, summary["workers"]
     cluster.wait_for_workers()  # both hosts up for the next test
+
+
+def test_a_data_parallel_run_rides_out_a_killed_worker_then_a_crashed_worker_host(cluster):
+    """Data-parallel across h1 and h2 (CartPole's PQN): the Python process of h2's worker is SIGKILLed by PID;
+    once the stage's second start plays, every process of h1 is killed at once and its worker daemon started
+    again (a host's reboot: the stage needs a task slot per worker). Each time the driver starts the barrier
+    stage again from worker 0's newest snapshot: the run spends its budget with exit 0, and the summary's
+    `lost` names every attempt of the two failed starts, `redone` the starts that replaced them."""
+    name, budget = "dp-faults", 100_000  # each fault lands seconds into a start: its rows say what it played
+    driver = cluster.start_training(name, "--mode", "data-parallel", "--total-steps", str(budget))
+
+    def logged_steps() -> int:  # the run's env steps at its newest episode the driver logged
+        metrics = cluster.hosts.tmp("h0") / name / "metrics.jsonl"
+        return max([p.get("env_steps", 0) for p in map(json.loads, metrics.read_text().splitlines()[-200:])] + [0])
+
+    def wait_for_log(text: str) -> None:
+        deadline = time.monotonic() + 180
+        while text not in cluster.log(name):
+            assert driver.poll() is None and time.monotonic() < deadline, cluster.log(name)[-4000:]
+            time.sleep(0.2)
+
+    wait_for_worker_steps(cluster, name, 1, 20_000)
+    [task] = task_processes(cluster.hosts, "h2")
+    os.kill(task, signal.SIGKILL)
+    wait_for_log("starting it again (2 of 4)")
+    wait_for_worker_steps(cluster, name, 0, logged_steps() + 20_000)  # the second start plays
+    cluster.hosts.crash("h1")
+    assert cluster.hosts.pids("h1") == []
+    cluster.daemons[1] = cluster.worker_daemon("h1")
+    code, summary, log = cluster.finish(name, driver)
+    assert code == 0 and "ddq: error" not in log, log[-4000:]
+    assert "starting it again (3 of 4)" in log and "(4 of 4)" not in log, log[-4000:]
+    assert summary["stop_reason"] == "step budget spent" and summary["env_steps"] >= budget
+    lost = {(w["worker"], w["attempt"]): w for w in summary["lost"]}
+    redone = {(w["worker"], w["attempt"]): w for w in summary["redone"]}
+    assert set(lost) == {(0, 0), (1, 0), (0, 1), (1, 1)}, summary["workers"]
+    assert all(w["env_steps"] > 0 and w["weights_version"] > w["started_from"] for w in lost.values()), lost
+    last = [w for w in redone.values() if w["attempt"] == 2]
+    assert len(last) == 2 and {w["state"] for w in last} == {"finished"}, summary["workers"]
+    assert {w["weights_version"] for w in last} == {summary["updates"]}
+    # the loss is named and bounded: each start began from the newest snapshot, never an older line's (a rank
+    # 0 that outlived its start wrote its last as it ended; one on the crashed host wrote every snapshot_every
+    # updates), and the lost rows' versions, up to a second old, are that far past it at most
+    every = summary["config"]["distributed"]["server"]["snapshot_every"]
+    for start, replaced in ((1, 0), (2, 1)):
+        began = {w["started_from"] for w in summary["workers"] if w["attempt"] == start}
+        was = [w for w in lost.values() if w["attempt"] == replaced]
+        assert len(began) == 1, summary["workers"]
+        snapshot = began.pop()
+        assert was[0]["started_from"] <= snapshot and max(w["weights_version"] for w in was) - snapshot <= every, (
+            summary["lost"], summary["redone"])
 
 
 def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(cluster):
