@@ -114,7 +114,7 @@ def test_a_killed_worker_restarts_the_stage_from_the_newest_snapshot(tmp_path):
             process.kill()
     text = log.read_text()
     assert code == 0 and "ddq: error" not in text, text[-3000:]
-    assert "starting it again (2 of 4)" in text, text[-3000:]  # the driver's second start of the stage
+    assert "starting it again (1 of 3 within 10 minutes)" in text, text[-3000:]  # the stage's second start
     summary = summary_of(run_dir)
     assert summary["env_steps"] >= budget and summary["stop_reason"] == "step budget spent"
     lost = {(w["worker"], w["attempt"]): w for w in summary["lost"]}
@@ -156,7 +156,7 @@ def test_a_hung_worker_stalls_the_stage_which_starts_again_and_once_the_run_stop
             workers = wait_for(lambda: next(client.scan_iter("ddq:*:workers"), None), process)
             hung.append(json.loads(client.hget(workers, "1:0"))["pid"])
             os.kill(hung[0], signal.SIGSTOP)
-            wait_for(lambda: "starting it again (2 of 4)" in log.read_text(), process, timeout=120)
+            wait_for(lambda: "starting it again (1 of 3 within 10 minutes)" in log.read_text(), process, timeout=120)
             played = max(json.loads(line).get("env_steps", 0) for line in (run_dir / "metrics.jsonl").open())
             wait_for_progress(run_dir, process, log, played + 2_000)  # the second start plays
             hung.append(json.loads(wait_for(lambda: client.hget(workers, "1:1"), process))["pid"])
@@ -170,10 +170,10 @@ def test_a_hung_worker_stalls_the_stage_which_starts_again_and_once_the_run_stop
     left = [pid for pid in hung if still_there(pid)]
     for pid in left:
         os.kill(pid, signal.SIGKILL)
-    assert code == 143 and "ddq: error" not in text and "(3 of 4)" not in text, text[-3000:]
+    assert code == 143 and "ddq: error" not in text and "(2 of 3" not in text, text[-3000:]
     assert f"ddq: no worker added an env step for {stall} s as the run stops" in text, text[-3000:]
     assert (f"the workers' stage failed (no worker added an env step for {stall} s: a worker hung?); "
-            "starting it again (2 of 4)") in text, text[-3000:]
+            "starting it again (1 of 3 within 10 minutes)") in text, text[-3000:]
     summary = summary_of(run_dir)
     assert summary["stop_reason"] == "stopped by the user" and summary["stopped_by"] == "SIGTERM"
     lost = {(w["worker"], w["attempt"]): w for w in summary["lost"]}
@@ -355,6 +355,54 @@ def test_the_stall_watch_starts_a_stage_that_trained_again_once_ends_a_stopping_
     after(15.5, stall, 500, job, stopping=True)
     after(30, stall, 500, job, stopping=True)
     assert job.told == [("end", 0)]
+
+
+class FailingStarts:
+    """A Spark context whose stage fails its first `failures` starts, each `apart_s` after the one before on
+    `clock` (pure logic: what SparkJob asks of a context)."""
+
+    def __init__(self, failures: int, apart_s: float, clock: list[float]):
+        self.failures, self.apart_s, self.clock, self.starts = failures, apart_s, clock, 0
+
+    def setJobGroup(self, group: str, description: str) -> None:  # noqa: N802 - Spark's name
+        pass
+
+    def parallelize(self, items: object, slices: int) -> FailingStarts:
+        return self
+
+    def barrier(self) -> FailingStarts:
+        return self
+
+    def mapPartitionsWithIndex(self, function: object) -> FailingStarts:  # noqa: N802 - Spark's name
+        return self
+
+    def collect(self) -> list:
+        self.starts += 1
+        self.clock[0] += self.apart_s
+        if self.starts <= self.failures:
+            raise RuntimeError("Python worker exited unexpectedly (crashed)")
+        return []
+
+
+@pytest.mark.parametrize("minutes_apart, failures, ends", [(0, 3, False), (0, 4, True), (11, 7, False)])
+def test_a_barrier_stage_is_started_again_at_most_3_times_within_10_minutes(capsys, minutes_apart, failures, ends):
+    """As the supervisor restarts a process: a stage that keeps failing ends the run, and a long run outlives
+    a fault now and then (before, the fourth start was the last, however far apart the faults came)."""
+    from ddq.spark.context import SparkJob
+
+    clock = [0.0]
+    context = FailingStarts(failures, minutes_apart * 60.0, clock)
+    job = SparkJob(context, lambda *_: iter(()), 2, True, "", "", "r")
+    job.restarts.clock = lambda: clock[0]
+    job._run(lambda *_: iter(()), 2, True, "", "", "r")  # the job's thread's work, on this one
+    assert job.ended.is_set() and (job.error is not None) == ends, job.error
+    said = capsys.readouterr().err
+    if ends:
+        assert str(job.error).endswith("(after 3 restarts of the stage within 10 minutes)"), job.error
+        assert context.starts == 4 and "starting it again (3 of 3 within 10 minutes)" in said
+    else:
+        assert context.starts == failures + 1 and job.start_index == failures
+        assert said.count("starting it again (1 of 3 within 10 minutes)") == (failures if minutes_apart else 1)
 
 
 def test_settings_data_parallel_refuses(tmp_path):

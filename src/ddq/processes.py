@@ -19,7 +19,7 @@ from pathlib import Path
 _PR_SET_PDEATHSIG = 1
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
-RESTART_WINDOW_S = 600.0  # a process restarted max_restarts times within this long ends the run at its next death
+RESTART_WINDOW_S = 600.0  # what restarted its most times within this long ends the run at its next failure
 # Messages of tens of megabytes: glibc would hand each one fresh mmapped pages (a page fault per
 # 4 KiB, several times the cost of the copy itself) and return them at once; these keep the heap.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**31)}
@@ -120,14 +120,40 @@ class ProcessFailed(RuntimeError):
 
 
 @dataclass
+class RestartIntensity:
+    """An Erlang supervisor's intensity and period: at most `most` restarts within `period_s`, so that what
+    keeps failing ends the run, and what fails now and then over hours does not."""
+
+    most: int = 3
+    period_s: float = RESTART_WINDOW_S
+    clock: Callable[[], float] = time.monotonic
+    at: list[float] = field(default_factory=list)  # clock times of the restarts within the period
+
+    def allows(self) -> bool:
+        """Whether one more restart is allowed now."""
+        now = self.clock()
+        self.at = [at for at in self.at if now - at < self.period_s]
+        return len(self.at) < self.most
+
+    def record(self) -> int:
+        """Counts a restart now; returns the restarts within the period, this one included."""
+        self.at.append(self.clock())
+        return len(self.at)
+
+    def within(self) -> str:
+        """" within 10 minutes", for a line that counts restarts."""
+        return f" within {self.period_s / 60:.0f} minutes"
+
+
+@dataclass
 class Watched:
     name: str
     process: subprocess.Popen
+    intensity: RestartIntensity
     log: Path | None = None
     restart: Callable[[], subprocess.Popen] | None = None  # None: it cannot be restarted
     essential: bool = True  # False: the run goes on without it (Celery, the dashboard)
     restarts: int = 0
-    restarted_at: list[float] = field(default_factory=list)  # clock times of its restarts within the window
     gone: bool = False
     on_gone: Callable[[], None] | None = None  # a promptly watched process's: called once it stays dead
 
@@ -156,7 +182,8 @@ class Supervisor:
     def watch(self, name: str, process: subprocess.Popen, log: Path | None = None,
               restart: Callable[[], subprocess.Popen] | None = None, essential: bool = True,
               promptly: bool = False, on_gone: Callable[[], None] | None = None) -> Watched:
-        entry = Watched(name, process, log, restart, essential, on_gone=on_gone)
+        entry = Watched(name, process, RestartIntensity(self.max_restarts, self.window_s, self.clock), log, restart,
+                        essential, on_gone=on_gone)
         self.watched.append(entry)
         if promptly and restart is not None:
             threading.Thread(target=self._keep, args=(entry,), name=f"keep {name}", daemon=True).start()
@@ -173,25 +200,19 @@ class Supervisor:
             with self.lock:
                 if self.closing.is_set() or entry.gone or entry.process.poll() is None:
                     continue
-                if not self._may_restart(entry):
+                if not entry.intensity.allows():
                     if entry.on_gone is not None:
                         entry.on_gone()  # before check() ends the run: nothing need wait for it any more
                     return
                 self._restart(entry)
 
-    def _may_restart(self, entry: Watched) -> bool:
-        """Whether `entry` was restarted fewer than max_restarts times in the last window_s."""
-        now = self.clock()
-        entry.restarted_at = [at for at in entry.restarted_at if now - at < self.window_s]
-        return len(entry.restarted_at) < self.max_restarts
-
     def _restart(self, entry: Watched) -> None:
         assert entry.restart is not None
         entry.restarts += 1
-        entry.restarted_at.append(self.clock())
+        count = entry.intensity.record()
         see = f"; see {entry.log}" if entry.log else ""
         _say(f"ddq: {entry.name} (pid {entry.process.pid}) died ({how_it_ended(entry.process.returncode)}); restarting "
-             f"it ({len(entry.restarted_at)} of {self.max_restarts}){see}")
+             f"it ({count} of {self.max_restarts}){see}")
         try:
             entry.process = entry.restart()
         except Exception as error:  # noqa: BLE001 - it stays dead: the next look tries again, or ends the run
@@ -209,12 +230,12 @@ class Supervisor:
         see = f"; see {entry.log}" if entry.log else ""
         if stopping and code == 0:
             entry.gone = True
-        elif entry.restart is not None and self._may_restart(entry) and not stopping:
+        elif entry.restart is not None and entry.intensity.allows() and not stopping:
             self._restart(entry)
         elif entry.essential:
             entry.gone = True
-            within = f" within {self.window_s / 60:.0f} minutes" if entry.restarted_at else ""
-            after = f" after {len(entry.restarted_at)} restarts{within}" if entry.restarts else ""
+            within = entry.intensity.within() if entry.intensity.at else ""
+            after = f" after {len(entry.intensity.at)} restarts{within}" if entry.restarts else ""
             raise ProcessFailed(f"{entry.name} (pid {pid}) died ({how_it_ended(code)}){after}{see}")
         else:
             entry.gone = True

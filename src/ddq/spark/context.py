@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ddq.config.masters import is_local, is_standalone, with_task_retries
+from ddq.processes import RESTART_WINDOW_S, RestartIntensity
 from ddq.spark.jvm_archive import java_options, jvm_options, note_class_path
 from ddq.spark.jvm_boot import BootingJvm, end_unused_jvm, launch_jvm
 from ddq.spark.operator_conf import operator_settings
@@ -63,9 +65,10 @@ class SparkJob:
     function: Spark ships it to the executors, not the driver), as a barrier stage when asked (Spark's
     barrier execution: its tasks start together, and one failing ends them all). Spark retries a failed task
     of a plain stage itself (spark.task.maxFailures). A failed barrier stage the driver starts again, up to
-    TASK_RETRIES starts in all, each numbered (`start`) so that its tasks form their process group under keys
-    of its own: Spark runs a barrier stage again only as a shuffle map stage, and its tasks could not tell
-    that run from the one before."""
+    TASK_RETRIES - 1 times within RESTART_WINDOW_S (as the supervisor restarts a process: a long run outlives
+    a fault now and then, on any of its hosts), each start numbered (`start`) so that its tasks form their
+    process group under keys of its own: Spark runs a barrier stage again only as a shuffle map stage, and
+    its tasks could not tell that run from the one before."""
 
     def __init__(self, context: Any, task: SparkTask, workers: int, barrier: bool, settings: str, url: str,
                  run: str, on_end: Callable[[], None] = lambda: None):
@@ -74,7 +77,7 @@ class SparkJob:
         self.ended = threading.Event()  # set before `on_end` is called: the job is over for whoever it wakes
         self.error: SparkJobFailed | None = None
         self.cancelled = threading.Event()
-        self.starts = TASK_RETRIES if barrier else 1
+        self.restarts = RestartIntensity(TASK_RETRIES - 1 if barrier else 0, RESTART_WINDOW_S)
         self.start_index = 0  # of the stage's start now running
         self.ended_for: tuple[int, str] | None = None  # a start the driver ended, and why
         self.winding_down = threading.Event()  # the driver ended a start as the run stops: no start follows
@@ -90,14 +93,13 @@ class SparkJob:
             self.on_end()
 
     def _starts(self, task: SparkTask, workers: int, barrier: bool, settings: str, url: str, run: str) -> None:
-        starts = self.starts
-        for start in range(starts):
+        for start in itertools.count():
             with self.lock:
                 if self.winding_down.is_set():  # the driver ended the start before this one as the run stops
                     return
                 self.start_index = start
             try:
-                self.context.setJobGroup(start_group(start), f"the workers' stage, start {start + 1} of {starts}")
+                self.context.setJobGroup(start_group(start), f"the workers' stage, start {start + 1}")
                 rdd = self.context.parallelize(range(workers), workers)
                 (rdd.barrier() if barrier else rdd).mapPartitionsWithIndex(
                     stage_function(task, settings, url, run, start)).collect()
@@ -109,11 +111,20 @@ class SparkJob:
                 if ended_why is not None and self.winding_down.is_set():
                     return  # the run stops, and the driver ended the start whose workers did not
                 failure = ended_why or python_error(str(error))
-                if self.cancelled.is_set() or self.winding_down.is_set() or start == starts - 1:
-                    self.error = SparkJobFailed(f"the Spark job failed: {failure}")
+                with self.lock:  # the driver's start_again reads the restarts too
+                    ends = self.cancelled.is_set() or self.winding_down.is_set() or not self.restarts.allows()
+                    count = 0 if ends else self.restarts.record()
+                if ends:
+                    self.error = SparkJobFailed(f"the Spark job failed: {failure}{self._after_restarts()}")
                     return
-                print(f"ddq: the workers' stage failed ({failure}); starting it again ({start + 2} of {starts})",
-                      file=sys.stderr, flush=True)
+                print(f"ddq: the workers' stage failed ({failure}); starting it again ({count} of "
+                      f"{self.restarts.most}{self.restarts.within()})", file=sys.stderr, flush=True)
+
+    def _after_restarts(self) -> str:
+        """What a failure that ends the job follows: the stage's restarts within the period, if any."""
+        count = len(self.restarts.at)
+        return f" (after {count} restart{'s' if count > 1 else ''} of the stage{self.restarts.within()})" \
+            if count else ""
 
     def start(self) -> None:
         self.thread.start()
@@ -126,10 +137,10 @@ class SparkJob:
 
     def start_again(self, start: int, why: str) -> bool:
         """Ends start `start` of the barrier stage as a failed task would, so that the next start runs, from
-        the newest snapshot; False where `start` is the last (or the stage is a plain one). A start that has
-        ended already is left alone: the next one runs anyway."""
+        the newest snapshot; False where no restart is left within the period (or the stage is a plain one).
+        A start that has ended already is left alone: the next one runs anyway."""
         with self.lock:
-            if start >= self.starts - 1 or self.cancelled.is_set() or self.winding_down.is_set():
+            if not self.restarts.allows() or self.cancelled.is_set() or self.winding_down.is_set():
                 return False
             self._end(start, why)
             return True
