@@ -250,8 +250,14 @@ class Supervisor:
 def exit_on_sigterm() -> None:
     """Makes SIGTERM end this process as an exception does (exit code 143), so that what its `with` blocks
     and `finally` clauses hold is cleaned up on the way out: by default Python ends at once, and leaves
-    behind what it started (a bench's test hosts, a dashboard's private Redis)."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    behind what it started (a bench's test hosts, a dashboard's private Redis). A SIGTERM that comes while
+    that cleanup runs is let pass: one raised in it cut it short (`timeout` passing on the SIGTERM it got to
+    a bench that a `pkill` had sent one too left its test hosts running)."""
+    def leave(*_: object) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: None)  # a Python handler: the children it starts keep SIGTERM's
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, leave)
 
 
 def how_it_ended(code: int) -> str:
