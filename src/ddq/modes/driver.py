@@ -68,8 +68,8 @@ class StallWatch:
     trained is started again instead, once; the next is given the stall timeout from the moment Spark has
     killed the hung task. A start that never trained, or one with no restart left, ends the run. Once the run
     stops, workers that have not ended are given the stall timeout (since their last step), then their stage
-    is ended: a stop waited for Spark to give up on them before (a barrier stage short of task slots: 4 x 10
-    minutes)."""
+    is ended: a stop waited for Spark to give up on them before (a barrier stage short of task slots fails
+    after 10 minutes, and is started again: the watch alone ends it)."""
 
     def __init__(self, steps: int, timeout_s: float, starts_again: bool, resume_hint: str):
         self.timeout_s, self.starts_again, self.resume_hint = timeout_s, starts_again, resume_hint
