@@ -6,20 +6,23 @@ Needs root (the test hosts are network and mount namespaces of this machine, `dd
 
 `--topology private`: a driver host (h0: the Spark master, `ddq train`, its private TLS Redis) and three
 worker hosts (h1-h3, a Spark worker daemon of one core each), with a spare (h4) that joins when a host is
-cut off for good. For each mode (downpour, then actor-learner; DQN on CartPole, a task per worker core) the
-run trains for `--minutes` while, every `--fault-every` seconds, a fault drawn at random (seeded) strikes:
+cut off for good. For each mode (downpour, actor-learner, then data-parallel; DQN on CartPole, a task per
+worker core) the run trains for `--minutes` while, every `--fault-every` seconds, a fault drawn at random
+(seeded) strikes:
 
 - a worker process SIGKILLed (a Barista or an actor, by PID);
 - a worker host's link cut for 20 s, then restored;
 - a worker host crashed (every process of it killed at once), its worker daemon started again 10 s later;
 - a worker host cut for good, and the spare host's worker daemon started (once);
 - the run's Redis SIGKILLed;
-- the weights' owner SIGKILLed (a parameter-server shard, or the learner).
+- the weights' owner SIGKILLed (a parameter-server shard, or the learner; in data-parallel, where every
+  worker holds the weights, a worker process).
 
 Then Ctrl-C, and `--resume` with 3,000 more env steps. It prints each fault and the checks: the resume
 exits 0 having spent its budget; every gradient (or experience message) was applied at most once (the
 owner's exact account: what it applied equals its version, nothing refused was applied, each worker's
-`applied + stale + lost == sent`); nothing of either session left running; no namespace left afterwards.
+`applied + stale + lost == sent`; in data-parallel, every worker that finished on the run's update count);
+nothing of either session left running; no namespace left afterwards.
 
 `--topology proxied`: two worker hosts of two cores each (h1, h2: four workers), a spare (h3), and an
 operator's TLS Redis on h0 (`DDQ_REDIS_URL`) that every connection reaches through the latency proxy. Its
@@ -52,7 +55,8 @@ HOST_FAULTS = ("worker process killed", "link cut for 20 s", "host crashed, rebo
                "weights owner killed")
 FAULTS = {"private": (*HOST_FAULTS, "Redis killed"),
           "proxied": (*HOST_FAULTS, "proxy killed, restarted", "2 +- 1 ms latency for a minute")}
-OWNER = {"downpour": "param-server", "actor-learner": "learner"}  # `ddq <this>`: the JVM's app name has them too
+# `ddq <this>`: the JVM's app name has them too; data-parallel's workers each hold the weights
+OWNER: dict[str, str | None] = {"downpour": "param-server", "actor-learner": "learner", "data-parallel": None}
 
 
 def task_processes(hosts: TestHosts, host: str) -> list[int]:
@@ -100,7 +104,7 @@ class Chaos:
     def strike(self, fault: str, driver: subprocess.Popen, mode: str) -> str:
         """Does `fault`; returns what it struck."""
         hosts, host = self.cluster.hosts, self.rng.choice(self.live)
-        if fault == "worker process killed":
+        if fault == "worker process killed" or (fault == "weights owner killed" and OWNER[mode] is None):
             tasks = task_processes(hosts, host)
             if not tasks:
                 return f"{host}: no task running"
@@ -130,7 +134,9 @@ class Chaos:
             return self.redis.restart()
         if self.redis is not None and fault == "2 +- 1 ms latency for a minute":
             return self.redis.latency(60)
-        name = "redis-server" if fault == "Redis killed" else OWNER[mode]
+        owner = OWNER[mode]
+        assert fault == "Redis killed" or owner is not None  # data-parallel's owner fault kills a worker, above
+        name = "redis-server" if fault == "Redis killed" else str(owner)
         victim = child_named(driver.pid, name if fault == "Redis killed" else f"ddq\0{name}", missing_ok=True)
         if victim is None:
             return f"no {name} running"
@@ -197,6 +203,11 @@ def checks(result: dict) -> dict[str, bool | None]:
                                        "budget spent": after.get("env_steps", 0) >= result["budget"],
                                        "nothing left running": result["left_running"] == []}
     for session, summary in (("interrupted", first), ("resumed", after)):
+        if result["mode"] == "data-parallel":  # no account: every update is every worker's averaged gradient
+            finished = [w for w in summary.get("workers", []) if w.get("state") == "finished"]
+            checked[f"{session}: every worker on every update"] = None if not finished else all(
+                w["weights_version"] == summary.get("updates") for w in finished)
+            continue
         account = summary.get("account") or {}
         rows = account.get("workers")
         checked[f"{session}: applied at most once"] = None if not rows else all(
@@ -219,7 +230,8 @@ def report(result: dict) -> str:
               f"- resumed session: exit {result['resumed']}, {after.get('env_steps')} env steps of "
               f"{result['budget']}, restarts {after.get('restarts')}",
               f"- account (resumed run's owner): applied {account.get('applied')}, repeats refused "
-              f"{account.get('repeats')}, workers {account.get('workers')}"]
+              f"{account.get('repeats')}, workers {account.get('workers')}" if account else
+              f"- resumed run's updates: {after.get('updates')}, each every worker's averaged gradient"]
     lines += [f"- {'NOT CHECKED' if ok is None else 'PASS' if ok else 'FAIL'}: {name}"
               for name, ok in checks(result).items()]
     lines += [f"- left running: {command}" for command in result["left_running"]]
