@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_events_match_metrics
 from ddq.benchmarks.chaos import task_processes
 from ddq.benchmarks.procfs import child_named, processes_mentioning
 from ddq.benchmarks.spark_cluster import (
@@ -31,8 +32,11 @@ from ddq.benchmarks.spark_cluster import (
 )
 from ddq.benchmarks.testhosts import TestHosts, deps_only_python, executor_environment
 from ddq.modes.driver import JOB_CANCEL_WAIT_S
+from ddq.services.telemetry import collective_share
 from ddq.spark.start import SPARK_STOP_WAIT_S
 from hosts import skip_unless_root
+from test_data_parallel import evaluation_points
+from test_downpour import TAGS
 
 pytestmark = [skip_unless_root, pytest.mark.slow]
 
@@ -284,7 +288,7 @@ def test_a_data_parallel_run_rides_out_a_killed_worker_then_a_crashed_worker_hos
     again (a host's reboot: the stage needs a task slot per worker). Each time the driver starts the barrier
     stage again from worker 0's newest snapshot: the run spends its budget with exit 0, and the summary's
     `lost` names every attempt of the two failed starts, `redone` the starts that replaced them."""
-    name, budget = "dp-faults", 100_000  # each fault lands seconds into a start: its rows say what it played
+    name, budget = "dp-faults", 60_000  # each fault lands seconds into a start: its rows say what it played
     driver = cluster.start_training(name, "--mode", "data-parallel", "--total-steps", str(budget))
 
     def logged_steps() -> int:  # the run's env steps at its newest episode the driver logged
@@ -327,6 +331,20 @@ def test_a_data_parallel_run_rides_out_a_killed_worker_then_a_crashed_worker_hos
         snapshot = began.pop()
         assert was[0]["started_from"] <= snapshot and max(w["weights_version"] for w in was) - snapshot <= every, (
             summary["lost"], summary["redone"])
+    # each worker's row says what share of its time went to the all-reduces (the dashboard's column)
+    rows = [w for w in summary["workers"] if w["attempt"] == 2]
+    assert len(rows) == 2 and all(0 < (collective_share(w) or 0) < 1 for w in rows), rows
+    run_dir = cluster.hosts.tmp("h0") / name
+    assert (run_dir / "data-parallel.pt").exists()
+    assert_events_match_metrics(run_dir, TAGS)
+    # each mark evaluated once (a point keeps its trained steps), though a start may publish once more the
+    # mark its rank 0 had run ahead to
+    marks = [steps // summary["config"]["run"]["eval_every"] for steps, _ in evaluation_points(run_dir)]
+    assert marks == sorted(set(marks)), marks
+    # worker 0 reported the updates where a parameter server's shard would: every one applied fresh
+    points = [e for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if e["kind"] == "train"]
+    judged = [p["staleness"] for p in points if p.get("staleness") is not None]
+    assert judged and set(judged) == {0.0}
 
 
 def test_a_worker_host_crash_mid_run_is_redone_elsewhere_and_the_run_completes(cluster):
