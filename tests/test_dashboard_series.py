@@ -196,6 +196,16 @@ def test_lost_and_redone_name_dead_attempts_and_their_retries():
     assert lost_and_redone(rows[2:]) == {"lost": [], "redone": []}
 
 
+def test_the_steps_the_workers_rows_say_they_played_bound_a_count_redis_rolled_back():
+    """A Redis restored from its snapshot as the workers ended forgot what they counted since; the summary's
+    env steps are at least the session's start and every attempt's steps (a row is written after its
+    report), a row whose number is missing or malformed counting none."""
+    from ddq.services.telemetry import played
+
+    rows = [{"env_steps": 900}, {"env_steps": 300}, {"env_steps": 5000}, {"env_steps": "x"}, {}]
+    assert played(rows) == 6200 and played([]) == 0
+
+
 def test_worker_rows_redis_forgot_or_holds_older_stay_as_last_read():
     from ddq.services.telemetry import newest_rows
 

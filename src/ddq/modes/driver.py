@@ -42,6 +42,7 @@ from ddq.services.telemetry import (
     lost_and_redone,
     network_info,
     newest_rows,
+    played,
     sender_account,
     shard_reports,
     worker_rows,
@@ -138,6 +139,7 @@ class Driver:
         self.record = RunRecord(config, log, counters, self.started_at - counters.wall_time_s)
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
         self.next_log = next_mark(counters.env_steps, config.run.log_every)  # the next training point's env steps
+        self.session_steps = counters.env_steps  # the run's env steps as this command began
         self.supervisor = Supervisor()
         self.services = RunServices(config, self.run, self.run_dir, self.supervisor)
         self.signals = StopSignals()
@@ -295,9 +297,11 @@ class Driver:
         workers, received, account = s.reporter.workers, None, None
         counters.wall_time_s = time.time() - self.record.origin
         with contextlib.suppress(StoreError):
-            # the workers' last steps: a job can end between two of the watch's reads (a fast PQN run did)
-            counters.env_steps = max(counters.env_steps, s.store.env_steps())
             workers = newest_rows(workers, worker_rows(s.store))
+            # the workers' last steps: a job can end between two of the watch's reads (a fast PQN run did), and a
+            # Redis restored from its snapshot as they ended forgot what they counted since, which their last rows
+            # (each attempt's steps, written as it ended) still hold
+            counters.env_steps = max(counters.env_steps, s.store.env_steps(), self.session_steps + played(workers))
             received = s.store.pushes()  # counted by Redis as each push arrived
             account = sender_account(shard_reports(s.store, self.wiring.weights.slices))
             log_new_episodes(self.services, self.record, self.recent_returns)
