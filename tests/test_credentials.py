@@ -11,7 +11,8 @@ from urllib.parse import quote
 import pytest
 from pyspark.serializers import CloudPickleSerializer
 
-from ddq.spark.context import password_route, stage_function
+from ddq.spark.context import password_route
+from ddq.spark.job import stage_function
 from ddq.transport.credentials import (
     PASSWORD_FILE_VARIABLE,
     PASSWORD_VARIABLE,
@@ -87,7 +88,8 @@ def test_a_runs_password_is_the_given_urls_or_the_hosts_or_made_for_a_redis_serv
 def test_a_real_spark_task_without_its_hosts_password_fails_the_job_with_that_one_line(tmp_path, monkeypatch):
     """On a local master's real Python workers, which ddq was not asked to give the password: the job's error
     is the executor's line, not Py4J's."""
-    from ddq.spark.context import SparkJob, local_master
+    from ddq.spark.context import local_master
+    from ddq.spark.job import SparkJob
     from ddq.spark.start import SparkStarting
     from ddq.spark.tasks import barista_task
 

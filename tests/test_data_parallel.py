@@ -344,7 +344,7 @@ class FailingStarts:
 def test_a_barrier_stage_is_started_again_at_most_3_times_within_10_minutes(capsys, minutes_apart, failures, ends):
     """As the supervisor restarts a process: a stage that keeps failing ends the run, and a long run outlives
     a fault now and then (before, the fourth start was the last, however far apart the faults came)."""
-    from ddq.spark.context import SparkJob
+    from ddq.spark.job import SparkJob
 
     clock = [0.0]
     context = FailingStarts(failures, minutes_apart * 60.0, clock)

@@ -47,7 +47,8 @@ from ddq.services.telemetry import (
     shard_reports,
     worker_rows,
 )
-from ddq.spark.context import SparkJob, SparkJobFailed, SparkTask
+from ddq.spark.context import SparkJobFailed
+from ddq.spark.job import SparkJob, SparkTask
 from ddq.spark.start import SparkStarting
 from ddq.transport.credentials import split_password
 from ddq.transport.redis_client import StoreError, snapshot_failed

@@ -20,12 +20,12 @@ from ddq.spark.context import (
     jvm_gateway,
     master_and_wait,
     prepare_environment,
-    python_error,
     quiet_py4j,
     spark_conf,
     start_context,
     task_slots,
 )
+from ddq.spark.job import python_error
 from ddq.spark.jvm_archive import java_options, writing_to
 from ddq.spark.jvm_boot import BootingJvm, end_launch, end_unused_jvm
 

@@ -1,5 +1,5 @@
 """What each Spark task of a distributed run runs, on an executor: a downpour Barista, an actor, or a rank of
-data-parallel's barrier stage (`ddq.spark.context.SparkJob` submits them)."""
+data-parallel's barrier stage (`ddq.spark.job.SparkJob` submits them)."""
 
 from __future__ import annotations
 
