@@ -212,7 +212,7 @@ class Supervisor:
         count = entry.intensity.record()
         see = f"; see {entry.log}" if entry.log else ""
         _say(f"ddq: {entry.name} (pid {entry.process.pid}) died ({how_it_ended(entry.process.returncode)}); restarting "
-             f"it ({count} of {self.max_restarts}){see}")
+             f"it ({count} of {entry.intensity.most}){see}")
         try:
             entry.process = entry.restart()
         except Exception as error:  # noqa: BLE001 - it stays dead: the next look tries again, or ends the run

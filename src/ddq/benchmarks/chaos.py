@@ -134,9 +134,8 @@ class Chaos:
             return self.redis.restart()
         if self.redis is not None and fault == "2 +- 1 ms latency for a minute":
             return self.redis.latency(60)
-        owner = OWNER[mode]
-        assert fault == "Redis killed" or owner is not None  # data-parallel's owner fault kills a worker, above
-        name = "redis-server" if fault == "Redis killed" else str(owner)
+        name = "redis-server" if fault == "Redis killed" else OWNER[mode]
+        assert name is not None  # data-parallel's owner fault kills a worker, above
         victim = child_named(driver.pid, name if fault == "Redis killed" else f"ddq\0{name}", missing_ok=True)
         if victim is None:
             return f"no {name} running"

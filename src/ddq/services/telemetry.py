@@ -151,9 +151,9 @@ def lost_and_redone(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def played(rows: list[dict]) -> int:
-    """The env steps `worker_rows` attempts say they played and counted, together: each row is written after
-    its worker's report, so it is at most what the run's count gained from that attempt (less for one that
-    died between a report and its row)."""
+    """The env steps `worker_rows` attempts say they played and counted, together: a Barista writes its row
+    after its report, an actor's counts only the sends that returned, so each is at most what the run's count
+    gained from that attempt (less for one that died between a report and its row)."""
     return sum(int(finite_number(row.get("env_steps")) or 0) for row in rows)
 
 

@@ -83,9 +83,9 @@ class RankZeroDuties:
 
     def after(self, global_steps: int) -> None:
         """Publishes what is due now that the run has `global_steps` env steps."""
-        updates, distributed = self.learner.updates, self.config.distributed
         if self.superseded:
             return
+        updates, distributed = self.learner.updates, self.config.distributed
         if global_steps >= self.next_point:
             self.publisher.hand_over_point(self._messages(target_too=False)[0], global_steps)
             self.next_point = next_mark(global_steps, self.config.run.eval_every)
