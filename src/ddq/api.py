@@ -236,6 +236,7 @@ def ignored_settings_note(values: dict[str, Any], config_file: str | None, confi
 def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple[dict[str, Any], str | None]:
     """`values`, with the mode measured best here when neither they nor the config file name one, and
     the reason for it (None when one was named): the run's first line."""
+    from ddq.config.cores import usable_cores
     from ddq.config.measured import measured_mode
     from ddq.spark.context import launched_by_spark_submit
 
@@ -243,7 +244,7 @@ def with_measured_mode(values: dict[str, Any], config_file: str | None) -> tuple
     if "mode" in values or "mode" in in_file:
         return values, None
     named = set(values) | set(in_file)
-    choice = measured_mode(named, values.get("spark_master", in_file.get("spark_master")), os.cpu_count() or 1,
+    choice = measured_mode(named, values.get("spark_master", in_file.get("spark_master")), usable_cores(),
                            launched_by_spark_submit())
     return {**values, "mode": choice.mode}, choice.why
 

@@ -3,9 +3,10 @@ own executors), a standalone cluster's (spark://), or another cluster manager's 
 
 from __future__ import annotations
 
-import os
 import re
 from urllib.parse import urlsplit
+
+from ddq.config.cores import usable_cores
 
 MASTER_URL = re.compile(r"^(local(\[(\d+|\*)(,\s*\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
 STANDALONE = "spark://"
@@ -33,8 +34,8 @@ def local_slots(master: str) -> int | None:
     if found is None:
         return None
     threads = found.group(1)
-    if threads == "*":  # Spark's JVM counts the cores this process may run on (taskset, a cpuset), as here
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if threads == "*":
+        return usable_cores()
     return 1 if threads is None else int(threads)
 
 
