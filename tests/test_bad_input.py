@@ -36,6 +36,9 @@ CASES = [
                                           "--target-return)"),
     (["train", "--total-episodes", "0"], "total_episodes must be positive (or none), got 0 (given as --total-episodes)"),
     (["train", "--mode", "serial", "--gamma", "1.5"], "gamma must be between 0 and 1, got 1.5 (given as --gamma)"),
+    # a schedule that rose was taken: exploration grew as the agent learned
+    (["train", "--epsilon-end", "0.2", "--epsilon-start", "0.1"], "epsilon_end 0.2 is above epsilon_start 0.1: "
+                                                                   "exploration falls from epsilon_start to epsilon_end"),
     (["train", "--env", "Foo-v9"], "--env 'Foo-v9': Environment `Foo` doesn't exist"),
     (["train", "--env", "CartPole-v9"], "did you mean CartPole-v1"),
     # one suggestion, ddq's (with versions), not Gymnasium's before it

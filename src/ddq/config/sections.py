@@ -96,6 +96,9 @@ class AgentConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
         fraction(self, "gamma", "epsilon_start", "epsilon_end", "priority_beta")
+        if self.epsilon_end > self.epsilon_start:  # a schedule that rises explores more as the agent learns
+            raise ValueError(f"epsilon_end {self.epsilon_end} is above epsilon_start {self.epsilon_start}: exploration "
+                             "falls from epsilon_start to epsilon_end; give an end at most the start (equal: constant)")
         positive_or_none(self, "max_grad_norm")
         if self.priority_alpha < 0:
             raise ValueError(f"priority_alpha must be at least 0, got {self.priority_alpha}")
