@@ -64,9 +64,19 @@ def cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture(autouse=True)
-def whole_cluster(cluster: Cluster) -> None:
+def whole_cluster(cluster: Cluster) -> Iterator[None]:
     """Each test starts on the whole cluster, whatever the one before it left (a failure mid-fault included):
-    every link up, a crashed host's worker daemon started again, and the master counting each worker free."""
+    every link up, a crashed host's worker daemon started again, and the master counting each worker free.
+    After it, with the cluster whole again, nothing of its runs runs on any host (`Cluster.left_running`)."""
+    restore(cluster)
+    yield
+    restore(cluster)
+    left, runs = cluster.left_running(*cluster.runs), sorted(cluster.runs)
+    cluster.runs.clear()
+    assert not left, f"left running by {runs}: {left}"
+
+
+def restore(cluster: Cluster) -> None:
     for host in ("h0", *cluster.workers):
         cluster.hosts.link_up(host)
     for index, host in enumerate(cluster.workers, start=1):
@@ -149,6 +159,7 @@ def test_spark_submit_with_what_ddq_package_writes_under_latency_on_every_redis_
                    for part in ("--conf", f"spark.{jvm}.defaultJavaOptions=-XX:+TieredCompilation")]
     url, _ = latency_proxy_on_h0(cluster, tls_redis_on_h0(cluster), delay_ms=1.0, jitter_ms=0.5)
     name = "submitted"
+    cluster.runs.add(name)  # (spark-submit, not `start_training`: its processes are looked for all the same)
     flags = ["--workers", "2", "--env", "CartPole-v1", "--total-steps", "2000", "--eval-every", "2000",
              "--eval-episodes", "2", "--no-progress", "--no-dashboard", "--no-celery", "--run-dir", f"/tmp/{name}"]
     submit = h.start("h0", inside[:inside.index("[ddq")] + flags, h.folder / f"{name}.log",

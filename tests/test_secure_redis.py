@@ -100,6 +100,10 @@ def test_a_listening_redis_passes_over_a_redis_server_without_tls_earlier_on_pat
     monkeypatch.delenv("DDQ_REDIS_SERVER")
     monkeypatch.setenv("PATH", str(without_tls.parent))  # no build with TLS: the first, for this host's runs
     assert redis_server_binary() == str(without_tls)
+    # which cannot serve other hosts, and says so (its config's first TLS line refused: its log said why, and
+    # the run's one line "redis-server exited with code 1 before it answered")
+    with pytest.raises(RuntimeError, match=f"^{without_tls} has no TLS, which serving other hosts needs: install"):
+        EmbeddedRedis(listen=ADDRESS, run="path")
 
 
 @pytest.mark.parametrize("listening", [False, True], ids=["tcp", "tls"])

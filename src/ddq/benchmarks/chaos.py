@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 
-from ddq.benchmarks.procfs import child_named, parent_and_command, processes_mentioning
+from ddq.benchmarks.procfs import child_named, parent_and_command
 from ddq.benchmarks.spark_cluster import (
     Cluster,
     ClusterError,
@@ -146,10 +146,6 @@ class Chaos:
         return self.rng.choice([fault for fault in self.faults if fault != "host cut for good" or self.spare])
 
 
-def run_ids(log: str) -> list[str]:
-    return [line.split()[3] for line in log.splitlines() if line.startswith("ddq: run id ")]
-
-
 def chaos_run(cluster: Cluster, chaos: Chaos, mode: str, minutes: float, every: float) -> dict:
     name = f"chaos-{mode}"
     flags = ("--mode", mode, "--algo", "dqn", "--eval-every", "5000", "--eval-episodes", "2")
@@ -170,28 +166,11 @@ def chaos_run(cluster: Cluster, chaos: Chaos, mode: str, minutes: float, every: 
     cluster.wait_for_workers()
     resumed = cluster.start_training(name, "--resume", f"/tmp/{name}", "--total-steps", str(budget), env=env)
     code2, after, log2 = cluster.finish(name, resumed, timeout=600)
-    # a cluster's executors are its worker daemons' to stop once the driver ended its application: what is left
-    # is looked for once the master counts every core free again
-    cluster.wait_for_workers()
-    where = {pid: host for host in cluster.hosts.names for pid in cluster.hosts.pids(host)}
-    cut_off = {pid for pid, host in where.items() if host in chaos.cut_off}  # out of anyone's reach
-    left = {pid for run in run_ids(log2) for pid in processes_mentioning(run)}
-    left |= set(processes_mentioning(f"/tmp/{name}"))
+    left = cluster.left_running(name, out_of_reach=chaos.cut_off)
     return {"mode": mode, "faults": faults, "interrupted": code, "resumed": code2, "budget": budget, "first": first,
-            "after": after, "left_running": [command_of(pid, where) for pid in sorted(left - cut_off)],
-            "left_on_cut_off_hosts": [command_of(pid, where) for pid in sorted(left & cut_off)],
+            "after": after, "left_running": [command for host, command in left if host not in chaos.cut_off],
+            "left_on_cut_off_hosts": [command for host, command in left if host in chaos.cut_off],
             "log_tail": log2[-2000:]}
-
-
-def command_of(pid: int, where: dict[int, str]) -> str:
-    """The process's host, its parent and its command line, a JVM's by its main class."""
-    parent, command = parent_and_command(pid)
-    if not command:
-        return f"{pid}: (gone)"
-    words = command.decode(errors="replace").split("\0")
-    if "-cp" in words:  # java -cp <classpath> [options] <main class> <arguments>
-        words = [words[0], *(word for word in words[words.index("-cp") + 2:] if not word.startswith("-X"))]
-    return f"{pid} on {where.get(pid, 'no test host')}, parent {parent}: " + " ".join(words)[:300]
 
 
 def checks(result: dict) -> dict[str, bool | None]:

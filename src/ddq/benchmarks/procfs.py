@@ -41,3 +41,15 @@ def processes_mentioning(text: str) -> list[int]:
         except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
             continue
     return [pid for pid in found if pid != os.getpid()]
+
+
+def command_of(pid: int, where: dict[int, str]) -> str:
+    """The process's host (`where`: PID to test host), its parent and its command line, a JVM's by its main
+    class."""
+    parent, command = parent_and_command(pid)
+    if not command:
+        return f"{pid}: (gone)"
+    words = command.decode(errors="replace").split("\0")
+    if "-cp" in words:  # java -cp <classpath> [options] <main class> <arguments>
+        words = [words[0], *(word for word in words[words.index("-cp") + 2:] if not word.startswith("-X"))]
+    return f"{pid} on {where.get(pid, 'no test host')}, parent {parent}: " + " ".join(words)[:300]

@@ -10,9 +10,11 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
+from ddq.benchmarks.procfs import command_of, processes_mentioning
 from ddq.benchmarks.testhosts import TestHosts
 from ddq.spark.context import LOCAL_JVM_OPTIONS
 
@@ -42,6 +44,7 @@ class Cluster:
                  pin: dict[str, int] | None = None):
         self.hosts, self.python, self.workers, self.cores = hosts, python, list(workers), cores
         self.pin = pin or {}  # host -> the CPU core its processes are held to (a one-core machine)
+        self.runs: set[str] = set()  # the names of the runs started, whose processes `left_running` looks for
         self.master = f"spark://{hosts.address('h0')}:{MASTER_PORT}"
         self.conf_dir = hosts.folder / "spark-conf"
         self.conf_dir.mkdir(mode=0o700)
@@ -105,6 +108,7 @@ class Cluster:
 
     def start_training(self, name: str, *flags: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         """`ddq train` (CartPole, a task per worker core) on h0 against the cluster, into h0's /tmp/<name>."""
+        self.runs.add(name)
         return self.hosts.start("h0", [sys.executable, "-m", "ddq", "train", "--spark-master", self.master,
                                        "--env", "CartPole-v1", "--workers", str(len(self.workers) * self.cores),
                                        "--no-progress", "--no-dashboard", "--no-celery", "--run-dir", f"/tmp/{name}",
@@ -124,6 +128,30 @@ class Cluster:
 
     def train(self, name: str, *flags: str, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
         return self.finish(name, self.start_training(name, *flags, env=env))
+
+    def left_running(self, *names: str, out_of_reach: Sequence[str] = (), timeout: float = 60) -> list[tuple[str, str]]:
+        """(host, process) for what the runs `start_training` started into h0's /tmp/<name> left running, once
+        the master counts every worker's cores free again (a cluster's executors are its worker daemons' to
+        stop when the driver ends its application), waited for up to `timeout` s: on any host, a process
+        naming a run's folder or a run id its log printed (its Redis, its JVM); on a worker host, any process
+        but its daemon (an executor, its Python workers). Hosts `out_of_reach` (cut off for good: nothing can
+        stop what runs there) are not waited for."""
+        self.wait_for_workers()
+        deadline = time.monotonic() + timeout
+        while (left := self._of_runs(names)) and time.monotonic() < deadline:
+            if all(host in out_of_reach for host in left.values()):
+                break
+            time.sleep(0.5)
+        return [(host, command_of(pid, left)) for pid, host in sorted(left.items())]
+
+    def _of_runs(self, names: Sequence[str]) -> dict[int, str]:
+        where = {pid: host for host in self.hosts.names for pid in self.hosts.pids(host)}
+        daemons = {daemon.pid for daemon in self.daemons if daemon.poll() is None}
+        runs = [line.split()[3] for name in names for line in self.log(name).splitlines()
+                if line.startswith("ddq: run id ")]
+        found = {pid for mark in (*(f"/tmp/{name}" for name in names), *runs) for pid in processes_mentioning(mark)}
+        found |= {pid for pid, host in where.items() if host in self.workers and pid not in daemons}
+        return {pid: where.get(pid, "no test host") for pid in found}
 
 
 def wait_for_worker_steps(cluster: Cluster, name: str, worker: int, env_steps: int, timeout: float = 180,

@@ -7,6 +7,7 @@ import atexit
 import importlib.util
 import ipaddress
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -264,7 +265,7 @@ class EmbeddedRedis:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 log = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
-                if self.remote and "tls-port" in log:
+                if self.remote and re.search(r">>> 'tls-[a-z-]+ .*\n.*Bad directive", log):  # a build without TLS
                     raise RuntimeError(f"{redis_server_binary()} has no TLS, which serving other hosts needs: "
                                        "install Debian's redis-server (apt-get install redis-server) or set "
                                        "DDQ_REDIS_SERVER to a redis-server built with TLS")
