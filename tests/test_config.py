@@ -100,6 +100,16 @@ def test_invalid_values_are_refused():
         build_config({"mode": "magic"})
 
 
+def test_exploration_that_would_rise_is_refused_once_every_source_is_merged(tmp_path):
+    """CartPole's preset ends at 0.04: a file's start below it waits for the flags, which may lower the end."""
+    path = tmp_path / "low.toml"
+    path.write_text("epsilon_start = 0.02\n")
+    config = build_config({"env": "CartPole-v1", "epsilon_end": 0.01}, str(path))
+    assert (config.agent.epsilon_start, config.agent.epsilon_end) == (0.02, 0.01)
+    with pytest.raises(ValueError, match=r"^epsilon_end 0.04 is above epsilon_start 0.02: .* \(in .*low.toml, line 1\)"):
+        build_config({"env": "CartPole-v1"}, str(path))
+
+
 @pytest.mark.parametrize("flags, optim", [
     (("--optimizer", "adadelta", "--rho", "0.95"), dict(optimizer="adadelta", rho=0.95, momentum=0.0)),
     (("--optimizer", "nesterov", "--momentum", "0.9"), dict(optimizer="nesterov", momentum=0.9)),
@@ -203,7 +213,7 @@ def test_a_run_naming_no_mode_runs_the_one_measured_fastest_for_its_machine(tmp_
 
     assert measured_mode(set(), None, 2).mode == "serial"
     assert measured_mode({"env"}, "local[4]", 2).mode == "serial"
-    assert "16 cores are more than measured" in measured_mode(set(), None, 16).why
+    assert "the 16 cores this run may use are more than measured" in measured_mode(set(), None, 16).why
     assert measured_mode(set(), "spark://10.0.0.1:7077", 2).mode == "data-parallel"
     assert measured_mode({"workers", "listen", "publish_every", "snapshot_every"}, "spark://m:7077", 2).mode \
         == "data-parallel"

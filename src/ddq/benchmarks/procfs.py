@@ -29,18 +29,35 @@ def child_named(parent: int, name: str, missing_ok: bool = False) -> int | None:
 
 
 def processes_mentioning(text: str) -> list[int]:
-    """Live processes (this one aside) whose command line or environment names `text`."""
+    """Live processes (this one aside) whose command line or environment names `text`, or whose working folder
+    or open files do (a redis-server takes its settings on stdin and rewrites its title: its folder, and
+    the log its output goes to, are what name its run)."""
     found = []
-    for pid in os.listdir("/proc"):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            for part in ("cmdline", "environ"):
-                with open(f"/proc/{pid}/{part}", "rb") as handle:
-                    if text.encode() in handle.read():
-                        found.append(int(pid))
-                        break
+            if any(text.encode() in _read(f"/proc/{pid}/{part}") for part in ("cmdline", "environ")) or \
+                    any(text in target for target in _link_targets(pid)):
+                found.append(int(pid))
         except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
             continue
     return [pid for pid in found if pid != os.getpid()]
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _link_targets(pid: str) -> list[str]:
+    """Where a process's working folder and open file descriptors point, as /proc links them (one closed as
+    they are read is left out)."""
+    targets = []
+    for link in (f"/proc/{pid}/cwd", *(f"/proc/{pid}/fd/{fd}" for fd in os.listdir(f"/proc/{pid}/fd"))):
+        try:
+            targets.append(os.readlink(link))
+        except OSError:
+            continue
+    return targets
 
 
 def command_of(pid: int, where: dict[int, str]) -> str:

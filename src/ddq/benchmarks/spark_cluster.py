@@ -133,9 +133,10 @@ class Cluster:
         """(host, process) for what the runs `start_training` started into h0's /tmp/<name> left running, once
         the master counts every worker's cores free again (a cluster's executors are its worker daemons' to
         stop when the driver ends its application), waited for up to `timeout` s: on any host, a process
-        naming a run's folder or a run id its log printed (its Redis, its JVM); on a worker host, any process
-        but its daemon (an executor, its Python workers). Hosts `out_of_reach` (cut off for good: nothing can
-        stop what runs there) are not waited for."""
+        naming a run's folder or a run id its log printed (its JVM; its Redis by its folder or log), and on
+        every host but h0 (a worker host, or one cut off) any process but its daemon (an executor, its Python
+        workers). Hosts `out_of_reach` (cut off for good: nothing can stop what runs there) are not waited
+        for."""
         self.wait_for_workers()
         deadline = time.monotonic() + timeout
         while (left := self._of_runs(names)) and time.monotonic() < deadline:
@@ -150,7 +151,7 @@ class Cluster:
         runs = [line.split()[3] for name in names for line in self.log(name).splitlines()
                 if line.startswith("ddq: run id ")]
         found = {pid for mark in (*(f"/tmp/{name}" for name in names), *runs) for pid in processes_mentioning(mark)}
-        found |= {pid for pid, host in where.items() if host in self.workers and pid not in daemons}
+        found |= {pid for pid, host in where.items() if host != "h0" and pid not in daemons}  # (a cut-off one's too)
         return {pid: where.get(pid, "no test host") for pid in found}
 
 

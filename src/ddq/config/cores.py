@@ -1,5 +1,9 @@
-"""The cores this process may use, as Spark's JVM counts them for local[*]: the CPUs it may run on (taskset, a
-cpuset), fewer where its cgroup's CPU quota allows less time (a container's --cpus, a Kubernetes CPU limit)."""
+"""The cores this process may use, which Spark's JVM offers local[*]: the CPUs it may run on (taskset, a
+cpuset), fewer where a cgroup's CPU quota allows less time (a container's --cpus, a Kubernetes CPU limit).
+
+Java 17 reads the quota of the process's own cgroup, Java 21 (2025's updates) and 24 those above it too:
+ddq reads them all, so it never counts more slots than the JVM offers (a barrier stage short of one would
+wait 10 minutes), and fewer only where a quota above limits the process all the same."""
 
 from __future__ import annotations
 
@@ -56,14 +60,17 @@ def cgroup_mounts(mountinfo: str) -> list[CgroupMount]:
 
 def _folders(mount: CgroupMount, memberships: str) -> list[Path]:
     """The folders, in `mount`, of the process's cgroup and of each one above it (from /proc/PID/cgroup's
-    "id:controllers:path" lines), up to the mount point. A path outside the mount's root (a container that
-    sees only its own part of the hierarchy) is the mount point's."""
+    "id:controllers:path" lines), up to the mount point. A cgroup the mount does not show (a path outside its
+    root, or one that climbs out with "..") has none; a process at its namespace's root ("/") is at the mount
+    point (a container's view of its own part of the hierarchy)."""
     for line in memberships.splitlines():
         _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         if (mount.version == 2 and controllers == "") or (mount.version == 1 and "cpu" in controllers.split(",")):
-            inside = PurePosixPath(path).relative_to(mount.root) if PurePosixPath(path).is_relative_to(
-                mount.root) else PurePosixPath()
-            folder = Path(mount.mount_point, inside)
+            cgroup = PurePosixPath(path)
+            shown = cgroup.is_relative_to(mount.root) and ".." not in cgroup.parts
+            if not shown and path != "/":
+                return []
+            folder = Path(mount.mount_point, cgroup.relative_to(mount.root) if shown else "")
             return [folder, *[parent for parent in folder.parents if parent.is_relative_to(mount.mount_point)]]
     return []
 

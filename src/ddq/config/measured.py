@@ -65,7 +65,8 @@ def measured_mode(named: set[str], spark_master: str | None, cores: int, submitt
         return ModeChoice("downpour", f"downpour: {why}")
     asked = sorted(named & DISTRIBUTED_SETTINGS)
     if master == "local" and not asked:
-        beyond = "" if cores <= MEASURED_CORES else f"; this machine's {cores} cores are more than measured so far"
+        beyond = "" if cores <= MEASURED_CORES else f"; the {cores} cores this run may use are more than measured " \
+                                                    "so far"
         return ModeChoice("serial", "serial: on one machine data-parallel took 3.1x serial's time to CartPole-v1's "
                                     "target (0.68x on MinAtar Breakout and 0.86x on LunarLander-v3, with 2 cores: "
                                     "docs/benchmarks.md)"

@@ -96,14 +96,19 @@ class AgentConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
         fraction(self, "gamma", "epsilon_start", "epsilon_end", "priority_beta")
-        if self.epsilon_end > self.epsilon_start:  # a schedule that rises explores more as the agent learns
-            raise ValueError(f"epsilon_end {self.epsilon_end} is above epsilon_start {self.epsilon_start}: exploration "
-                             "falls from epsilon_start to epsilon_end; give an end at most the start (equal: constant)")
         positive_or_none(self, "max_grad_norm")
         if self.priority_alpha < 0:
             raise ValueError(f"priority_alpha must be at least 0, got {self.priority_alpha}")
         if any(width <= 0 for width in self.hidden) or not self.hidden:
             raise ValueError(f"hidden must list positive layer widths, got {self.hidden}")
+
+    def rising_exploration(self) -> str | None:
+        """Why these settings' exploration would rise as the agent learns (an end above the start), else None.
+        Asked of the settings once all their sources are merged: a file's start may wait for a flag's end."""
+        if self.epsilon_end <= self.epsilon_start:
+            return None
+        return (f"epsilon_end {self.epsilon_end} is above epsilon_start {self.epsilon_start}: exploration falls from "
+                "epsilon_start to epsilon_end; give an end at most the start (equal: constant)")
 
 
 @dataclass

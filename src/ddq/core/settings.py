@@ -45,6 +45,9 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None,
         config = merge(config, solver.as_settings(), solver_file)
     config = merge(config, cli_values, given_in)
     try:
+        if (rising := config.agent.rising_exploration()) is not None:
+            given = [key for key in ("epsilon_end", "epsilon_start") if key in named]
+            raise SettingRefused(given[0] if given else "epsilon_start", rising)
         algorithm_for(config.agent.algo).check(config)
         ignored = unread_by(config.agent.algo, named)
         if ignored:

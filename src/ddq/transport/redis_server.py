@@ -200,7 +200,7 @@ class EmbeddedRedis:
             logged = self.log_path.stat().st_size if self.log_path.exists() else 0
             self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
             try:
-                self._wait_until_ready(timeout)
+                self._wait_until_ready(timeout, logged)
                 return
             except RuntimeError:
                 stop(self.process)
@@ -210,9 +210,10 @@ class EmbeddedRedis:
     def restart(self) -> subprocess.Popen:
         """Starts the server again, after it died, with the same settings (address, password, certificates),
         from its newest snapshot when it persists; returns the new process once it answers."""
+        logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
         try:
-            self._wait_until_ready(max(self.timeout, RESTART_TIMEOUT_S))  # a large snapshot takes its time to load
+            self._wait_until_ready(max(self.timeout, RESTART_TIMEOUT_S), logged)  # a large snapshot takes its time
         except RuntimeError:
             stop(self.process)  # only this attempt: the snapshot and the certificates stay for the next one
             raise
@@ -232,9 +233,16 @@ class EmbeddedRedis:
 
     def _port_was_taken(self, logged: int) -> bool:
         """Whether the server's log, from byte `logged` on (this attempt's), says its port was in use."""
+        return "Address already in use" in self._log_since(logged)
+
+    def _log_since(self, logged: int) -> str:
+        """What the server's log holds from byte `logged` on: this attempt's lines (a resumed run's log holds
+        its earlier sessions' too)."""
+        if not self.log_path.exists():
+            return ""
         with open(self.log_path, "rb") as log:
             log.seek(logged)
-            return b"Address already in use" in log.read()
+            return log.read().decode(errors="replace")
 
     @property
     def url(self) -> str:
@@ -260,11 +268,12 @@ class EmbeddedRedis:
     def client(self, **options) -> redis.Redis:
         return connect_redis(self.url, **options)
 
-    def _wait_until_ready(self, timeout: float) -> None:
+    def _wait_until_ready(self, timeout: float, logged: int) -> None:
+        """Until the server answers; a RuntimeError once it exited, with what its log says since byte `logged`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                log = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+                log = self._log_since(logged)[-2000:]
                 if self.remote and re.search(r">>> 'tls-[a-z-]+ .*\n.*Bad directive", log):  # a build without TLS
                     raise RuntimeError(f"{redis_server_binary()} has no TLS, which serving other hosts needs: "
                                        "install Debian's redis-server (apt-get install redis-server) or set "
