@@ -141,12 +141,13 @@ class Driver:
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)  # for the progress bar
         self.next_log = next_mark(counters.env_steps, config.run.log_every)  # the next training point's env steps
         self.session_steps = counters.env_steps  # the run's env steps as this command began
+        # the watch's loop looks now: an evaluation's result waits, the job ended, or a restarted Redis answers
+        self.wake = threading.Event()
         self.supervisor = Supervisor()
-        self.services = RunServices(config, self.run, self.run_dir, self.supervisor)
+        self.services = RunServices(config, self.run, self.run_dir, self.supervisor, redis_back=self.wake.set)
         self.signals = StopSignals()
         self.failure: str | None = None  # the one line that says what ended a run that could not go on
         self.exit_code = 0
-        self.wake = threading.Event()  # the watch's loop looks now: an evaluation's result waits, or the job ended
 
     def train(self) -> dict[str, Any]:
         with contextlib.ExitStack() as stack:

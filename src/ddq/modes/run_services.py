@@ -4,7 +4,9 @@ Celery and the dashboard. Each is supervised and stopped with the run's exit sta
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,12 @@ class RunServices:
     file), `start_helpers` once the workers' tasks have started (Celery evaluates the weights the service
     publishes)."""
 
-    def __init__(self, config: TrainConfig, run: str, run_dir: Path, supervisor: Supervisor):
+    def __init__(self, config: TrainConfig, run: str, run_dir: Path, supervisor: Supervisor,
+                 redis_back: Callable[[], None] = lambda: None):
+        """`redis_back`: called once a restarted private Redis answers (the driver then raises the run's
+        counts, which the Redis' snapshot may hold older, before the workers count on from them)."""
         self.config, self.run, self.run_dir, self.supervisor = config, run, run_dir, supervisor
+        self.redis_back = redis_back
         self.redis_watch: Watched | None = None  # the private Redis's, when the run has one
         self.dashboard: Dashboard | None = None  # once the helpers start, if the run has one
 
@@ -49,7 +55,7 @@ class RunServices:
             # every process waits on Redis: restarted at once from its snapshot, the run's keys come back, each
             # process reconnects, and the shards or the learner publish their weights again
             self.redis_watch = self.supervisor.watch("redis-server", embedded.process, embedded.log_path,
-                                                     restart=embedded.restart, promptly=True,
+                                                     restart=lambda: self._restart_redis(embedded), promptly=True,
                                                      on_gone=self._stop_waiting_for_redis)
             stack.callback(self.supervisor.close)  # before Redis stops: that is no death
             self.url, self.remote_url = embedded.url, embedded.remote_url
@@ -71,6 +77,11 @@ class RunServices:
     def redis_gone(self) -> bool:
         """Whether the run's private Redis died for good (and was not restarted)."""
         return self.redis_watch is not None and self.redis_watch.gone
+
+    def _restart_redis(self, embedded: EmbeddedRedis) -> subprocess.Popen:
+        process = embedded.restart()
+        self.redis_back()
+        return process
 
     def _stop_waiting_for_redis(self) -> None:
         """The private Redis stays dead: the driver's commands fail at once from now on, and the supervisor's
