@@ -53,8 +53,9 @@ def left_running(run_dir: Path, *logs: str, timeout: float = 20) -> list[int]:
     and Celery's, and the Spark JVM's, whose application name holds it (it exits a second or two after the
     driver's context stops)."""
     from ddq.benchmarks.procfs import processes_mentioning
+    from ddq.modes.run_services import run_ids
 
-    runs = [line.split()[3] for log in logs for line in log.splitlines() if line.startswith("ddq: run id ")]
+    runs = [run for log in logs for run in run_ids(log)]
     assert runs or not logs, "no run id in the logs given: a JVM of theirs would go unseen"
     marks = [str(run_dir), *runs]
     deadline = time.monotonic() + timeout

@@ -32,6 +32,7 @@ from ddq.benchmarks.spark_cluster import (
 )
 from ddq.benchmarks.testhosts import TestHosts, deps_only_python, executor_environment
 from ddq.modes.driver import JOB_CANCEL_WAIT_S
+from ddq.modes.run_services import run_ids
 from ddq.services.telemetry import collective_share
 from ddq.spark.start import SPARK_STOP_WAIT_S
 from hosts import skip_unless_root
@@ -201,7 +202,7 @@ def test_a_driver_cut_off_from_every_worker_ends_within_its_stall_timeout_and_re
     # Spark could not say goodbye to the executors cut off: its JVM was killed, not left to its shutdown hook
     # (which waits minutes on them). A JVM that did stop still takes a moment to exit after its driver: wait
     # for it, for at most 20 s
-    first_run = next(line.split()[3] for line in log.splitlines() if line.startswith("ddq: run id "))
+    first_run = run_ids(log)[0]
     deadline = time.monotonic() + 20
     while (jvms := processes_mentioning(f"spark.app.name=ddq-{first_run}")) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -25,6 +25,7 @@ import redis
 
 from conftest import command_lines_holding, left_running, run_ddq, summary_of, wait_for_progress
 from ddq.benchmarks.procfs import child_named, parent_and_command, processes_mentioning
+from ddq.modes.run_services import run_ids
 from ddq.transport.keys import RunKeys
 from ddq.transport.redis_server import EmbeddedRedis
 
@@ -239,7 +240,7 @@ def test_a_password_stays_secret_and_a_killed_driver_leaves_nothing_running(tmp_
         process, log = start(run_dir, 200_000, services=True, env={"DDQ_REDIS_URL": url, "DDQ_EVAL_EVERY_S": "2"})
         wait_for_progress(run_dir, process, log, 2_000)
         client = redis.Redis.from_url(url)
-        [run] = [line.split()[3] for line in log.read_text().splitlines() if line.startswith("ddq: run id ")]
+        [run] = run_ids(log.read_text())
         deadline = time.monotonic() + 120
         snapshot = run_dir / "param-server-shard0.pt"  # the resume below starts from it (every 1,000 updates)
         while not client.llen(RunKeys(run).evaluations) or not (run_dir / "dashboard.url").exists() \

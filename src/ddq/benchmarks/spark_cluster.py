@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from ddq.benchmarks.procfs import command_of, processes_mentioning
 from ddq.benchmarks.testhosts import TestHosts
+from ddq.modes.run_services import run_ids
 from ddq.spark.context import LOCAL_JVM_OPTIONS
 
 SPARK_HOME = Path(str(getattr(importlib.util.find_spec("pyspark"), "origin", ""))).parent  # found, not imported
@@ -148,8 +149,7 @@ class Cluster:
     def _of_runs(self, names: Sequence[str]) -> dict[int, str]:
         where = {pid: host for host in self.hosts.names for pid in self.hosts.pids(host)}
         daemons = {daemon.pid for daemon in self.daemons if daemon.poll() is None}
-        runs = [line.split()[3] for name in names for line in self.log(name).splitlines()
-                if line.startswith("ddq: run id ")]
+        runs = [run for name in names for run in run_ids(self.log(name))]
         found = {pid for mark in (*(f"/tmp/{name}" for name in names), *runs) for pid in processes_mentioning(mark)}
         found |= {pid for pid, host in where.items() if host != "h0" and pid not in daemons}  # (a cut-off one's too)
         return {pid: where.get(pid, "no test host") for pid in found}

@@ -23,6 +23,13 @@ from ddq.transport.redis_client import give_up_waiting
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.run_store import RunStore
 
+RUN_ID_LINE = "ddq: run id "  # then the run's id: where `redis-cli` finds its keys, and tests their processes
+
+
+def run_ids(output: str) -> list[str]:
+    """The run ids a `ddq train`'s output (its stderr) named, in order: a resumed run's sessions each name one."""
+    return [line[len(RUN_ID_LINE):].split()[0] for line in output.splitlines() if line.startswith(RUN_ID_LINE)]
+
 
 class RunServices:
     """Opened in two steps: `open` before the weights service starts (it needs Redis and the settings
@@ -68,7 +75,7 @@ class RunServices:
         self.store = RunStore(self.redis, self.run)
         self.episodes = self.store.cursor("episodes")
         self.reporter = RunReporter(self.store, {**info, "settings": settings_document(self.config)}, slices)
-        print(f"ddq: run id {self.run} (the Redis keys ddq:{self.run}:* at {masked_url(self.url)})", file=sys.stderr,
+        print(f"{RUN_ID_LINE}{self.run} (the Redis keys ddq:{self.run}:* at {masked_url(self.url)})", file=sys.stderr,
               flush=True)  # where `redis-cli` finds the control key
         self.store.set_env_steps(counters.env_steps)
         self.store.set_episode_count(counters.episodes)

@@ -197,7 +197,7 @@ class EmbeddedRedis:
                 self.remote = (f"rediss://{ACL_USER}:{self._password}@{_host(advertise)}:{self.listen_port}/0"
                                f"?ssl_ca_data={quote(self.ca_pem)}")
             self._settings = "".join(f"{key} {value}\n" for key, value in settings.items())
-            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            logged = self._log_size()
             self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
             try:
                 self._wait_until_ready(timeout, logged)
@@ -210,7 +210,7 @@ class EmbeddedRedis:
     def restart(self) -> subprocess.Popen:
         """Starts the server again, after it died, with the same settings (address, password, certificates),
         from its newest snapshot when it persists; returns the new process once it answers."""
-        logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+        logged = self._log_size()
         self.process = spawn([redis_server_binary(), "-"], self.log_path, stdin_text=self._settings)
         try:
             self._wait_until_ready(max(self.timeout, RESTART_TIMEOUT_S), logged)  # a large snapshot takes its time
@@ -234,6 +234,10 @@ class EmbeddedRedis:
     def _port_was_taken(self, logged: int) -> bool:
         """Whether the server's log, from byte `logged` on (this attempt's), says its port was in use."""
         return "Address already in use" in self._log_since(logged)
+
+    def _log_size(self) -> int:
+        """Where the next attempt's lines begin in the server's log."""
+        return self.log_path.stat().st_size if self.log_path.exists() else 0
 
     def _log_since(self, logged: int) -> str:
         """What the server's log holds from byte `logged` on: this attempt's lines (a resumed run's log holds
