@@ -53,7 +53,7 @@ def left_running(run_dir: Path, *logs: str, timeout: float = 20) -> list[int]:
     and Celery's, and the Spark JVM's, whose application name holds it (it exits a second or two after the
     driver's context stops)."""
     from ddq.benchmarks.procfs import processes_mentioning
-    from ddq.modes.run_services import run_ids
+    from ddq.transport.keys import run_ids
 
     runs = [run for log in logs for run in run_ids(log)]
     assert runs or not logs, "no run id in the logs given: a JVM of theirs would go unseen"

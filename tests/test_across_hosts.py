@@ -32,9 +32,9 @@ from ddq.benchmarks.spark_cluster import (
 )
 from ddq.benchmarks.testhosts import TestHosts, deps_only_python, executor_environment
 from ddq.modes.driver import JOB_CANCEL_WAIT_S
-from ddq.modes.run_services import run_ids
 from ddq.services.telemetry import collective_share
 from ddq.spark.start import SPARK_STOP_WAIT_S
+from ddq.transport.keys import run_ids
 from hosts import skip_unless_root
 from test_data_parallel import evaluation_points
 from test_downpour import TAGS

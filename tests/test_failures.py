@@ -25,8 +25,7 @@ import redis
 
 from conftest import command_lines_holding, left_running, run_ddq, summary_of, wait_for_progress
 from ddq.benchmarks.procfs import child_named, parent_and_command, processes_mentioning
-from ddq.modes.run_services import run_ids
-from ddq.transport.keys import RunKeys
+from ddq.transport.keys import RunKeys, run_ids
 from ddq.transport.redis_server import EmbeddedRedis
 
 pytestmark = pytest.mark.slow  # each test starts a JVM

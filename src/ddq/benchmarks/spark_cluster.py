@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 from ddq.benchmarks.procfs import command_of, processes_mentioning
 from ddq.benchmarks.testhosts import TestHosts
-from ddq.modes.run_services import run_ids
 from ddq.spark.context import LOCAL_JVM_OPTIONS
+from ddq.transport.keys import run_ids
 
 SPARK_HOME = Path(str(getattr(importlib.util.find_spec("pyspark"), "origin", ""))).parent  # found, not imported
 SPARK_CLASS = str(SPARK_HOME / "bin" / "spark-class")

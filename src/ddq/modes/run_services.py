@@ -18,17 +18,11 @@ from ddq.processes import Supervisor, Watched, stop
 from ddq.services.celery_launch import start_celery_worker
 from ddq.services.telemetry import RunReporter
 from ddq.transport.credentials import host_password
+from ddq.transport.keys import RUN_ID_LINE
 from ddq.transport.redis_client import connect as connect_redis
 from ddq.transport.redis_client import give_up_waiting
 from ddq.transport.redis_server import EmbeddedRedis
 from ddq.transport.run_store import RunStore
-
-RUN_ID_LINE = "ddq: run id "  # then the run's id: where `redis-cli` finds its keys, and tests their processes
-
-
-def run_ids(output: str) -> list[str]:
-    """The run ids a `ddq train`'s output (its stderr) named, in order: a resumed run's sessions each name one."""
-    return [line[len(RUN_ID_LINE):].split()[0] for line in output.splitlines() if line.startswith(RUN_ID_LINE)]
 
 
 class RunServices:

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+RUN_ID_LINE = "ddq: run id "  # a distributed run prints it, then its id: the `<run>` of its keys below
+
+
+def run_ids(output: str) -> list[str]:
+    """The run ids a `ddq train`'s output (its stderr) named, in order: a resumed run's sessions each name one."""
+    return [line[len(RUN_ID_LINE):].split()[0] for line in output.splitlines() if line.startswith(RUN_ID_LINE)]
+
 
 def shard_bounds(size: int, shards: int) -> list[tuple[int, int]]:
     """[start, end) of each shard's contiguous slice of a flat vector of `size` values."""
