@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +14,14 @@ import pytest
 # The files that take a third of the suite's time between them (the cross-host one, 7 tests, about 7 minutes of
 # one xdist worker's). They start first, so that neither is what one worker still runs while the other idles.
 LONGEST_FIRST = ("test_across_hosts.py", "test_failures.py", "test_shard_hosts.py")
+
+
+# A suite started by `nohup`, or with `&` from a script (no job control), inherits SIGHUP or SIGINT ignored, and
+# so would every ddq it starts: ddq keeps a signal it was started to ignore, and the tests of Ctrl-C and hangups
+# would fail on how the suite was launched. Each is given back its default, for this process and its children.
+for _number, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, signal.SIG_DFL)):
+    if signal.getsignal(_number) == signal.SIG_IGN:
+        signal.signal(_number, _handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
