@@ -1,6 +1,5 @@
 """Where a run's parts listen (pure logic; the address toward the master is replaced by a fixed one)."""
 
-
 import pytest
 
 from ddq.core.settings import build_config

@@ -1,5 +1,5 @@
-"""The run's key plan: every Redis key a run uses, how the flat weights split into shard slices, and
-the names of their parts that telemetry shows.
+"""The run's key plan: every Redis key a run uses, the line that names a run's id (its keys' prefix), how
+the flat weights split into shard slices, and the names of their parts that telemetry shows.
 
 Every process of a distributed run (driver, shards, workers, Celery, the
 dashboard) talks through these keys, so they live here, below all of them.
